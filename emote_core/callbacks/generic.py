@@ -1,0 +1,41 @@
+"""General-purpose callbacks that steer a run."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from emote_core.callback import Callback, Order
+from emote_core.errors import ConfigurationError
+from emote_core.trainer import TrainingShutdownException
+
+
+class BackPropStepsTerminator(Callback):
+    """Stops training after ``bp_steps`` backpropagation steps.
+
+    It asks for shutdown in ``end_cycle`` of the last step; every other callback still runs that
+    ``end_cycle`` (so a checkpointer writes the final checkpoint). A run resumed at or past the
+    limit stops before its first batch.
+
+    Args:
+        bp_steps: The step count at which training ends.
+        name: Unique name.
+    """
+
+    order: ClassVar[int] = Order.TERMINATOR
+
+    def __init__(self, *, bp_steps: int, name: str = "bp_steps_terminator") -> None:
+        if not isinstance(bp_steps, int) or bp_steps < 1:
+            raise ConfigurationError(f"bp_steps must be a positive integer; got {bp_steps!r}")
+        super().__init__(name=name, cycle=1)
+        self.bp_steps = bp_steps
+
+    def begin_training(self, bp_step: int) -> None:
+        if bp_step >= self.bp_steps:
+            raise TrainingShutdownException(f"already at bp_step {bp_step} of {self.bp_steps}")
+
+    def end_cycle(self, bp_step: int) -> None:
+        if bp_step >= self.bp_steps:
+            raise TrainingShutdownException(f"reached {self.bp_steps} bp_steps")
+
+
+__all__ = ["BackPropStepsTerminator"]

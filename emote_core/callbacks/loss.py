@@ -1,0 +1,142 @@
+"""LossCallback: one network's loss, backward pass, gradient clipping and optimizer step."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from emote_core.callback import Callback, Order
+from emote_core.callbacks.logging_mixin import LoggingMixin
+from emote_core.errors import ConfigurationError
+
+
+class LossCallback(LoggingMixin, Callback, ABC):
+    """Base of every loss: implement :meth:`loss`; this class does the optimisation step.
+
+    Each batch, ``backward`` zeroes the gradients, computes :meth:`loss` with its parameters
+    selected by name from the state (data group first), back-propagates, clips the gradient norm,
+    steps the optimizer and the learning-rate schedule, and logs ``loss/<name>``,
+    ``training/<name>_lr`` and ``training/<name>_gradient_norm``.
+
+    Args:
+        name: Unique name; keys logs and checkpoints.
+        network: The network this loss trains (saved in checkpoints), or ``None`` when the
+            optimizer holds free parameters (an entropy temperature, say).
+        optimizer: The optimizer over the trained parameters.
+        lr_schedule: A torch learning-rate scheduler stepped after every optimizer step.
+        max_grad_norm: Clip the total gradient norm to this; ``None`` measures without clipping.
+        data_group: The data group the loss reads first.
+        log_per_param_weights: Also log a histogram of every parameter's weights.
+        log_per_param_grads: Also log a histogram of every parameter's gradients.
+        **kwargs: Passed to :class:`LoggingMixin` (``default_window_length``).
+    """
+
+    order: ClassVar[int] = Order.DEFAULT
+    extra_hooks: ClassVar[tuple[str, ...]] = ("loss",)
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        network: nn.Module | None,
+        optimizer: torch.optim.Optimizer,
+        lr_schedule: torch.optim.lr_scheduler.LRScheduler | None = None,
+        max_grad_norm: float | None = 10.0,
+        data_group: str | None = "default",
+        log_per_param_weights: bool = False,
+        log_per_param_grads: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(name=name, data_group=data_group, **kwargs)
+        if max_grad_norm is not None and not max_grad_norm > 0:
+            raise ConfigurationError(
+                f"loss '{name}' has max_grad_norm={max_grad_norm}; it must be positive or None"
+            )
+        self.network = network
+        self.optimizer = optimizer
+        self.lr_schedule = lr_schedule
+        self.max_grad_norm = max_grad_norm
+        self.log_per_param_weights = log_per_param_weights
+        self.log_per_param_grads = log_per_param_grads
+        self.parameters = [p for group in optimizer.param_groups for p in group["params"]]
+
+    @abstractmethod
+    def loss(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """Returns the scalar loss; parameters are filled by name from the training state."""
+
+    def backward(self, **state: Any) -> None:
+        """Runs one optimisation step of this loss."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss(**state)
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise ConfigurationError(
+                f"loss '{self.name}' returned {type(loss).__name__}"
+                + (f" of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else "")
+                + "; a loss must return a scalar tensor"
+            )
+        loss.backward()
+        max_norm = self.max_grad_norm if self.max_grad_norm is not None else float("inf")
+        grad_norm = nn.utils.clip_grad_norm_(self.parameters, max_norm)
+        self.optimizer.step()
+        if self.lr_schedule is not None:
+            self.lr_schedule.step()
+        self.log_scalar(f"loss/{self.name}", loss.detach())
+        self.log_scalar(f"training/{self.name}_lr", self.optimizer.param_groups[0]["lr"])
+        self.log_scalar(f"training/{self.name}_gradient_norm", grad_norm)
+        if self.network is not None and (self.log_per_param_weights or self.log_per_param_grads):
+            self._log_parameters()
+
+    def _log_parameters(self) -> None:
+        assert self.network is not None
+        for parameter_name, parameter in self.network.named_parameters():
+            if self.log_per_param_weights:
+                self.log_histogram(f"{self.name}_weights/{parameter_name}", parameter.detach())
+            if self.log_per_param_grads and parameter.grad is not None:
+                self.log_histogram(f"{self.name}_grads/{parameter_name}", parameter.grad)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The network, optimizer and schedule state, and the logs."""
+        state = super().state_dict()
+        if self.network is not None:
+            state["network_state_dict"] = self.network.state_dict()
+        state["optimizer_state_dict"] = self.optimizer.state_dict()
+        if self.lr_schedule is not None:
+            state["lr_schedule_state_dict"] = self.lr_schedule.state_dict()
+        return state
+
+    def load_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        load_network: bool = True,
+        load_optimizer: bool = True,
+        load_hparams: bool = True,
+    ) -> None:
+        """Restores what :meth:`state_dict` saved, as selected by the flags.
+
+        ``load_hparams`` decides whether learning rates come from the checkpoint or stay as
+        configured now, whether or not the optimizer's moments are loaded.
+        """
+        super().load_state_dict(state_dict, load_network, load_optimizer, load_hparams)
+        if load_network and self.network is not None and "network_state_dict" in state_dict:
+            self.network.load_state_dict(state_dict["network_state_dict"])
+        saved = state_dict.get("optimizer_state_dict")
+        if saved is None:
+            return
+        current_lrs = [group["lr"] for group in self.optimizer.param_groups]
+        if load_optimizer:
+            self.optimizer.load_state_dict(saved)
+            if self.lr_schedule is not None and "lr_schedule_state_dict" in state_dict:
+                self.lr_schedule.load_state_dict(state_dict["lr_schedule_state_dict"])
+        groups = self.optimizer.param_groups
+        if load_hparams:
+            for group, saved_group in zip(groups, saved["param_groups"], strict=False):
+                group["lr"] = saved_group["lr"]
+        else:
+            for group, lr in zip(groups, current_lrs, strict=True):
+                group["lr"] = lr
+
+
+__all__ = ["LossCallback"]

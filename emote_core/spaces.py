@@ -1,0 +1,310 @@
+"""Descriptions of what agents observe and do: boxes, discrete choices, named dicts of them.
+
+Spaces describe shapes, dtypes and bounds without holding data. They convert from gymnasium's
+spaces and round-trip through JSON, which is how stores and exported policies record them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from emote_core.errors import ConfigurationError
+
+SPACES_JSON_VERSION = 1
+"""Version of the JSON layout written by :meth:`MDPSpace.to_json`."""
+
+Bound = npt.NDArray[np.float64] | None
+
+
+def _bound_to_json(bound: Bound) -> Any:
+    """Writes a bound as a scalar when uniform, else a nested list; unbounded entries are null."""
+    if bound is None:
+        return None
+    values = np.asarray(bound, dtype=np.float64)
+    if values.size > 0 and np.all(values == values.flat[0]):
+        first = float(values.flat[0])
+        return first if math.isfinite(first) else None
+    return [v if math.isfinite(v) else None for v in values.ravel().tolist()]
+
+
+def _bound_from_json(raw: Any, shape: tuple[int, ...], sign: float) -> Bound:
+    if raw is None:
+        return None
+    if isinstance(raw, list):
+        flat = [sign * math.inf if v is None else float(v) for v in raw]
+        return np.asarray(flat, dtype=np.float64).reshape(shape)
+    return np.full(shape, float(raw), dtype=np.float64)
+
+
+@dataclass(frozen=True, eq=False)
+class BoxSpace:
+    """A fixed-shape array of one dtype, optionally bounded.
+
+    Attributes:
+        dtype: The numpy dtype of the values.
+        shape: The shape of one value (no batch dimension).
+        low: Lower bounds broadcastable to ``shape``, or ``None`` when unbounded.
+        high: Upper bounds broadcastable to ``shape``, or ``None`` when unbounded.
+    """
+
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+    low: Bound = None
+    high: Bound = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+        if any(s < 0 for s in self.shape):
+            raise ConfigurationError(f"a space's shape must be non-negative; got {self.shape}")
+        for name in ("low", "high"):
+            bound = getattr(self, name)
+            if bound is not None:
+                try:
+                    values = np.broadcast_to(np.asarray(bound, dtype=np.float64), self.shape)
+                except ValueError as error:
+                    raise ConfigurationError(
+                        f"space bound '{name}' of shape {np.shape(bound)} does not broadcast to "
+                        f"the space's shape {self.shape}"
+                    ) from error
+                object.__setattr__(self, name, values.copy())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BoxSpace) or type(other) is not type(self):
+            return NotImplemented
+        return (
+            self.dtype == other.dtype
+            and self.shape == other.shape
+            and _bounds_equal(self.low, other.low)
+            and _bounds_equal(self.high, other.high)
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.dtype.str, self.shape))
+
+    def contains(self, value: npt.ArrayLike) -> bool:
+        """Whether ``value`` has this space's shape and lies inside its bounds."""
+        array = np.asarray(value)
+        if array.shape != self.shape:
+            return False
+        if self.low is not None and np.any(array < self.low):
+            return False
+        return not (self.high is not None and np.any(array > self.high))
+
+    def to_json(self) -> dict[str, Any]:
+        """Returns a JSON-compatible description of this space."""
+        return {
+            "type": "box",
+            "dtype": self.dtype.str,
+            "shape": list(self.shape),
+            "low": _bound_to_json(self.low),
+            "high": _bound_to_json(self.high),
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class DiscreteSpace(BoxSpace):
+    """A choice among ``n`` options, stored as one integer per step (shape ``(1,)``).
+
+    Attributes:
+        n: The number of options.
+    """
+
+    dtype: np.dtype[Any] = field(default_factory=lambda: np.dtype(np.int64))
+    shape: tuple[int, ...] = (1,)
+    n: int = 2
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ConfigurationError(f"a discrete space needs at least one option; got n={self.n}")
+        object.__setattr__(self, "low", np.zeros(self.shape))
+        object.__setattr__(self, "high", np.full(self.shape, float(self.n - 1)))
+        super().__post_init__()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DiscreteSpace):
+            return NotImplemented
+        return self.n == other.n and self.dtype == other.dtype and self.shape == other.shape
+
+    def __hash__(self) -> int:
+        return hash(("discrete", self.n, self.dtype.str))
+
+    def to_json(self) -> dict[str, Any]:
+        """Returns a JSON-compatible description of this space."""
+        return {"type": "discrete", "n": self.n, "dtype": self.dtype.str, "shape": list(self.shape)}
+
+
+def _bounds_equal(a: Bound, b: Bound) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return bool(np.array_equal(a, b))
+
+
+@dataclass(frozen=True)
+class DictSpace:
+    """Named sub-spaces, as for dict observations.
+
+    Attributes:
+        spaces: The sub-spaces by key.
+    """
+
+    spaces: dict[str, BoxSpace]
+
+    def __getitem__(self, key: str) -> BoxSpace:
+        return self.spaces[key]
+
+    def keys(self) -> list[str]:
+        """The keys of the sub-spaces, in order."""
+        return list(self.spaces)
+
+    def to_json(self) -> dict[str, Any]:
+        """Returns a JSON-compatible description of this space."""
+        return {"type": "dict", "spaces": {k: v.to_json() for k, v in self.spaces.items()}}
+
+
+@dataclass(frozen=True)
+class MDPSpace:
+    """The spaces of a decision process: rewards, actions and the (dict) observation.
+
+    Attributes:
+        rewards: The reward space, normally float32 of shape ``(1,)``.
+        actions: The action space (a box, or a discrete choice).
+        state: The observation space as named sub-spaces.
+    """
+
+    rewards: BoxSpace
+    actions: BoxSpace
+    state: DictSpace
+
+    @classmethod
+    def from_gymnasium(
+        cls, observation_space: Any, action_space: Any, *, observation_key: str = "obs"
+    ) -> MDPSpace:
+        """Builds an MDP space from gymnasium spaces.
+
+        A ``Box`` observation becomes one entry named ``observation_key``; a ``Dict`` observation
+        keeps its keys. Actions may be ``Box`` or ``Discrete``.
+
+        Args:
+            observation_space: A gymnasium ``Box`` or ``Dict`` of ``Box`` spaces.
+            action_space: A gymnasium ``Box`` or ``Discrete`` space.
+            observation_key: The key given to a single ``Box`` observation.
+
+        Returns:
+            The corresponding MDP space, with float32 rewards of shape ``(1,)``.
+
+        Raises:
+            ConfigurationError: If a space type is not supported.
+        """
+        from gymnasium import spaces as gym_spaces
+
+        if isinstance(observation_space, gym_spaces.Dict):
+            state = DictSpace({k: _box_from_gym(v, k) for k, v in observation_space.spaces.items()})
+        else:
+            state = DictSpace({observation_key: _box_from_gym(observation_space, observation_key)})
+        if isinstance(action_space, gym_spaces.Discrete):
+            if int(action_space.start) != 0:
+                raise ConfigurationError(
+                    f"discrete action spaces must start at 0; got start={action_space.start}"
+                )
+            actions: BoxSpace = DiscreteSpace(n=int(action_space.n))
+        else:
+            actions = _box_from_gym(action_space, "actions")
+        return cls(rewards=BoxSpace(np.float32, (1,)), actions=actions, state=state)
+
+    def to_json(self) -> dict[str, Any]:
+        """Returns a JSON-compatible description, with a layout version."""
+        return {
+            "version": SPACES_JSON_VERSION,
+            "rewards": self.rewards.to_json(),
+            "actions": self.actions.to_json(),
+            "state": self.state.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, document: dict[str, Any]) -> MDPSpace:
+        """Rebuilds a space written by :meth:`to_json`.
+
+        Raises:
+            ConfigurationError: If the document is not a space description this emote reads.
+        """
+        try:
+            version = int(document.get("version", 0))
+            if version > SPACES_JSON_VERSION:
+                raise ConfigurationError(
+                    f"space description has version {version}; this emote reads up to "
+                    f"{SPACES_JSON_VERSION} — upgrade emote"
+                )
+            state = space_from_json(document["state"])
+            if not isinstance(state, DictSpace):
+                raise ConfigurationError("an MDP space's 'state' must be a dict space")
+            rewards = space_from_json(document["rewards"])
+            actions = space_from_json(document["actions"])
+        except (KeyError, TypeError, ValueError) as error:
+            if isinstance(error, ConfigurationError):
+                raise
+            raise ConfigurationError(f"malformed space description: {error!r}") from error
+        if not isinstance(rewards, BoxSpace) or not isinstance(actions, BoxSpace):
+            raise ConfigurationError("an MDP space's 'rewards' and 'actions' must be box spaces")
+        return cls(rewards=rewards, actions=actions, state=state)
+
+
+def space_from_json(document: dict[str, Any]) -> BoxSpace | DictSpace:
+    """Rebuilds one space from its JSON description.
+
+    Raises:
+        ConfigurationError: If the space type is unknown.
+    """
+    kind = document.get("type")
+    if kind == "dict":
+        return DictSpace({k: _as_box(space_from_json(v)) for k, v in document["spaces"].items()})
+    if kind == "discrete":
+        return DiscreteSpace(n=int(document["n"]), dtype=np.dtype(document["dtype"]))
+    if kind == "box":
+        shape = tuple(int(s) for s in document["shape"])
+        return BoxSpace(
+            dtype=np.dtype(document["dtype"]),
+            shape=shape,
+            low=_bound_from_json(document.get("low"), shape, -1.0),
+            high=_bound_from_json(document.get("high"), shape, 1.0),
+        )
+    raise ConfigurationError(f"unknown space type {kind!r}; expected 'box', 'discrete' or 'dict'")
+
+
+def _as_box(space: BoxSpace | DictSpace) -> BoxSpace:
+    if not isinstance(space, BoxSpace):
+        raise ConfigurationError("nested dict spaces are not supported; flatten the observation")
+    return space
+
+
+def _box_from_gym(space: Any, key: str) -> BoxSpace:
+    from gymnasium import spaces as gym_spaces
+
+    if not isinstance(space, gym_spaces.Box):
+        raise ConfigurationError(
+            f"space '{key}' is a {type(space).__name__}; emote supports Box observations, "
+            "Dict of Box observations, and Box or Discrete actions"
+        )
+    low = np.asarray(space.low, dtype=np.float64)
+    high = np.asarray(space.high, dtype=np.float64)
+    return BoxSpace(
+        dtype=space.dtype,
+        shape=space.shape,
+        low=None if np.all(np.isneginf(low)) else low,
+        high=None if np.all(np.isposinf(high)) else high,
+    )
+
+
+__all__ = [
+    "SPACES_JSON_VERSION",
+    "BoxSpace",
+    "DictSpace",
+    "DiscreteSpace",
+    "MDPSpace",
+    "space_from_json",
+]

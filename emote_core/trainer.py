@@ -1,0 +1,215 @@
+"""The training loop: feeds batches through the callbacks' hooks in a fixed lifecycle.
+
+``restore_state`` -> ``begin_training`` -> for each batch: [``begin_cycle``] ``begin_batch`` ->
+``backward`` -> ``end_batch`` [``end_cycle``] -> ``end_training``. ``end_training`` runs on every
+exit path: the loader running out, a shutdown request, or an error (which still propagates, with
+the callback and hook that raised it named in a note).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from emote_core.callback import Callback
+from emote_core.errors import CallbackDefinitionError, ConfigurationError, MissingStateKeyError
+
+log = logging.getLogger(__name__)
+
+
+class TrainingShutdownException(Exception):
+    """Raised by a hook or a data loader to end training cleanly.
+
+    The other callbacks still run the hook that was in progress (so every callback sees the last
+    ``end_cycle`` and a final checkpoint is written), then ``end_training`` runs and
+    :meth:`Trainer.train` returns normally.
+    """
+
+
+class StateDict(dict[str, Any]):
+    """The training state: named values shared by all callbacks, with data groups as sub-dicts.
+
+    Merging (:meth:`merge`) replaces top-level values and updates existing data-group dicts in
+    place, so ``{"default": {"q_target": t}}`` adds one value to the ``default`` group.
+    """
+
+    def merge(self, update: Mapping[str, Any]) -> None:
+        """Merges ``update`` into the state; dict values update existing dicts one level deep."""
+        for key, value in update.items():
+            current = self.get(key)
+            if isinstance(value, Mapping) and isinstance(current, dict):
+                current.update(value)
+            elif isinstance(value, Mapping):
+                self[key] = dict(value)
+            else:
+                self[key] = value
+
+
+class Trainer:
+    """Runs callbacks over the batches of a data loader.
+
+    Args:
+        callbacks: The callbacks; they run in ascending ``order`` (ties keep the given order).
+        dataloader: An iterable of batches: dicts holding data groups and ``batch_size_key``.
+        batch_size_key: The top-level batch key giving the number of samples in the batch; it is
+            summed into ``bp_samples``.
+
+    Raises:
+        CallbackDefinitionError: If two callbacks share a name or an entry is not a callback.
+    """
+
+    def __init__(
+        self,
+        callbacks: Iterable[Callback],
+        dataloader: Iterable[Mapping[str, Any]],
+        batch_size_key: str = "batch_size",
+    ) -> None:
+        callbacks = list(callbacks)
+        for callback in callbacks:
+            if not isinstance(callback, Callback):
+                raise CallbackDefinitionError(
+                    f"Trainer got {callback!r} ({type(callback).__name__}) among its callbacks; "
+                    "every entry must be an emote_core.callback.Callback"
+                )
+        names = [c.name for c in callbacks]
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        if duplicated:
+            raise CallbackDefinitionError(
+                f"callback names must be unique (they key logs and checkpoints); {duplicated} "
+                "appear more than once — pass name=... to tell them apart"
+            )
+        self.callbacks = sorted(callbacks, key=lambda c: c.order)
+        self.dataloader = dataloader
+        self.batch_size_key = batch_size_key
+        self.state = StateDict(bp_step=0, bp_samples=0)
+        self.shutdown_signal = threading.Event()
+
+    def train(self, shutdown_signal: threading.Event | None = None) -> StateDict:
+        """Trains until the loader is exhausted, a shutdown is requested, or an error escapes.
+
+        Args:
+            shutdown_signal: An event that, once set (from any thread), stops training before the
+                next batch. It is also in the state as ``shutdown_signal`` for callbacks that wait
+                (such as memory warm-up). A new one is made when omitted.
+
+        Returns:
+            The final training state (``bp_step`` is the number of the last completed step).
+        """
+        if shutdown_signal is not None:
+            self.shutdown_signal = shutdown_signal
+        self.state["shutdown_signal"] = self.shutdown_signal
+        try:
+            if self._run_hook("restore_state") and self._run_hook("begin_training"):
+                self._loop()
+        except BaseException as error:
+            self._end_training(during_error=error)
+            raise
+        self._end_training(during_error=None)
+        return self.state
+
+    def _loop(self) -> None:
+        state = self.state
+        batches = iter(self.dataloader)
+        while not self.shutdown_signal.is_set():
+            try:
+                batch = next(batches)
+            except StopIteration:
+                break
+            except TrainingShutdownException:
+                log.info("the data loader asked training to stop at bp_step %d", state["bp_step"])
+                break
+            if self.shutdown_signal.is_set():  # set while the loader was producing this batch
+                break
+            if self.batch_size_key not in batch:
+                raise ConfigurationError(
+                    f"a batch from the data loader has no '{self.batch_size_key}' key (the "
+                    f"trainer's batch_size_key); batch keys: {sorted(batch)}"
+                )
+            bp_step = state["bp_step"] + 1
+            state["bp_step"] = bp_step
+            state["bp_samples"] = state["bp_samples"] + int(batch[self.batch_size_key])
+            state.merge(batch)
+            if not self._run_hook("begin_cycle", bp_step - 1):
+                break
+            if not (
+                self._run_hook("begin_batch")
+                and self._run_hook("backward")
+                and self._run_hook("end_batch")
+                and self._run_hook("end_cycle", bp_step)
+            ):
+                break
+
+    def _run_hook(self, hook: str, cycle_position: int | None = None) -> bool:
+        """Runs ``hook`` on every callback that implements it (and whose cycle is due).
+
+        Returns:
+            False when a callback asked for shutdown; the remaining callbacks still ran the hook.
+        """
+        keep_going = True
+        for callback in self.callbacks:
+            if not callback.overrides(hook):
+                continue
+            if cycle_position is not None and (
+                callback.cycle is None or cycle_position % callback.cycle != 0
+            ):
+                continue
+            try:
+                result = callback.call_hook(hook, self.state)
+            except TrainingShutdownException:
+                log.info(
+                    "callback '%s' asked training to stop during '%s' at bp_step %d",
+                    callback.name,
+                    hook,
+                    self.state["bp_step"],
+                )
+                keep_going = False
+                continue
+            except Exception as error:
+                _name_culprit(error, callback, hook, self.state["bp_step"])
+                raise
+            if result:
+                self.state.merge(result)
+        return keep_going
+
+    def _end_training(self, during_error: BaseException | None) -> None:
+        """Runs ``end_training`` everywhere; the first error is raised unless one is in flight.
+
+        The state's ``training_error`` holds the error that ended training, or ``None``.
+        """
+        self.state["training_error"] = during_error
+        first_error: BaseException | None = None
+        for callback in self.callbacks:
+            if not callback.overrides("end_training"):
+                continue
+            try:
+                result = callback.call_hook("end_training", self.state)
+                if result:
+                    self.state.merge(result)
+            except TrainingShutdownException:
+                continue
+            except Exception as error:
+                _name_culprit(error, callback, "end_training", self.state["bp_step"])
+                if during_error is not None:
+                    log.error(
+                        "callback '%s' failed in end_training while handling an earlier error: %s",
+                        callback.name,
+                        error,
+                    )
+                elif first_error is None:
+                    first_error = error
+        if first_error is not None:
+            raise first_error
+
+
+def _name_culprit(error: BaseException, callback: Callback, hook: str, bp_step: int) -> None:
+    if isinstance(error, MissingStateKeyError):
+        return  # its message already names the callback, the hook and the key
+    error.add_note(
+        f"raised by callback '{callback.name}' ({type(callback).__name__}) in hook '{hook}' "
+        f"at bp_step {bp_step}"
+    )
+
+
+__all__ = ["StateDict", "Trainer", "TrainingShutdownException"]
