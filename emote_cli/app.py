@@ -1,0 +1,75 @@
+"""The root ``emote`` Typer app and the console entry point :func:`main`.
+
+Every command lives in its own module and is registered below in one line:
+
+- a command: write ``emote_cli/<name>.py`` with a function whose docstring is its help, then
+  ``app.command("<name>")(<module>.<function>)``. Typer 0.29 (rich markup mode) reflows only the
+  first paragraph of a help text; later paragraphs keep their line breaks, so keep each of them
+  on one line. Text after a line holding only ``\\f`` is not shown;
+- a group: write a subpackage ``emote_cli/<group>/`` whose ``__init__.py`` holds
+  ``app = typer.Typer(...)`` with one module per subcommand, then
+  ``app.add_typer(<group>.app, name="<group>")``.
+
+Only commands that work are registered. Every command module is imported whenever ``emote`` starts,
+so none may import torch, numpy, gymnasium, zarr, onnx, onnxruntime or tensorboard at module level:
+``emote --help`` has to answer in well under a second (tests/cli/test_app.py checks this).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from emote_cli import env
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="emote",
+    help=(
+        "[bold]emote[/bold]: Embark's Modular Training Engine, a reinforcement-learning toolkit "
+        "with episode memories in Zarr stores and a callback training engine.\n\n"
+        "Every command takes [bold]--json[/bold] (exactly one JSON document on stdout), "
+        "[bold]--quiet[/bold] and [bold]--debug[/bold]. Exit codes: 0 success, 1 error, "
+        "2 usage error, 3 threshold not met, 130 interrupted."
+    ),
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    # An error that escapes a command must never dump local variables (paths, tokens) to a log.
+    pretty_exceptions_show_locals=False,
+)
+
+# Commands, one module each.
+app.command("env")(env.env)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from emote_core import __version__
+
+        typer.echo(f"emote {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the emote version and exit.",
+        ),
+    ] = False,
+) -> None:
+    # A callback keeps `emote` a group even while it has a single command: Typer would otherwise
+    # collapse that command into the root and `emote env` would stop working.
+    pass
+
+
+def main() -> None:
+    """Run the ``emote`` command line (the console script's entry point)."""
+    app(prog_name="emote")

@@ -1,0 +1,227 @@
+"""``emote env``: report the software and accelerators this environment gives emote.
+
+Meant for bug reports and for checking a machine before a run: Python, the platform, emote,
+torch with CUDA/cuDNN/MPS and the visible devices, onnxruntime's execution providers and the
+versions of the packages emote builds on. A package that is missing or fails to import is
+reported as ``null``; it never makes the command fail.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import sys
+from typing import Any
+
+from emote_cli._common import (
+    DebugOption,
+    JsonOption,
+    QuietOption,
+    emit_json,
+    handle_errors,
+    setup_logging,
+    stdout_console,
+)
+
+__all__ = ["collect_environment", "env"]
+
+# Display name -> (import name, distribution names that provide it, most common first).
+_PACKAGES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "numpy": ("numpy", ("numpy",)),
+    "gymnasium": ("gymnasium", ("gymnasium",)),
+    "typer": ("typer", ("typer", "typer-slim")),
+    "rich": ("rich", ("rich",)),
+    "zarr": ("zarr", ("zarr",)),
+    "onnx": ("onnx", ("onnx",)),
+    "onnxruntime": (
+        "onnxruntime",
+        ("onnxruntime", "onnxruntime-gpu", "onnxruntime-directml", "onnxruntime-openvino"),
+    ),
+    "onnxscript": ("onnxscript", ("onnxscript",)),
+    "tensorboard": ("tensorboard", ("tensorboard",)),
+    "psutil": ("psutil", ("psutil",)),
+}
+
+
+def env(
+    json_output: JsonOption = False,
+    quiet: QuietOption = False,
+    debug: DebugOption = False,
+) -> None:
+    """Show Python, platform, emote, torch/CUDA and package versions of this environment.
+
+    Paste the output into bug reports; missing packages show as "not installed" (null in JSON).
+    """
+    setup_logging(quiet=quiet, debug=debug)
+    with handle_errors(debug=debug):
+        report = collect_environment()
+        if json_output:
+            emit_json(report)
+        else:
+            _print_report(report)
+
+
+def collect_environment() -> dict[str, Any]:
+    """Gather the environment report that ``emote env`` prints.
+
+    Returns:
+        A JSON-compatible dict with the keys ``python``, ``platform``, ``emote``, ``torch``,
+        ``packages`` (name -> version or ``None``) and ``onnxruntime_providers`` (``None`` when
+        onnxruntime cannot be imported).
+    """
+    from emote_core import __version__ as emote_version
+
+    return {
+        "python": {
+            "version": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "executable": sys.executable,
+        },
+        "platform": {
+            "platform": platform.platform(),
+            "system": platform.system(),
+            "release": platform.release(),
+            "machine": platform.machine(),
+            "cpu_count": os.cpu_count(),
+        },
+        "emote": emote_version,
+        "torch": _torch_report(),
+        "packages": {name: _package_version(*spec) for name, spec in _PACKAGES.items()},
+        "onnxruntime_providers": _onnxruntime_providers(),
+    }
+
+
+def _package_version(module: str, distributions: tuple[str, ...]) -> str | None:
+    """The installed version of a package, or ``None`` when it is not installed.
+
+    Distribution metadata is asked first (no import needed); a module found on ``sys.path``
+    without metadata (a source checkout) falls back to its ``__version__``.
+    """
+    for distribution in distributions:
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    try:
+        if importlib.util.find_spec(module) is None:
+            return None
+        version = getattr(importlib.import_module(module), "__version__", None)
+    except Exception:  # a broken install is reported as missing, never a crash of `emote env`
+        return None
+    return str(version) if version is not None else None
+
+
+def _torch_report() -> dict[str, Any]:
+    """torch's version and what it sees of CUDA, cuDNN, ROCm and MPS."""
+    report: dict[str, Any] = {
+        "version": None,
+        "cuda_available": False,
+        "cuda_version": None,
+        "hip_version": None,
+        "device_count": 0,
+        "devices": [],
+        "cudnn": None,
+        "mps_available": False,
+        "num_threads": None,
+        "error": None,
+    }
+    try:
+        import torch
+    except Exception as exc:  # missing or broken (e.g. a CUDA library not found): report it
+        report["error"] = f"{type(exc).__name__}: {exc}"
+        return report
+
+    report["version"] = str(torch.__version__)
+    report["cuda_version"] = torch.version.cuda
+    report["hip_version"] = getattr(torch.version, "hip", None)
+    try:
+        report["num_threads"] = torch.get_num_threads()
+        report["cuda_available"] = torch.cuda.is_available()
+        device_count = torch.cuda.device_count()
+        report["device_count"] = device_count
+        if report["cuda_available"]:
+            report["devices"] = [_cuda_device(torch, index) for index in range(device_count)]
+        if torch.backends.cudnn.is_available():
+            report["cudnn"] = torch.backends.cudnn.version()
+        report["mps_available"] = torch.backends.mps.is_available()
+    except Exception as exc:  # a driver problem is exactly what this command should show
+        report["error"] = f"{type(exc).__name__}: {exc}"
+    return report
+
+
+def _cuda_device(torch: Any, index: int) -> dict[str, Any]:
+    properties = torch.cuda.get_device_properties(index)
+    return {
+        "index": index,
+        "name": properties.name,
+        "capability": f"{properties.major}.{properties.minor}",
+        "memory_gib": round(properties.total_memory / 2**30, 1),
+    }
+
+
+def _onnxruntime_providers() -> list[str] | None:
+    try:
+        import onnxruntime
+    except Exception:  # missing or broken: no providers to list
+        return None
+    return list(onnxruntime.get_available_providers())
+
+
+def _print_report(report: dict[str, Any]) -> None:
+    """Print the report as a two-column Rich table on stdout."""
+    from rich.table import Table
+    from rich.text import Text
+
+    def show(value: Any) -> Text:
+        if value is None:
+            return Text("not installed", style="dim")
+        if isinstance(value, bool):
+            return Text("yes" if value else "no", style="green" if value else "yellow")
+        return Text(str(value))
+
+    def absent(value: Any) -> Text:
+        return Text("-", style="dim") if value is None else Text(str(value))
+
+    table = Table(title="emote environment", show_header=False, title_justify="left")
+    table.add_column("item", style="bold")
+    table.add_column("value", overflow="fold")
+
+    python = report["python"]
+    table.add_row("emote", show(report["emote"]))
+    table.add_row("python", Text(f"{python['version']} ({python['implementation']})"))
+    table.add_row("executable", Text(python["executable"]))
+    table.add_row("platform", Text(report["platform"]["platform"]))
+    table.add_row("cpu count", absent(report["platform"]["cpu_count"]))
+
+    torch = report["torch"]
+    table.add_section()
+    table.add_row("torch", show(torch["version"]))
+    if torch["error"]:
+        table.add_row("torch error", Text(torch["error"], style="red"))
+    table.add_row("CUDA available", show(torch["cuda_available"]))
+    table.add_row("CUDA version", absent(torch["cuda_version"]))
+    if torch["hip_version"]:
+        table.add_row("ROCm/HIP version", Text(str(torch["hip_version"])))
+    table.add_row("cuDNN", absent(torch["cudnn"]))
+    table.add_row("CUDA devices", Text(str(torch["device_count"])))
+    for device in torch["devices"]:
+        table.add_row(
+            f"  cuda:{device['index']}",
+            Text(f"{device['name']} (compute {device['capability']}, {device['memory_gib']} GiB)"),
+        )
+    table.add_row("MPS available", show(torch["mps_available"]))
+    table.add_row("torch threads", absent(torch["num_threads"]))
+
+    table.add_section()
+    for name, version in report["packages"].items():
+        table.add_row(name, show(version))
+    providers = report["onnxruntime_providers"]
+    table.add_row(
+        "onnxruntime providers",
+        Text(", ".join(providers)) if providers else Text("-", style="dim"),
+    )
+
+    stdout_console().print(table)

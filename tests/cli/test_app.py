@@ -1,0 +1,140 @@
+"""The root ``emote`` app: version, help, usage errors, startup cost and the console script."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import emote_core
+from emote_cli._common import ExitCode
+from emote_cli.app import app
+
+HEAVY_MODULES = ["torch", "numpy", "zarr", "gymnasium", "onnx", "onnxruntime", "tensorboard"]
+
+
+def _emote_script() -> str:
+    """The installed ``emote`` console script of the interpreter running the tests."""
+    script = shutil.which("emote", path=str(Path(sys.executable).parent))
+    if script is None:
+        pytest.fail("the `emote` console script is not installed; run `pip install -e .`")
+    return script
+
+
+def _heavy_modules_after(code: str) -> list[str]:
+    probe = (
+        f"{code}\n"
+        "import json, sys\n"
+        f"print(json.dumps([m for m in {HEAVY_MODULES!r} if m in sys.modules]), file=sys.stderr)\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stderr.strip().splitlines()[-1])
+
+
+def test_version_prints_the_emote_version(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == ExitCode.OK
+    assert result.stdout == f"emote {emote_core.__version__}\n"
+
+
+def test_no_arguments_shows_help_listing_env(runner: CliRunner) -> None:
+    result = runner.invoke(app, [])
+    # The vendored click treats "no command" as a usage error (exit 2) but still shows the help.
+    assert result.exit_code == ExitCode.USAGE
+    assert "Usage: emote" in result.output
+    assert "env" in result.output
+    assert "Commands" in result.output
+
+
+def test_help_lists_env_with_its_summary(runner: CliRunner) -> None:
+    for flag in ("--help", "-h"):
+        result = runner.invoke(app, [flag])
+        assert result.exit_code == ExitCode.OK
+        assert "env" in result.stdout
+        assert "package versions" in result.stdout
+        assert "--version" in result.stdout
+
+
+def test_env_help_shows_the_standard_options(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["env", "--help"])
+    assert result.exit_code == ExitCode.OK
+    for option in ("--json", "--quiet", "-q", "--debug"):
+        assert option in result.stdout
+
+
+def test_unknown_command_is_a_usage_error(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["no-such-command"])
+    assert result.exit_code == ExitCode.USAGE
+    assert "No such command" in result.stderr
+    assert result.stdout == ""
+
+
+def test_unknown_option_is_a_usage_error(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["env", "--no-such-option"])
+    assert result.exit_code == ExitCode.USAGE
+    assert "No such option" in result.stderr
+
+
+def test_importing_the_app_imports_no_heavy_library() -> None:
+    assert _heavy_modules_after("import emote_cli.app") == []
+
+
+def test_rendering_help_imports_no_heavy_library() -> None:
+    code = (
+        "import sys\n"
+        "sys.argv = ['emote', '--help']\n"
+        "from emote_cli.app import main\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as exit_:\n"
+        "    assert exit_.code in (0, None), exit_.code\n"
+    )
+    assert _heavy_modules_after(code) == []
+
+
+def test_console_script_env_json_pipes_into_json_tool() -> None:
+    producer = subprocess.Popen(
+        [_emote_script(), "env", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert producer.stdout is not None
+    consumer = subprocess.run(
+        [sys.executable, "-m", "json.tool"],
+        stdin=producer.stdout,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    producer.stdout.close()
+    _, producer_stderr = producer.communicate(timeout=120)
+    assert producer.returncode == ExitCode.OK, producer_stderr
+    assert consumer.returncode == 0, consumer.stderr
+    assert json.loads(consumer.stdout)["emote"] == emote_core.__version__
+
+
+def test_console_script_reports_version() -> None:
+    completed = subprocess.run(
+        [_emote_script(), "--version"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert completed.returncode == ExitCode.OK
+    assert completed.stdout == f"emote {emote_core.__version__}\n"
+
+
+def test_python_dash_m_emote_cli_runs_the_same_app() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "emote_cli", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == ExitCode.OK, completed.stderr
+    assert "Usage: emote" in completed.stdout

@@ -1,0 +1,269 @@
+"""The shared CLI plumbing: error handling, exit codes, JSON output and logging."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner, Result
+
+from emote_cli._common import (
+    DebugOption,
+    ExitCode,
+    JsonOption,
+    QuietOption,
+    abort,
+    emit_json,
+    emit_json_line,
+    handle_errors,
+    setup_logging,
+    stderr_console,
+)
+from emote_core.errors import ConfigurationError, EmoteError
+
+# A throwaway app that uses the helpers the way real commands do.
+demo = typer.Typer()
+
+
+@demo.callback()
+def _root() -> None:
+    pass
+
+
+def _raise(kind: str) -> None:
+    if kind == "emote":
+        raise ConfigurationError("rollout_length must be >= 1, got 0; pass --rollout-length 1")
+    if kind == "oserror":
+        raise FileNotFoundError(2, "No such file or directory", "missing.zarr")
+    if kind == "interrupt":
+        raise KeyboardInterrupt
+    if kind == "bug":
+        raise ZeroDivisionError("division by zero")
+    if kind == "notes":
+        error = EmoteError("store 'runs/a.zarr' is torn")
+        error.add_note("while reading column 'rewards'")
+        error.add_note("run `emote memory verify runs/a.zarr`")
+        raise error
+    if kind == "multiline":
+        raise EmoteError("first line\n  second line\n")
+    if kind == "empty":
+        raise EmoteError()
+    if kind == "abort":
+        abort("mean return -120.5 is below --min-return -100", ExitCode.THRESHOLD_NOT_MET)
+    if kind == "bad-parameter":
+        raise typer.BadParameter("must be positive", param_hint="'--episodes'")
+    if kind == "exit":
+        raise typer.Exit(ExitCode.OK)
+
+
+@demo.command()
+def fail(kind: str, debug: DebugOption = False) -> None:
+    with handle_errors(debug=debug):
+        _raise(kind)
+
+
+@demo.command()
+def document(json_output: JsonOption = False) -> None:
+    with handle_errors():
+        emit_json(
+            {
+                "name": "Sörmland 🚀",
+                "path": Path("runs") / "a.zarr",
+                "returns": [1.5, float("nan"), float("inf")],
+                "exit": ExitCode.THRESHOLD_NOT_MET,
+                "shape": (3, 4),
+                7: "int key",
+            }
+        )
+
+
+@demo.command()
+def stream(count: int = 3) -> None:
+    with handle_errors():
+        for step in range(count):
+            emit_json_line({"step": step, "loss": 1.0 / (step + 1)})
+
+
+@demo.command()
+def log(
+    json_output: JsonOption = False, quiet: QuietOption = False, debug: DebugOption = False
+) -> None:
+    setup_logging(quiet=quiet, debug=debug)
+    with handle_errors(debug=debug):
+        logger = logging.getLogger("emote_core.demo")
+        logger.debug("debug detail")
+        logger.info("collected 3 episodes")
+        logger.warning("store is nearly full")
+        emit_json({"ok": True})
+
+
+def _stderr_lines(result: Result) -> list[str]:
+    return result.stderr.splitlines()
+
+
+def test_exit_codes_follow_the_cli_contract() -> None:
+    assert [int(code) for code in ExitCode] == [0, 1, 2, 3, 130]
+    assert ExitCode.THRESHOLD_NOT_MET == 3
+
+
+def test_emote_error_is_one_stderr_line_and_exit_1(runner: CliRunner) -> None:
+    result = runner.invoke(demo, ["fail", "emote"])
+    assert result.exit_code == ExitCode.ERROR
+    assert result.stdout == ""
+    assert _stderr_lines(result) == [
+        "error: rollout_length must be >= 1, got 0; pass --rollout-length 1"
+    ]
+    assert "Traceback" not in result.stderr
+
+
+def test_os_error_is_an_expected_error(runner: CliRunner) -> None:
+    result = runner.invoke(demo, ["fail", "oserror"])
+    assert result.exit_code == ExitCode.ERROR
+    assert _stderr_lines(result) == ["error: [Errno 2] No such file or directory: 'missing.zarr'"]
+
+
+def test_debug_shows_the_traceback_and_still_exits_1(runner: CliRunner) -> None:
+    result = runner.invoke(demo, ["fail", "emote", "--debug"])
+    assert result.exit_code == ExitCode.ERROR
+    assert "Traceback (most recent call last)" in result.stderr
+    assert "ConfigurationError" in result.stderr
+    # The one-line summary still comes last, so `tail -1` of a log shows what went wrong.
+    assert _stderr_lines(result)[-1].startswith("error: rollout_length must be >= 1")
+
+
+def test_keyboard_interrupt_exits_130_with_one_line(runner: CliRunner) -> None:
+    result = runner.invoke(demo, ["fail", "interrupt"])
+    assert result.exit_code == ExitCode.INTERRUPTED == 130
+    assert _stderr_lines(result) == ["error: interrupted"]
+
+
+def test_unexpected_exception_is_an_internal_error_line(runner: CliRunner) -> None:
+    result = runner.invoke(demo, ["fail", "bug"])
+    assert result.exit_code == ExitCode.ERROR
+    assert _stderr_lines(result) == [
+        "error: internal error: ZeroDivisionError: division by zero "
+        "(run with --debug for the traceback)"
+    ]
+
+
+def test_unexpected_exception_with_debug_has_traceback_and_no_hint(runner: CliRunner) -> None:
+    result = runner.invoke(demo, ["fail", "bug", "--debug"])
+    assert result.exit_code == ExitCode.ERROR
+    assert "Traceback (most recent call last)" in result.stderr
+    last = _stderr_lines(result)[-1]
+    assert last == "error: internal error: ZeroDivisionError: division by zero"
+
+
+def test_notes_follow_the_message_on_the_same_line(runner: CliRunner) -> None:
+    result = runner.invoke(demo, ["fail", "notes"])
+    assert result.exit_code == ExitCode.ERROR
+    assert _stderr_lines(result) == [
+        "error: store 'runs/a.zarr' is torn; while reading column 'rewards'; "
+        "run `emote memory verify runs/a.zarr`"
+    ]
+
+
+def test_multiline_and_empty_messages_stay_one_line(runner: CliRunner) -> None:
+    result = runner.invoke(demo, ["fail", "multiline"])
+    assert _stderr_lines(result) == ["error: first line second line"]
+    result = runner.invoke(demo, ["fail", "empty"])
+    assert _stderr_lines(result) == ["error: EmoteError"]
+
+
+def test_abort_prints_one_line_and_uses_the_given_code(runner: CliRunner) -> None:
+    result = runner.invoke(demo, ["fail", "abort"])
+    assert result.exit_code == ExitCode.THRESHOLD_NOT_MET
+    assert _stderr_lines(result) == ["error: mean return -120.5 is below --min-return -100"]
+
+
+def test_typer_usage_errors_and_exits_pass_through(runner: CliRunner) -> None:
+    result = runner.invoke(demo, ["fail", "bad-parameter"])
+    assert result.exit_code == ExitCode.USAGE
+    assert "must be positive" in result.stderr
+    assert "internal error" not in result.stderr
+
+    result = runner.invoke(demo, ["fail", "exit"])
+    assert result.exit_code == ExitCode.OK
+    assert result.stderr == ""
+
+
+def test_emit_json_writes_exactly_one_document(runner: CliRunner) -> None:
+    result = runner.invoke(demo, ["document", "--json"])
+    assert result.exit_code == ExitCode.OK
+    document = json.loads(result.stdout)  # fails if there is anything besides one document
+    assert document == {
+        "name": "Sörmland 🚀",
+        "path": str(Path("runs") / "a.zarr"),
+        "returns": [1.5, None, None],
+        "exit": 3,
+        "shape": [3, 4],
+        "7": "int key",
+    }
+    assert "Sörmland 🚀" in result.stdout  # written as is, not \u-escaped
+    assert result.stdout.endswith("}\n")
+    assert result.stderr == ""
+
+
+def test_emit_json_rejects_values_json_cannot_hold(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(TypeError, match="cannot write a object as JSON"):
+        emit_json({"bad": object()})
+    assert capsys.readouterr().out == ""
+
+
+def test_emit_json_converts_array_likes(capsys: pytest.CaptureFixture[str]) -> None:
+    np = pytest.importorskip("numpy")
+    emit_json({"obs": np.array([[1.0, np.nan]], dtype=np.float32), "n": np.int64(4)})
+    document = json.loads(capsys.readouterr().out)
+    assert document == {"obs": [[1.0, None]], "n": 4}
+
+
+def test_emit_json_line_writes_one_record_per_line(runner: CliRunner) -> None:
+    result = runner.invoke(demo, ["stream", "--count", "3"])
+    assert result.exit_code == ExitCode.OK
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3
+    records = [json.loads(line) for line in lines]
+    assert [record["step"] for record in records] == [0, 1, 2]
+    assert math.isclose(records[2]["loss"], 1 / 3)
+
+
+def test_logs_go_to_stderr_and_quiet_silences_info(runner: CliRunner) -> None:
+    result = runner.invoke(demo, ["log", "--json"])
+    assert result.exit_code == ExitCode.OK
+    assert json.loads(result.stdout) == {"ok": True}
+    assert "info: collected 3 episodes" in result.stderr
+    assert "warning: store is nearly full" in result.stderr
+    assert "debug detail" not in result.stderr
+
+    result = runner.invoke(demo, ["log", "--json", "--quiet"])
+    assert json.loads(result.stdout) == {"ok": True}
+    assert "collected 3 episodes" not in result.stderr
+    assert "store is nearly full" in result.stderr
+
+    result = runner.invoke(demo, ["log", "--json", "--debug"])
+    assert json.loads(result.stdout) == {"ok": True}
+    assert "debug detail" in result.stderr
+
+
+def test_setup_logging_twice_does_not_duplicate_lines(runner: CliRunner) -> None:
+    runner.invoke(demo, ["log"])
+    result = runner.invoke(demo, ["log"])
+    assert result.stderr.count("collected 3 episodes") == 1
+
+
+def test_stderr_console_writes_to_stderr_and_quiet_writes_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    stderr_console().print("collecting episodes")
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "collecting episodes" in captured.err
+    assert "\x1b[" not in captured.err  # plain text: stderr is not a terminal here
+
+    stderr_console(quiet=True).print("collecting episodes")
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""

@@ -1,0 +1,140 @@
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from emote_core.utils import AtomicContainer, AtomicInt, LockedResource
+
+THREADS = 8
+ITERATIONS = 5_000
+
+
+@pytest.fixture(autouse=True)
+def _frequent_thread_switches() -> Iterator[None]:
+    """Make the interpreter switch threads as often as it can, so races show up reliably."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(previous)
+
+
+def _run_in_threads(target: Callable[[], None], count: int = THREADS) -> None:
+    barrier = threading.Barrier(count)
+
+    def worker() -> None:
+        barrier.wait()  # start together to maximise contention
+        target()
+
+    threads = [threading.Thread(target=worker) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def test_atomic_int_increments_from_many_threads_reach_exact_total() -> None:
+    counter = AtomicInt()
+
+    def work() -> None:
+        for _ in range(ITERATIONS):
+            counter.increment()
+
+    _run_in_threads(work)
+    assert counter.value == THREADS * ITERATIONS
+
+
+def test_atomic_int_inplace_operators_are_atomic_and_keep_the_object() -> None:
+    counter = AtomicInt(10)
+    original = counter
+
+    def work() -> None:
+        nonlocal counter
+        for _ in range(ITERATIONS):
+            counter += 3
+            counter -= 1
+
+    _run_in_threads(work)
+    assert counter is original
+    assert int(counter) == 10 + THREADS * ITERATIONS * 2
+
+
+def test_atomic_int_returns_new_values_and_swaps() -> None:
+    counter = AtomicInt(5)
+    assert counter.increment(4) == 9
+    assert counter.decrement() == 8
+    assert counter.swap(-2) == 8
+    assert counter.value == -2
+    assert [10, 20, 30][AtomicInt(1)] == 20  # usable as an index
+
+
+def test_atomic_int_increment_results_are_unique_under_contention() -> None:
+    counter = AtomicInt()
+    seen: list[int] = []
+    seen_lock = threading.Lock()
+
+    def work() -> None:
+        local = [counter.increment() for _ in range(1_000)]
+        with seen_lock:
+            seen.extend(local)
+
+    _run_in_threads(work)
+    assert sorted(seen) == list(range(1, THREADS * 1_000 + 1))
+
+
+def test_locked_resource_serialises_read_modify_write() -> None:
+    resource = LockedResource({"total": 0})
+
+    def work() -> None:
+        for _ in range(ITERATIONS // 5):
+            with resource as state:
+                current = state["total"]
+                time.sleep(0)  # hand the GIL to another thread mid-update; the lock must hold
+                state["total"] = current + 1
+
+    _run_in_threads(work)
+    with resource as state:
+        assert state["total"] == THREADS * ITERATIONS // 5
+
+
+def test_locked_resource_releases_lock_on_error_and_swaps() -> None:
+    resource = LockedResource([1])
+    try:
+        with resource as value:
+            value.append(2)
+            raise RuntimeError("boom")
+    except RuntimeError:
+        pass
+    assert resource.swap([9]) == [1, 2]  # would deadlock if the lock were still held
+    with resource as value:
+        assert value == [9]
+
+
+def test_atomic_container_swap_returns_every_value_exactly_once() -> None:
+    container: AtomicContainer[int] = AtomicContainer(-1)
+    returned: list[int] = []
+    returned_lock = threading.Lock()
+    next_id = AtomicInt()
+
+    def work() -> None:
+        mine = []
+        for _ in range(1_000):
+            mine.append(container.swap(next_id.increment()))
+        with returned_lock:
+            returned.extend(mine)
+
+    _run_in_threads(work)
+    returned.append(container.read())
+    # Each value put in (plus the initial one) comes out once: none lost, none duplicated.
+    assert sorted(returned) == [-1, *range(1, THREADS * 1_000 + 1)]
+
+
+def test_atomic_container_read_and_set() -> None:
+    container = AtomicContainer("a")
+    assert container.read() == "a"
+    container.set("b")
+    assert container.swap("c") == "b"
+    assert container.read() == "c"
