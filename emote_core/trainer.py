@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from emote_core.callback import Callback
+from emote_core.callback import LIFECYCLE_HOOKS, Callback
 from emote_core.errors import CallbackDefinitionError, ConfigurationError, MissingStateKeyError
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,9 @@ class Trainer:
         """
         if shutdown_signal is not None:
             self.shutdown_signal = shutdown_signal
+        self._implementers = {
+            hook: [c for c in self.callbacks if c.overrides(hook)] for hook in LIFECYCLE_HOOKS
+        }
         self.state["shutdown_signal"] = self.shutdown_signal
         try:
             if self._run_hook("restore_state") and self._run_hook("begin_training"):
@@ -148,9 +151,7 @@ class Trainer:
             False when a callback asked for shutdown; the remaining callbacks still ran the hook.
         """
         keep_going = True
-        for callback in self.callbacks:
-            if not callback.overrides(hook):
-                continue
+        for callback in self._implementers[hook]:
             if cycle_position is not None and (
                 callback.cycle is None or cycle_position % callback.cycle != 0
             ):
@@ -180,9 +181,7 @@ class Trainer:
         """
         self.state["training_error"] = during_error
         first_error: BaseException | None = None
-        for callback in self.callbacks:
-            if not callback.overrides("end_training"):
-                continue
+        for callback in self._implementers["end_training"]:
             try:
                 result = callback.call_hook("end_training", self.state)
                 if result:
