@@ -38,3 +38,27 @@ class TestCheckFailed(EmoteError):
     """A training-time check (final loss or reward) did not reach its threshold."""
 
     __test__ = False  # not a pytest test class despite the name
+
+
+class MemoryTableError(EmoteError):
+    """A memory table was used in a way it cannot serve (base of the memory errors)."""
+
+
+class SchemaError(MemoryTableError, ValueError):
+    """Data does not match a table's columns: a missing column, a wrong shape, length or dtype."""
+
+
+class SamplingError(MemoryTableError):
+    """A sample cannot be drawn: the table is empty, or no episode is long enough."""
+
+
+class DuplicateEpisodeError(MemoryTableError, ValueError):
+    """An episode identity that the table already holds was added again."""
+
+
+class FormatError(EmoteError):
+    """A file is not in the format it claims, is damaged, or has an unsupported version."""
+
+
+class UnsafePickleError(FormatError):
+    """A pickle names a global outside the allowlist; it was refused without running it."""

@@ -1,0 +1,219 @@
+"""Mappers: how virtual columns derive their values when a table is sampled.
+
+A sample is a set of windows, each ``sequence_length`` consecutive transitions of one episode.
+:class:`SampleContext` describes them once; every mapper reads what it needs from it. Per-step
+mappers return ``count * sequence_length`` rows; per-window mappers (``per_window``) return
+``count`` rows.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from emote_core.errors import ConfigurationError
+from emote_core.memory.storage import RingArray
+
+
+@dataclass
+class SampleContext:
+    """The windows of one sample.
+
+    Attributes:
+        slots: Episode slot per window, shape ``(count,)``.
+        offsets: First transition of each window within its episode, shape ``(count,)``.
+        sequence_length: Transitions per window.
+        starts: First row of each window's episode, shape ``(count,)``.
+        lengths: Transitions of each window's episode, shape ``(count,)``.
+        terminal: Whether each window's episode ended TERMINAL, shape ``(count,)``.
+        device: The table's device.
+    """
+
+    slots: np.ndarray
+    offsets: np.ndarray
+    sequence_length: int
+    starts: np.ndarray
+    lengths: np.ndarray
+    terminal: np.ndarray
+    device: torch.device
+
+    @property
+    def count(self) -> int:
+        return len(self.slots)
+
+    @cached_property
+    def positions(self) -> np.ndarray:
+        """The transition index within its episode of every sampled step, ``(count * L,)``."""
+        steps = np.arange(self.sequence_length, dtype=np.int64)
+        return (self.offsets[:, None] + steps[None, :]).reshape(-1)
+
+    @cached_property
+    def rows(self) -> np.ndarray:
+        """The storage row of every sampled step, ``(count * L,)``."""
+        return self.positions + np.repeat(self.starts, self.sequence_length)
+
+    @cached_property
+    def device_rows(self) -> torch.Tensor | None:
+        """``rows`` on the device, made once per sample for CUDA tables (``None`` on the CPU)."""
+        if self.device.type == "cpu":
+            return None
+        return torch.from_numpy(self.rows).to(self.device)
+
+    @cached_property
+    def step_lengths(self) -> np.ndarray:
+        """The episode length of every sampled step, ``(count * L,)``."""
+        return np.repeat(self.lengths, self.sequence_length)
+
+    @cached_property
+    def dones(self) -> np.ndarray:
+        """Whether each sampled step is its episode's last transition, ``(count * L,)``."""
+        return self.positions == self.step_lengths - 1
+
+    def to_device(self, array: np.ndarray) -> torch.Tensor:
+        tensor = torch.from_numpy(array)
+        return tensor if self.device.type == "cpu" else tensor.to(self.device)
+
+
+class Mapper(ABC):
+    """Derives a virtual column's values for a sample.
+
+    Class attributes:
+        per_window: Whether the result has one row per window instead of one per step.
+        needs_target: Whether the mapper reads a stored target column.
+        target_extra_rows: Rows the target must hold beyond the episode's transitions (1 for
+            mappers that read the observation after a transition).
+    """
+
+    per_window: ClassVar[bool] = False
+    needs_target: ClassVar[bool] = True
+    target_extra_rows: ClassVar[int] = 0
+
+    @abstractmethod
+    def map(
+        self, context: SampleContext, target: RingArray | None, shape: tuple[int, ...], dtype: Any
+    ) -> torch.Tensor:
+        """Returns the derived values for the sample described by ``context``."""
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-compatible description, for stores and ``emote memory inspect``."""
+        return {"type": type(self).__name__}
+
+
+class NextElementMapper(Mapper):
+    """The target's value ``n`` steps after each sampled step (the next observation for ``n=1``).
+
+    Steps closer than ``n`` to the episode's end read its final observation instead.
+
+    Args:
+        n: How many steps ahead to read.
+    """
+
+    target_extra_rows: ClassVar[int] = 1
+
+    def __init__(self, n: int = 1) -> None:
+        if n < 1:
+            raise ConfigurationError(f"a next-element mapper looks ahead n >= 1 steps; got n={n}")
+        self.n = n
+
+    @classmethod
+    def with_n(cls, n: int) -> NextElementMapper:
+        """A mapper that reads ``n`` steps ahead (n-step returns)."""
+        return cls(n)
+
+    def map(
+        self, context: SampleContext, target: RingArray | None, shape: tuple[int, ...], dtype: Any
+    ) -> torch.Tensor:
+        assert target is not None
+        if self.n == 1:
+            rows = context.rows + 1
+            device_rows = None if context.device_rows is None else context.device_rows + 1
+            return target.gather(rows, device_rows)
+        ahead = np.minimum(context.positions + self.n, context.step_lengths)
+        return target.gather(ahead + np.repeat(context.starts, context.sequence_length))
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": type(self).__name__, "n": self.n}
+
+
+class OnlyLastMapper(Mapper):
+    """The target's value right after each window: the bootstrap observation of n-step tables."""
+
+    per_window: ClassVar[bool] = True
+    target_extra_rows: ClassVar[int] = 1
+
+    def map(
+        self, context: SampleContext, target: RingArray | None, shape: tuple[int, ...], dtype: Any
+    ) -> torch.Tensor:
+        assert target is not None
+        return target.gather(context.starts + context.offsets + context.sequence_length)
+
+
+class SyntheticDones(Mapper):
+    """1 at the last transition of an episode, 0 elsewhere."""
+
+    needs_target: ClassVar[bool] = False
+
+    def map(
+        self, context: SampleContext, target: RingArray | None, shape: tuple[int, ...], dtype: Any
+    ) -> torch.Tensor:
+        values = context.dones.astype(dtype).reshape(-1, *shape)
+        return context.to_device(values)
+
+    @classmethod
+    def as_mask(cls) -> SyntheticMasks:
+        """The matching mask mapper: 0 only at the last transition of a TERMINAL episode."""
+        return SyntheticMasks()
+
+
+class SyntheticMasks(Mapper):
+    """0 at the last transition of a TERMINAL episode (do not bootstrap), 1 everywhere else.
+
+    An INTERRUPTED episode (a time limit) keeps 1 at its end: its final observation is
+    bootstrapped from.
+    """
+
+    needs_target: ClassVar[bool] = False
+
+    def map(
+        self, context: SampleContext, target: RingArray | None, shape: tuple[int, ...], dtype: Any
+    ) -> torch.Tensor:
+        terminal = np.repeat(context.terminal, context.sequence_length)
+        values = (~(context.dones & terminal)).astype(dtype).reshape(-1, *shape)
+        return context.to_device(values)
+
+
+MAPPERS: dict[str, type[Mapper]] = {
+    cls.__name__: cls for cls in (NextElementMapper, OnlyLastMapper, SyntheticDones, SyntheticMasks)
+}
+"""Mapper classes by name, for restoring described tables."""
+
+
+def mapper_from_description(description: dict[str, Any]) -> Mapper:
+    """Rebuilds a mapper from :meth:`Mapper.describe` output.
+
+    Raises:
+        ConfigurationError: If the mapper type is unknown.
+    """
+    kind = description.get("type")
+    if kind not in MAPPERS:
+        raise ConfigurationError(f"unknown mapper {kind!r}; known mappers: {sorted(MAPPERS)}")
+    if kind == "NextElementMapper":
+        return NextElementMapper(int(description.get("n", 1)))
+    return MAPPERS[kind]()
+
+
+__all__ = [
+    "MAPPERS",
+    "Mapper",
+    "NextElementMapper",
+    "OnlyLastMapper",
+    "SampleContext",
+    "SyntheticDones",
+    "SyntheticMasks",
+    "mapper_from_description",
+]

@@ -1,0 +1,260 @@
+"""Where a table's data lives: per-column ring arrays, the episode index and the row allocator.
+
+Every episode occupies one contiguous run of rows in every per-step column: ``N + 1`` rows for an
+episode of ``N`` transitions (columns holding only ``N`` values leave the last row unused). So
+step ``t``'s next observation is the row after it, and a window of ``L`` steps is ``L``
+consecutive rows: sampling is one fancy-index gather per column, whatever the batch.
+
+Rows are handed out like a ring: episodes are placed one after another and the write position
+wraps to the start when an episode does not fit before the end. When the place a new episode
+needs is still held by live episodes (too small a buffer, or episodes ejected out of insertion
+order), all arrays are reallocated larger with the live episodes packed together.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+_GROWTH = 1.125
+
+
+def torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
+    """The torch dtype that holds numpy ``dtype`` values."""
+    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+
+
+class RingArray:
+    """A fixed-capacity array of rows for one column, on the CPU or a CUDA device.
+
+    On the CPU the rows live in a numpy array shared with a torch tensor, so gathers are numpy
+    ``take`` calls and results cross to torch without copies. On CUDA they live in a torch tensor
+    on the device and gathers run there.
+    """
+
+    def __init__(
+        self, *, shape: tuple[int, ...], dtype: np.dtype[Any], capacity: int, device: torch.device
+    ) -> None:
+        self.shape = shape
+        self.dtype = np.dtype(dtype)
+        self.device = device
+        self._allocate(capacity)
+
+    def _allocate(self, capacity: int) -> None:
+        self.capacity = capacity
+        if self.device.type == "cpu":
+            self.host: np.ndarray | None = np.empty((capacity, *self.shape), dtype=self.dtype)
+            self.tensor = torch.from_numpy(self.host)
+        else:
+            self.host = None
+            self.tensor = torch.empty(
+                (capacity, *self.shape), dtype=torch_dtype(self.dtype), device=self.device
+            )
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes allocated for the rows (virtual on the CPU until written)."""
+        return self.capacity * int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def write(self, start: int, values: np.ndarray) -> None:
+        """Writes ``values`` into rows ``start, start + 1, ...``."""
+        if self.host is not None:
+            self.host[start : start + len(values)] = values
+        else:
+            self.tensor[start : start + len(values)] = torch.from_numpy(
+                np.ascontiguousarray(values)
+            ).to(self.device)
+
+    def gather(self, rows: np.ndarray, device_rows: torch.Tensor | None = None) -> torch.Tensor:
+        """The rows at ``rows`` as a new tensor on this array's device."""
+        if self.host is not None:
+            return torch.from_numpy(self.host.take(rows, axis=0))
+        index = device_rows if device_rows is not None else torch.from_numpy(rows).to(self.device)
+        return self.tensor.index_select(0, index)
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """A host copy of rows ``start:stop``."""
+        if self.host is not None:
+            return self.host[start:stop].copy()
+        return self.tensor[start:stop].cpu().numpy()
+
+    def relocate(self, capacity: int, moves: list[tuple[int, int, int]]) -> None:
+        """Reallocates to ``capacity`` rows, copying ``(old_start, new_start, rows)`` runs."""
+        old_host, old_tensor = self.host, self.tensor
+        self._allocate(capacity)
+        for old_start, new_start, count in moves:
+            if old_host is not None and self.host is not None:
+                self.host[new_start : new_start + count] = old_host[old_start : old_start + count]
+            else:
+                self.tensor[new_start : new_start + count] = old_tensor[
+                    old_start : old_start + count
+                ]
+
+
+class EpisodeIndex:
+    """Per-episode facts in slot arrays that strategies read vectorised.
+
+    Attributes:
+        ids: Episode identity per slot.
+        starts: First row per slot.
+        lengths: Transitions per slot (0 for free slots).
+        terminal: Whether the episode ended TERMINAL (else INTERRUPTED).
+        live: Whether the slot holds an episode.
+        version: Incremented on every add and removal, so strategies can cache derived arrays.
+    """
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.ids = np.zeros(capacity, dtype=np.int64)
+        self.starts = np.zeros(capacity, dtype=np.int64)
+        self.lengths = np.zeros(capacity, dtype=np.int64)
+        self.terminal = np.zeros(capacity, dtype=bool)
+        self.live = np.zeros(capacity, dtype=bool)
+        self.slot_of: dict[int, int] = {}
+        self._free: list[int] = list(range(capacity - 1, -1, -1))
+        self.version = 0
+
+    @property
+    def capacity(self) -> int:
+        return len(self.live)
+
+    def __len__(self) -> int:
+        return len(self.slot_of)
+
+    def add(self, identity: int, start: int, length: int, terminal: bool) -> int:
+        """Records an episode and returns its slot."""
+        if not self._free:
+            self._grow()
+        slot = self._free.pop()
+        self.ids[slot] = identity
+        self.starts[slot] = start
+        self.lengths[slot] = length
+        self.terminal[slot] = terminal
+        self.live[slot] = True
+        self.slot_of[identity] = slot
+        self.version += 1
+        return slot
+
+    def remove(self, slot: int) -> None:
+        """Frees ``slot``."""
+        del self.slot_of[int(self.ids[slot])]
+        self.live[slot] = False
+        self.lengths[slot] = 0
+        self._free.append(slot)
+        self.version += 1
+
+    def clear(self) -> None:
+        """Frees every slot."""
+        self.__init__(self.capacity)  # type: ignore[misc]
+
+    def live_slots(self) -> np.ndarray:
+        """The slots that hold episodes."""
+        return np.flatnonzero(self.live)
+
+    def _grow(self) -> None:
+        old = self.capacity
+        new = old * 2
+        for name in ("ids", "starts", "lengths", "terminal", "live"):
+            array = getattr(self, name)
+            grown = np.zeros(new, dtype=array.dtype)
+            grown[:old] = array
+            setattr(self, name, grown)
+        self._free.extend(range(new - 1, old - 1, -1))
+
+
+@dataclass
+class _Placement:
+    slot: int
+    start: int
+    rows: int
+    lap: int
+
+
+class RowAllocator:
+    """Hands out contiguous runs of rows in ring order, and plans reallocations."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._placements: deque[_Placement] = deque()
+        self._current: dict[int, _Placement] = {}
+        self._write = 0
+        self._lap = 0
+
+    def clear(self) -> None:
+        self._placements.clear()
+        self._current.clear()
+        self._write = 0
+        self._lap = 0
+
+    def find(self, rows: int) -> tuple[int, int] | None:
+        """Where ``rows`` new rows go as ``(start, lap)``; ``None`` when live episodes hold them."""
+        if rows > self.capacity:
+            return None
+        start, lap = self._write, self._lap
+        if start + rows > self.capacity:
+            start, lap = 0, lap + 1
+        self._drop_dead()
+        for placement in self._placements:
+            if placement.lap >= lap or placement.start >= start + rows:
+                break  # everything from here on lies behind the write position or past the run
+            if placement.start + placement.rows > start and self._is_live(placement):
+                return None
+        return start, lap
+
+    def commit(self, slot: int, start: int, rows: int, lap: int) -> None:
+        """Records that ``slot`` now holds rows ``start:start + rows`` (from :meth:`find`)."""
+        placement = _Placement(slot, start, rows, lap)
+        self._placements.append(placement)
+        self._current[slot] = placement
+        self._write, self._lap = start + rows, lap
+
+    def release(self, slot: int) -> None:
+        """Forgets the rows of an ejected episode; they are reused when the ring comes round."""
+        self._current.pop(slot, None)
+
+    def used_rows(self) -> int:
+        """Rows held by live episodes."""
+        return sum(p.rows for p in self._current.values())
+
+    def slots_in_order(self) -> list[int]:
+        """The slots of live episodes in the order they were placed (added)."""
+        return [p.slot for p in self._placements if self._is_live(p)]
+
+    def plan_compaction(
+        self, index: EpisodeIndex, extra_rows: int, minimum: int, shrink: bool = False
+    ) -> tuple[int, list[tuple[int, int, int]]]:
+        """A new capacity and the moves that pack live episodes at its start, oldest first.
+
+        The capacity grows to fit live rows plus ``extra_rows`` with a margin, and never falls
+        below ``minimum``, nor (unless ``shrink``) below the current capacity. Updates the episode
+        starts in ``index``; the caller must apply the moves to every array.
+        """
+        self._drop_dead()
+        live = [p for p in self._placements if self._is_live(p)]
+        used = sum(p.rows for p in live)
+        capacity = max(minimum, int((used + extra_rows) * _GROWTH) + 1)
+        if not shrink:
+            capacity = max(capacity, self.capacity)
+        moves = []
+        position = 0
+        self.clear()
+        for placement in live:
+            moves.append((placement.start, position, placement.rows))
+            index.starts[placement.slot] = position
+            self.commit(placement.slot, position, placement.rows, 0)
+            position += placement.rows
+        self.capacity = capacity
+        return capacity, moves
+
+    def _drop_dead(self) -> None:
+        while self._placements and not self._is_live(self._placements[0]):
+            self._placements.popleft()
+
+    def _is_live(self, placement: _Placement) -> bool:
+        return self._current.get(placement.slot) is placement
+
+
+__all__ = ["EpisodeIndex", "RingArray", "RowAllocator", "torch_dtype"]

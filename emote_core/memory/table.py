@@ -1,0 +1,520 @@
+"""ArrayMemoryTable: whole episodes in RAM or on a GPU, sampled as fixed-length windows."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from emote_core.errors import (
+    ConfigurationError,
+    DuplicateEpisodeError,
+    MemoryTableError,
+    SamplingError,
+    SchemaError,
+)
+from emote_core.memory.columns import AnyColumn, Column, TagColumn, VirtualColumn
+from emote_core.memory.mappers import SampleContext
+from emote_core.memory.storage import EpisodeIndex, RingArray, RowAllocator
+from emote_core.memory.strategies.base import EjectionStrategy, SampledWindows, SampleStrategy
+from emote_core.typing import EpisodeState
+
+log = logging.getLogger(__name__)
+
+Adaptor = Callable[[dict[str, Any], int, int], dict[str, Any]]
+"""Transforms a sampled batch: ``adaptor(batch, count, sequence_length) -> batch``."""
+
+IMPORTANCE_WEIGHTS_KEY = "importance_weights"
+"""The batch key of prioritized sampling's importance weights, one per step: ``(count * L, 1)``."""
+
+
+def _headroom(maxlen: int) -> int:
+    """Rows to allocate for ``maxlen`` transitions: one extra row per episode needs a margin."""
+    return maxlen + maxlen // 64 + 64
+
+
+class ArrayMemoryTable:
+    """A table of whole episodes, sampled as windows that never cross an episode boundary.
+
+    Args:
+        columns: The stored (:class:`Column`, :class:`TagColumn`) and derived
+            (:class:`VirtualColumn`) columns.
+        maxlen: The most transitions held; whole episodes are ejected to stay within it.
+        sampler: Chooses sampled windows.
+        ejector: Chooses which episode to eject.
+        length_key: The column whose length is an episode's transition count (its rewards).
+        adaptors: Functions applied, in order, to every sampled batch.
+        device: Where the data lives and batches are returned: ``"cpu"`` or ``"cuda[:n]"``.
+        seed: Seed of the table's random generator (sampling), for reproducible runs.
+
+    Raises:
+        ConfigurationError: If columns clash, a virtual column's target is missing, or
+            ``length_key`` is not a stored per-step column.
+    """
+
+    def __init__(
+        self,
+        *,
+        columns: Sequence[AnyColumn],
+        maxlen: int,
+        sampler: SampleStrategy,
+        ejector: EjectionStrategy,
+        length_key: str,
+        adaptors: Sequence[Adaptor] = (),
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+    ) -> None:
+        if not isinstance(maxlen, int) or maxlen < 1:
+            raise ConfigurationError(
+                f"maxlen must be a positive number of transitions; got {maxlen!r}"
+            )
+        names = [c.name for c in columns]
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        if duplicated:
+            raise ConfigurationError(f"column names must be unique; {duplicated} repeat")
+        self.columns: dict[str, AnyColumn] = {c.name: c for c in columns}
+        self.stored = [c for c in columns if isinstance(c, Column)]
+        self.tags = [c for c in columns if isinstance(c, TagColumn)]
+        self.virtual = [c for c in columns if isinstance(c, VirtualColumn)]
+        stored_names = {c.name for c in self.stored}
+        if length_key not in stored_names:
+            raise ConfigurationError(
+                f"length_key '{length_key}' must name a stored per-step column; stored columns: "
+                f"{sorted(stored_names)}"
+            )
+        for column in self.virtual:
+            if column.mapper.needs_target and column.target_name not in stored_names:
+                raise ConfigurationError(
+                    f"virtual column '{column.name}' reads '{column.target_name}', which is not a "
+                    f"stored per-step column; stored columns: {sorted(stored_names)}"
+                )
+        self.maxlen = maxlen
+        self.length_key = length_key
+        self.sampler = sampler
+        self.ejector = ejector
+        self.adaptors = list(adaptors)
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ConfigurationError("device 'cuda' was asked for but torch sees no CUDA device")
+        self.rng = np.random.default_rng(seed)
+        self.index = EpisodeIndex()
+        self._allocator = RowAllocator(_headroom(maxlen))
+        self._arrays = {
+            c.name: RingArray(
+                shape=c.shape, dtype=c.dtype, capacity=self._allocator.capacity, device=self.device
+            )
+            for c in self.stored
+        }
+        self._tag_values = {
+            c.name: np.zeros((self.index.capacity, *c.shape), dtype=c.dtype) for c in self.tags
+        }
+        self._extra_rows: dict[str, int] = {}
+        self._size = 0
+        self._last_sample: SampledWindows | None = None
+        self._last_sequence_length = 0
+        sampler.attach(self.index)
+        ejector.attach(self.index)
+
+    # Size.
+
+    def size(self) -> int:
+        """Transitions held."""
+        return self._size
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def episode_count(self) -> int:
+        """Episodes held."""
+        return len(self.index)
+
+    @property
+    def full(self) -> bool:
+        """Whether the table holds ``maxlen`` transitions (the next episode ejects old ones)."""
+        return self._size >= self.maxlen
+
+    # Adding.
+
+    def add_sequence(
+        self,
+        identity: int,
+        sequence: Mapping[str, Any],
+        *,
+        end_state: EpisodeState = EpisodeState.TERMINAL,
+    ) -> None:
+        """Adds one whole episode, ejecting old episodes to stay within ``maxlen``.
+
+        Args:
+            identity: The episode's id (any int64, unique among held episodes).
+            sequence: One array per stored column: ``N`` or ``N + 1`` rows for per-step columns
+                (``N`` = rows of ``length_key``), one value for tag columns.
+            end_state: ``TERMINAL`` (masks 0 at the last transition) or ``INTERRUPTED`` (1).
+
+        Raises:
+            SchemaError: A column is missing, unknown, or has the wrong shape, dtype or length;
+                the table is unchanged.
+            DuplicateEpisodeError: ``identity`` is already held; the table is unchanged.
+        """
+        identity = self._check_identity(identity)
+        if end_state not in (EpisodeState.TERMINAL, EpisodeState.INTERRUPTED):
+            raise SchemaError(
+                f"episode {identity} ends {EpisodeState(end_state).name}; an added episode must "
+                "end TERMINAL or INTERRUPTED"
+            )
+        values, length = self._validate(identity, sequence)
+        self._make_room(length)
+        rows = length + 1
+        place = self._allocator.find(rows)
+        if place is None:
+            self._compact(extra_rows=rows)
+            place = self._allocator.find(rows)
+            if place is None:  # compaction always leaves room at the end
+                raise MemoryTableError("internal error: no room after compaction")
+        start, lap = place
+        for column in self.stored:
+            self._arrays[column.name].write(start, values[column.name])
+        slot = self.index.add(identity, start, length, end_state == EpisodeState.TERMINAL)
+        self._sync_tag_capacity()
+        for column in self.tags:
+            self._tag_values[column.name][slot] = values[column.name]
+        self._allocator.commit(slot, start, rows, lap)
+        self.sampler.track(slot, identity)
+        self.ejector.track(slot, identity)
+        self._size += length
+
+    def _check_identity(self, identity: Any) -> int:
+        if isinstance(identity, bool) or not isinstance(identity, int | np.integer):
+            raise SchemaError(f"an episode identity must be an integer; got {identity!r}")
+        identity = int(identity)
+        if not -(2**63) <= identity < 2**63:
+            raise SchemaError(f"episode identity {identity} does not fit in int64")
+        if identity in self.index.slot_of:
+            raise DuplicateEpisodeError(
+                f"episode {identity} is already in the table; identities must be unique among "
+                "held episodes"
+            )
+        return identity
+
+    def _validate(self, identity: int, sequence: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
+        expected = {c.name for c in self.stored} | {c.name for c in self.tags}
+        missing = sorted(expected - set(sequence))
+        unknown = sorted(set(sequence) - expected)
+        if missing or unknown:
+            raise SchemaError(
+                f"episode {identity} does not match the table's columns: "
+                + (f"missing {missing}" if missing else "")
+                + ("; " if missing and unknown else "")
+                + (f"unknown {unknown}" if unknown else "")
+                + f"; stored columns are {sorted(expected)}"
+            )
+        length = len(np.asarray(sequence[self.length_key]))
+        if length < 1:
+            raise SchemaError(
+                f"episode {identity} has no transitions ('{self.length_key}' is empty)"
+            )
+        if length > self.maxlen:
+            raise SchemaError(
+                f"episode {identity} has {length} transitions, more than the table's maxlen "
+                f"{self.maxlen}; raise maxlen or split the episode"
+            )
+        values: dict[str, Any] = {}
+        extra_rows: dict[str, int] = {}
+        for column in self.stored:
+            array = self._conform(identity, column, sequence[column.name], per_step=True)
+            extra = len(array) - length
+            known = self._extra_rows.get(column.name)
+            if extra not in (0, 1) or (known is not None and extra != known):
+                allowed = [length + known] if known is not None else [length, length + 1]
+                raise SchemaError(
+                    f"column '{column.name}' of episode {identity} has {len(array)} rows; with "
+                    f"{length} transitions it must have {' or '.join(map(str, allowed))}"
+                )
+            extra_rows[column.name] = extra
+            values[column.name] = array
+        for column in self.virtual:
+            needed = column.mapper.target_extra_rows
+            if column.mapper.needs_target and extra_rows[column.target_name] < needed:
+                raise SchemaError(
+                    f"virtual column '{column.name}' reads the row after each transition of "
+                    f"'{column.target_name}', so that column needs {length + needed} rows for "
+                    f"{length} transitions; episode {identity} gives {length}"
+                )
+        for column in self.tags:
+            values[column.name] = self._conform(identity, column, sequence[column.name], False)
+        self._extra_rows.update(extra_rows)
+        return values, length
+
+    @staticmethod
+    def _conform(identity: int, column: Column | TagColumn, value: Any, per_step: bool) -> Any:
+        array = (
+            value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+        )
+        expected = column.shape
+        got = array.shape[1:] if per_step else array.shape
+        if got != expected:
+            if per_step and array.ndim == 1 and expected == (1,):
+                array = array.reshape(-1, 1)  # rewards given flat for a (1,) column
+            elif not per_step and array.size == int(np.prod(expected)):
+                array = array.reshape(expected)
+            else:
+                what = "per-step shape" if per_step else "shape"
+                raise SchemaError(
+                    f"column '{column.name}' of episode {identity} has {what} {got}; the column's "
+                    f"shape is {expected}"
+                )
+        if not np.can_cast(array.dtype, column.dtype, casting="same_kind"):
+            raise SchemaError(
+                f"column '{column.name}' of episode {identity} has dtype {array.dtype}, which does "
+                f"not convert to the column's {column.dtype} without changing kind"
+            )
+        return array.astype(column.dtype, copy=False)
+
+    def _make_room(self, length: int) -> None:
+        while self._size + length > self.maxlen:
+            self._remove(self.ejector.choose())
+
+    def _remove(self, slot: int) -> None:
+        identity = int(self.index.ids[slot])
+        self.sampler.forget(slot, identity)
+        self.ejector.forget(slot, identity)
+        self._allocator.release(slot)
+        self._size -= int(self.index.lengths[slot])
+        self.index.remove(slot)
+
+    def _compact(self, extra_rows: int, minimum: int = 0, shrink: bool = False) -> None:
+        capacity, moves = self._allocator.plan_compaction(self.index, extra_rows, minimum, shrink)
+        log.debug("memory table reallocated to %d rows (%d episodes moved)", capacity, len(moves))
+        for array in self._arrays.values():
+            array.relocate(capacity, moves)
+
+    def _sync_tag_capacity(self) -> None:
+        for name, values in self._tag_values.items():
+            if len(values) < self.index.capacity:
+                grown = np.zeros((self.index.capacity, *values.shape[1:]), dtype=values.dtype)
+                grown[: len(values)] = values
+                self._tag_values[name] = grown
+
+    # Sampling.
+
+    def sample(self, count: int, sequence_length: int) -> dict[str, Any]:
+        """Samples ``count`` windows of ``sequence_length`` transitions each.
+
+        Returns:
+            Per-step columns with ``count * sequence_length`` rows (window-major), per-window
+            columns (tags, only-last) with ``count`` rows, and prioritized strategies'
+            ``importance_weights``; then transformed by the table's adaptors.
+
+        Raises:
+            SamplingError: The table is empty or no episode is long enough; the table is unchanged.
+        """
+        if count < 1 or sequence_length < 1:
+            raise SamplingError(
+                f"count and sequence_length must be at least 1; got {count} and {sequence_length}"
+            )
+        windows = self.sampler.sample(count, sequence_length, self.rng)
+        return self._gather(windows, sequence_length)
+
+    def sample_by_index(
+        self, identities: Sequence[int] | np.ndarray, offsets: Sequence[int] | np.ndarray,
+        sequence_length: int,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Returns the windows starting at ``offsets`` of the episodes ``identities``.
+
+        Raises:
+            SamplingError: An identity is not held, or a window does not fit in its episode.
+        """
+        identities = np.asarray(identities, dtype=np.int64).reshape(-1)
+        offsets = np.asarray(offsets, dtype=np.int64).reshape(-1)
+        if len(identities) != len(offsets) or len(identities) == 0:
+            raise SamplingError(
+                f"sample_by_index needs as many offsets as identities (at least one); got "
+                f"{len(identities)} identities and {len(offsets)} offsets"
+            )
+        unknown = [int(i) for i in identities if int(i) not in self.index.slot_of]
+        if unknown:
+            raise SamplingError(f"episodes {unknown[:10]} are not in the table")
+        slots = np.array([self.index.slot_of[int(i)] for i in identities], dtype=np.int64)
+        lengths = self.index.lengths[slots]
+        bad = (offsets < 0) | (offsets + sequence_length > lengths)
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise SamplingError(
+                f"a window of {sequence_length} at offset {int(offsets[k])} does not fit episode "
+                f"{int(identities[k])} of {int(lengths[k])} transitions"
+            )
+        return self._gather(SampledWindows(slots=slots, offsets=offsets), sequence_length)
+
+    def sample_all(self) -> dict[str, Any]:
+        """Every transition held, episode by episode in insertion order, as one batch."""
+        if self._size == 0:
+            raise SamplingError("cannot sample an empty memory table; add episodes first")
+        slots, offsets = self._all_windows(1)
+        return self._gather(SampledWindows(slots=slots, offsets=offsets), 1)
+
+    def mini_batches(
+        self, count: int, sequence_length: int = 1, *, shuffle: bool = True
+    ) -> Iterator[dict[str, Any]]:
+        """One pass over every non-overlapping window, ``count`` windows per batch.
+
+        The last batch may be smaller. For on-policy consumers (several epochs over the data).
+        """
+        slots, offsets = self._all_windows(sequence_length)
+        if len(slots) == 0:
+            raise SamplingError(
+                f"no episode holds a window of {sequence_length} transitions; nothing to iterate"
+            )
+        order = self.rng.permutation(len(slots)) if shuffle else np.arange(len(slots))
+        for first in range(0, len(order), count):
+            chosen = order[first : first + count]
+            windows = SampledWindows(slots=slots[chosen], offsets=offsets[chosen])
+            yield self._gather(windows, sequence_length)
+
+    def _all_windows(self, sequence_length: int) -> tuple[np.ndarray, np.ndarray]:
+        slots = self.live_slots_in_order()
+        per_episode = self.index.lengths[slots] // sequence_length
+        repeated = np.repeat(slots, per_episode)
+        firsts = np.cumsum(per_episode) - per_episode
+        within = np.arange(len(repeated)) - np.repeat(firsts, per_episode)
+        return repeated, within * sequence_length
+
+    def live_slots_in_order(self) -> np.ndarray:
+        """Held slots, in the order their episodes were added."""
+        return np.array(self._allocator.slots_in_order(), dtype=np.int64)
+
+    def _gather(self, windows: SampledWindows, sequence_length: int) -> dict[str, Any]:
+        index = self.index
+        slots = windows.slots
+        context = SampleContext(
+            slots=slots,
+            offsets=windows.offsets,
+            sequence_length=sequence_length,
+            starts=index.starts[slots],
+            lengths=index.lengths[slots],
+            terminal=index.terminal[slots],
+            device=self.device,
+        )
+        batch: dict[str, Any] = {}
+        for column in self.stored:
+            batch[column.name] = self._arrays[column.name].gather(context.rows, context.device_rows)
+        for column in self.tags:
+            batch[column.name] = context.to_device(self._tag_values[column.name][slots])
+        for column in self.virtual:
+            target = self._arrays.get(column.target_name)
+            batch[column.name] = column.mapper.map(context, target, column.shape, column.dtype)
+        if windows.weights is not None:
+            weights = np.repeat(windows.weights.astype(np.float32), sequence_length)
+            batch[IMPORTANCE_WEIGHTS_KEY] = context.to_device(weights.reshape(-1, 1))
+        self._last_sample = windows
+        self._last_sequence_length = sequence_length
+        for adaptor in self.adaptors:
+            batch = adaptor(batch, len(slots), sequence_length)
+        return batch
+
+    @property
+    def last_sample_indices(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(episode identities, window offsets)`` of the most recent sample."""
+        if self._last_sample is None:
+            raise SamplingError("the table has not been sampled yet")
+        return self.index.ids[self._last_sample.slots].copy(), self._last_sample.offsets.copy()
+
+    def update_priorities(self, priorities: np.ndarray | torch.Tensor) -> None:
+        """Sets the priorities of the windows of the most recent sample (prioritized tables).
+
+        Args:
+            priorities: One value per sampled window, or one per sampled step (the window's
+                maximum is used).
+        """
+        if self._last_sample is None:
+            raise SamplingError("update_priorities needs a sample first")
+        if isinstance(priorities, torch.Tensor):
+            priorities = priorities.detach().cpu().numpy()
+        values = np.asarray(priorities, dtype=np.float64).reshape(-1)
+        count = len(self._last_sample.slots)
+        if len(values) == count * self._last_sequence_length and self._last_sequence_length > 1:
+            values = values.reshape(count, -1).max(axis=1)
+        if len(values) != count:
+            raise SamplingError(
+                f"update_priorities got {len(values)} values for a sample of {count} windows"
+            )
+        self.sampler.update_priorities(self._last_sample.slots, self._last_sample.offsets, values)
+
+    # Capacity.
+
+    def resize(self, maxlen: int) -> None:
+        """Changes ``maxlen``; shrinking ejects whole episodes (by the ejector) and frees memory."""
+        if not isinstance(maxlen, int) or maxlen < 1:
+            raise ConfigurationError(
+                f"maxlen must be a positive number of transitions; got {maxlen!r}"
+            )
+        self.maxlen = maxlen
+        self._make_room(0)
+        target = _headroom(maxlen)
+        if target != self._allocator.capacity:
+            self._compact(extra_rows=0, minimum=target, shrink=True)
+
+    def clear(self) -> None:
+        """Removes every episode and resets the strategies' state."""
+        self.index.clear()
+        self._allocator.clear()
+        self.sampler.clear()
+        self.ejector.clear()
+        self._extra_rows.clear()
+        self._size = 0
+        self._last_sample = None
+
+    # Reading back.
+
+    def episodes(self) -> Iterator[tuple[int, dict[str, np.ndarray], EpisodeState]]:
+        """Every held episode as ``(identity, {column: array}, end_state)``, oldest first."""
+        for slot in self.live_slots_in_order():
+            slot = int(slot)
+            start, length = int(self.index.starts[slot]), int(self.index.lengths[slot])
+            data = {
+                c.name: self._arrays[c.name].read(start, start + length + self._extra_rows[c.name])
+                for c in self.stored
+            }
+            for column in self.tags:
+                data[column.name] = self._tag_values[column.name][slot].copy()
+            end = EpisodeState.TERMINAL if self.index.terminal[slot] else EpisodeState.INTERRUPTED
+            yield int(self.index.ids[slot]), data, end
+
+    def store(self, path: str | os.PathLike[str], version: Any = None) -> None:
+        """Writes the table to ``path`` in upstream emote's zip layout (V1 unless ``version``).
+
+        Raises:
+            FormatError: If ``version`` cannot be written.
+        """
+        from emote_core.memory.formats import TableSerializationVersion, store_table
+
+        store_table(self, path, TableSerializationVersion.LATEST if version is None else version)
+
+    def restore(self, path: str | os.PathLike[str], override_version: Any = None) -> None:
+        """Replaces the table's content with a stored table (V1 or Legacy zip, detected).
+
+        On any error the table is left as it was.
+
+        Raises:
+            FormatError: If the file is damaged, of an unknown version, or its columns differ.
+            UnsafePickleError: If a Legacy zip's pickles name anything outside the allowlist.
+        """
+        from emote_core.memory.formats import restore_table
+
+        restore_table(self, path, override_version)
+
+    def nbytes(self) -> int:
+        """Bytes allocated for stored columns (CPU pages count only once written)."""
+        return sum(array.nbytes for array in self._arrays.values())
+
+    def __repr__(self) -> str:
+        return (
+            f"ArrayMemoryTable(episodes={self.episode_count}, transitions={self._size}, "
+            f"maxlen={self.maxlen}, columns={list(self.columns)}, device={self.device})"
+        )
+
+
+__all__ = ["IMPORTANCE_WEIGHTS_KEY", "Adaptor", "ArrayMemoryTable"]
