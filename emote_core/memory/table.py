@@ -291,6 +291,8 @@ class ArrayMemoryTable:
         log.debug("memory table reallocated to %d rows (%d episodes moved)", capacity, len(moves))
         for array in self._arrays.values():
             array.relocate(capacity, moves)
+        self.sampler.relocated(moves)
+        self.ejector.relocated(moves)
 
     def _sync_tag_capacity(self) -> None:
         for name, values in self._tag_values.items():

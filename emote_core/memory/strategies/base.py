@@ -57,6 +57,12 @@ class Strategy(ABC):  # noqa: B024 - shared base; the roles below declare the ab
     def clear(self) -> None:  # noqa: B027 - optional event
         """Every episode was removed."""
 
+    def relocated(self, moves: list[tuple[int, int, int]]) -> None:  # noqa: B027 - optional event
+        """The table moved episodes' rows: ``(old_start, new_start, rows)`` per moved episode.
+
+        Called after a reallocation, once ``index.starts`` holds the new starts.
+        """
+
     def state(self) -> dict[str, Any]:
         """JSON-compatible state (in identities) to save with the table."""
         return {}
