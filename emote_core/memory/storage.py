@@ -147,8 +147,12 @@ class EpisodeIndex:
         self.version += 1
 
     def clear(self) -> None:
-        """Frees every slot."""
-        self.__init__(self.capacity)  # type: ignore[misc]
+        """Frees every slot. The version keeps counting, so no cache outlives the clear."""
+        self.live[:] = False
+        self.lengths[:] = 0
+        self.slot_of.clear()
+        self._free = list(range(self.capacity - 1, -1, -1))
+        self.version += 1
 
     def live_slots(self) -> np.ndarray:
         """The slots that hold episodes."""
