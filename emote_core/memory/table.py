@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,6 +17,7 @@ from emote_core.errors import (
     SamplingError,
     SchemaError,
 )
+from emote_core.memory.adaptors import Adaptor
 from emote_core.memory.columns import AnyColumn, Column, TagColumn, VirtualColumn
 from emote_core.memory.mappers import SampleContext
 from emote_core.memory.storage import EpisodeIndex, RingArray, RowAllocator
@@ -24,9 +25,6 @@ from emote_core.memory.strategies.base import EjectionStrategy, SampledWindows, 
 from emote_core.typing import EpisodeState
 
 log = logging.getLogger(__name__)
-
-Adaptor = Callable[[dict[str, Any], int, int], dict[str, Any]]
-"""Transforms a sampled batch: ``adaptor(batch, count, sequence_length) -> batch``."""
 
 IMPORTANCE_WEIGHTS_KEY = "importance_weights"
 """The batch key of prioritized sampling's importance weights, one per step: ``(count * L, 1)``."""
@@ -519,4 +517,4 @@ class ArrayMemoryTable:
         )
 
 
-__all__ = ["IMPORTANCE_WEIGHTS_KEY", "Adaptor", "ArrayMemoryTable"]
+__all__ = ["IMPORTANCE_WEIGHTS_KEY", "ArrayMemoryTable"]

@@ -1,0 +1,288 @@
+"""Ready-made memory tables for dict observations, built from an MDP space.
+
+Both tables store one column per observation key plus ``actions`` and ``rewards``, derive next
+observations, ``dones`` and ``masks`` at sampling time (they cost no memory), and return batches
+in DESIGN.md's layout::
+
+    {"observation": {key: T}, "next_observation": {key: T},
+     "actions": T, "rewards": T, "dones": T, "masks": T}
+
+with ``count * sequence_length`` rows per entry, except ``next_observation`` in
+:class:`DictObsNStepMemoryTable`, which has one row per window. Episodes are added with
+:meth:`~emote_core.memory.table.ArrayMemoryTable.add_sequence`: ``N + 1`` rows per observation key,
+``N`` actions and ``N`` rewards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from emote_core.errors import ConfigurationError
+from emote_core.memory.adaptors import (
+    NEXT_OBSERVATION_KEY,
+    OBSERVATION_KEY,
+    Adaptor,
+    DictObsAdaptor,
+    TerminalAdaptor,
+)
+from emote_core.memory.columns import AnyColumn, Column, VirtualColumn
+from emote_core.memory.mappers import (
+    Mapper,
+    NextElementMapper,
+    OnlyLastMapper,
+    SyntheticDones,
+    SyntheticMasks,
+)
+from emote_core.memory.strategies import (
+    EjectionStrategy,
+    FifoEjectionStrategy,
+    SampleStrategy,
+    UniformSampleStrategy,
+)
+from emote_core.memory.table import IMPORTANCE_WEIGHTS_KEY, ArrayMemoryTable
+from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, MDPSpace
+
+NEXT_PREFIX = "next_"
+"""Prefix of the virtual next-observation columns (``next_<key>``) before they are nested."""
+
+TERMINAL_KEY = "terminal"
+"""The per-observation terminal flag column of tables built with ``use_terminal=True``."""
+
+ACTIONS_KEY = "actions"
+REWARDS_KEY = "rewards"
+DONES_KEY = "dones"
+MASKS_KEY = "masks"
+
+_FLAG_SHAPE = (1,)
+
+
+def _check_spaces(spaces: Any, use_terminal: bool) -> list[str]:
+    """Validates ``spaces`` for a dict-observation table and returns the observation keys."""
+    if not isinstance(spaces, MDPSpace):
+        raise ConfigurationError(
+            f"dict-observation tables are built from an emote_core.spaces.MDPSpace; got "
+            f"{type(spaces).__name__} — convert gymnasium spaces with MDPSpace.from_gymnasium"
+        )
+    if not isinstance(spaces.state, DictSpace) or not spaces.state.spaces:
+        raise ConfigurationError(
+            "a dict-observation table needs spaces.state to be a DictSpace with at least one key; "
+            f"got {spaces.state!r}"
+        )
+    keys = spaces.state.keys()
+    reserved = {
+        ACTIONS_KEY, REWARDS_KEY, DONES_KEY, MASKS_KEY, OBSERVATION_KEY, NEXT_OBSERVATION_KEY,
+        IMPORTANCE_WEIGHTS_KEY,
+    }  # fmt: skip
+    if use_terminal:
+        reserved |= {TERMINAL_KEY, NEXT_PREFIX + TERMINAL_KEY}
+    for key in keys:
+        space = spaces.state[key]
+        if not isinstance(key, str) or not key:
+            raise ConfigurationError(f"observation keys must be non-empty strings; got {key!r}")
+        if key in reserved:
+            raise ConfigurationError(
+                f"observation key '{key}' clashes with the table's own columns (reserved: "
+                f"{sorted(reserved)}); rename the observation entry"
+            )
+        if key.startswith(NEXT_PREFIX) and key[len(NEXT_PREFIX) :] in keys:
+            raise ConfigurationError(
+                f"observation key '{key}' clashes with the next-observation column of "
+                f"'{key[len(NEXT_PREFIX) :]}'; rename one of the two observation entries"
+            )
+        if not isinstance(space, BoxSpace):
+            raise ConfigurationError(
+                f"observation '{key}' has space {space!r}; each observation entry must be a "
+                "BoxSpace (nested dicts are not supported — flatten the observation)"
+            )
+        _check_dtype(f"observation '{key}'", space.dtype)
+    actions = spaces.actions
+    if not isinstance(actions, BoxSpace):
+        raise ConfigurationError(
+            f"spaces.actions must be a BoxSpace or DiscreteSpace; got {actions!r}"
+        )
+    _check_dtype("the action space", actions.dtype)
+    rewards = spaces.rewards
+    if rewards is not None:
+        if not isinstance(rewards, BoxSpace) or int(np.prod(rewards.shape)) != 1:
+            raise ConfigurationError(
+                f"dict-observation tables store one reward per transition (shape (1,)); the "
+                f"reward space is {rewards!r} — sum or select the reward terms before storing"
+            )
+        if rewards.dtype.kind not in "fiub":
+            raise ConfigurationError(
+                f"rewards must be numeric; the reward space has dtype {rewards.dtype}"
+            )
+    return keys
+
+
+def _check_dtype(what: str, dtype: np.dtype[Any]) -> None:
+    if np.dtype(dtype).kind not in "fiub":
+        raise ConfigurationError(
+            f"{what} has dtype {dtype}; memory tables store bool, integer and float arrays only"
+        )
+
+
+def _action_column(actions: BoxSpace) -> Column:
+    if isinstance(actions, DiscreteSpace):
+        # Discrete choices index Q-values with torch.gather, which wants int64.
+        return Column(ACTIONS_KEY, actions.shape, np.int64)
+    return Column(ACTIONS_KEY, actions.shape, actions.dtype)
+
+
+def _build_columns(
+    spaces: MDPSpace, keys: list[str], next_mapper: type[Mapper], use_terminal: bool
+) -> list[AnyColumn]:
+    columns: list[AnyColumn] = []
+    for key in keys:
+        space = spaces.state[key]
+        columns.append(Column(key, space.shape, space.dtype))
+        columns.append(
+            VirtualColumn(NEXT_PREFIX + key, space.shape, space.dtype, key, next_mapper())
+        )
+    columns += [
+        _action_column(spaces.actions),
+        Column(REWARDS_KEY, _FLAG_SHAPE, np.float32),
+        VirtualColumn(DONES_KEY, _FLAG_SHAPE, np.float32, REWARDS_KEY, SyntheticDones()),
+        VirtualColumn(MASKS_KEY, _FLAG_SHAPE, np.float32, REWARDS_KEY, SyntheticMasks()),
+    ]
+    if use_terminal:
+        # The flag of the observation a transition leads to decides its mask, so it is read one
+        # row ahead like a next observation — per step, also in n-step tables.
+        columns.append(Column(TERMINAL_KEY, _FLAG_SHAPE, np.float32))
+        columns.append(
+            VirtualColumn(
+                NEXT_PREFIX + TERMINAL_KEY, _FLAG_SHAPE, np.float32, TERMINAL_KEY,
+                NextElementMapper(),
+            )
+        )  # fmt: skip
+    return columns
+
+
+def _build_adaptors(
+    keys: list[str], use_terminal: bool, adaptors: Sequence[Adaptor], preprocessor: Adaptor | None
+) -> list[Adaptor]:
+    for adaptor in (*adaptors, preprocessor):
+        if adaptor is not None and not callable(adaptor):
+            raise ConfigurationError(
+                f"adaptors and preprocessors must be callables (batch, count, sequence_length) "
+                f"-> batch; got {adaptor!r}"
+            )
+    chain: list[Adaptor] = []
+    if use_terminal:
+        chain.append(
+            TerminalAdaptor(
+                NEXT_PREFIX + TERMINAL_KEY, MASKS_KEY, dones_key=DONES_KEY,
+                drop_keys=(TERMINAL_KEY,),
+            )
+        )  # fmt: skip
+    chain += list(adaptors)
+    chain.append(DictObsAdaptor(keys, next_prefix=NEXT_PREFIX))
+    if preprocessor is not None:
+        chain.append(preprocessor)
+    return chain
+
+
+class DictObsMemoryTable(ArrayMemoryTable):
+    """A table for one-step TD learning on dict observations.
+
+    Columns: one per observation key (shape and dtype from ``spaces.state``); ``actions`` (from
+    ``spaces.actions``; int64 of shape ``(1,)`` for a :class:`~emote_core.spaces.DiscreteSpace`);
+    ``rewards`` (float32, ``(1,)``); and, derived when sampling, ``next_<key>`` (the observation
+    after each transition), ``dones`` and ``masks`` (float32, ``(1,)``: ``dones`` is 1 at an
+    episode's last transition, ``masks`` 0 only there and only for TERMINAL episodes).
+
+    With ``use_terminal``, every episode also carries a ``terminal`` flag per observation
+    (``N + 1`` values, non-zero where the task ended) and masks follow that flag instead of the
+    episode's end state (see :class:`~emote_core.memory.adaptors.TerminalAdaptor`).
+
+    Sampled batches pass through, in order: the terminal adaptor (with ``use_terminal``),
+    ``adaptors`` (on flat column names), the :class:`~emote_core.memory.adaptors.DictObsAdaptor`
+    that nests observations, and ``preprocessor``.
+
+    Args:
+        spaces: The MDP's spaces; ``spaces.state`` names the observation keys.
+        maxlen: The most transitions held; whole episodes are ejected beyond it.
+        use_terminal: Store a per-observation ``terminal`` flag that decides masks.
+        sampler: Which windows to sample; a new :class:`UniformSampleStrategy` by default.
+        ejector: Which episodes to eject; a new :class:`FifoEjectionStrategy` by default.
+        device: Where the data lives and batches are returned.
+        seed: Seed of the table's sampling generator.
+        adaptors: Extra adaptors, run before observations are nested (reward scaling, casts).
+        preprocessor: An adaptor run last on the nested batch, such as a
+            :class:`~emote_core.memory.adaptors.SamplePreprocessor` augmentation.
+
+    Raises:
+        ConfigurationError: If the spaces cannot be stored (see the message), or an adaptor is
+            not callable.
+    """
+
+    next_mapper: type[Mapper] = NextElementMapper
+
+    def __init__(
+        self,
+        *,
+        spaces: MDPSpace,
+        maxlen: int,
+        use_terminal: bool = False,
+        sampler: SampleStrategy | None = None,
+        ejector: EjectionStrategy | None = None,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+        adaptors: Sequence[Adaptor] = (),
+        preprocessor: Adaptor | None = None,
+    ) -> None:
+        keys = _check_spaces(spaces, use_terminal)
+        self.spaces = spaces
+        self.observation_keys = keys
+        self.use_terminal = use_terminal
+        super().__init__(
+            columns=_build_columns(spaces, keys, self.next_mapper, use_terminal),
+            maxlen=maxlen,
+            sampler=sampler if sampler is not None else UniformSampleStrategy(),
+            ejector=ejector if ejector is not None else FifoEjectionStrategy(),
+            length_key=REWARDS_KEY,
+            adaptors=_build_adaptors(keys, use_terminal, adaptors, preprocessor),
+            device=device,
+            seed=seed,
+        )
+
+
+class DictObsNStepMemoryTable(DictObsMemoryTable):
+    """A table for n-step TD learning on dict observations: one bootstrap observation per window.
+
+    Like :class:`DictObsMemoryTable`, except that ``next_observation`` holds, per sampled window
+    of ``L`` transitions, only the observation right after the window's last transition (``count``
+    rows), the one an n-step target bootstraps from. ``dones`` and ``masks`` stay per step.
+
+    Args:
+        spaces: The MDP's spaces; ``spaces.state`` names the observation keys.
+        maxlen: The most transitions held; whole episodes are ejected beyond it.
+        use_terminal: Store a per-observation ``terminal`` flag that decides masks.
+        sampler: Which windows to sample; a new :class:`UniformSampleStrategy` by default.
+        ejector: Which episodes to eject; a new :class:`FifoEjectionStrategy` by default.
+        device: Where the data lives and batches are returned.
+        seed: Seed of the table's sampling generator.
+        adaptors: Extra adaptors, run before observations are nested.
+        preprocessor: An adaptor run last on the nested batch.
+
+    Raises:
+        ConfigurationError: If the spaces cannot be stored, or an adaptor is not callable.
+    """
+
+    next_mapper: type[Mapper] = OnlyLastMapper
+
+
+__all__ = [
+    "ACTIONS_KEY",
+    "DONES_KEY",
+    "MASKS_KEY",
+    "NEXT_PREFIX",
+    "REWARDS_KEY",
+    "TERMINAL_KEY",
+    "DictObsMemoryTable",
+    "DictObsNStepMemoryTable",
+]
