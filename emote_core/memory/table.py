@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
 from emote_core.errors import (
     ConfigurationError,
-    DuplicateEpisodeError,
     MemoryTableError,
     SamplingError,
-    SchemaError,
 )
 from emote_core.memory.adaptors import Adaptor
-from emote_core.memory.columns import AnyColumn, Column, TagColumn, VirtualColumn
+from emote_core.memory.columns import AnyColumn
 from emote_core.memory.mappers import SampleContext
+from emote_core.memory.schema import TableSchema
 from emote_core.memory.storage import EpisodeIndex, RingArray, RowAllocator
 from emote_core.memory.strategies.base import EjectionStrategy, SampledWindows, SampleStrategy
 from emote_core.typing import EpisodeState
@@ -28,6 +29,20 @@ log = logging.getLogger(__name__)
 
 IMPORTANCE_WEIGHTS_KEY = "importance_weights"
 """The batch key of prioritized sampling's importance weights, one per step: ``(count * L, 1)``."""
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _synchronized(method: _Method) -> _Method:
+    """Runs a table method under the table's lock (collector threads add while trainers sample)."""
+
+    @functools.wraps(method)
+    def locked(self: ArrayMemoryTable, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked  # type: ignore[return-value]
 
 
 def _headroom(maxlen: int) -> int:
@@ -70,26 +85,13 @@ class ArrayMemoryTable:
             raise ConfigurationError(
                 f"maxlen must be a positive number of transitions; got {maxlen!r}"
             )
-        names = [c.name for c in columns]
-        duplicated = sorted({n for n in names if names.count(n) > 1})
-        if duplicated:
-            raise ConfigurationError(f"column names must be unique; {duplicated} repeat")
-        self.columns: dict[str, AnyColumn] = {c.name: c for c in columns}
-        self.stored = [c for c in columns if isinstance(c, Column)]
-        self.tags = [c for c in columns if isinstance(c, TagColumn)]
-        self.virtual = [c for c in columns if isinstance(c, VirtualColumn)]
-        stored_names = {c.name for c in self.stored}
-        if length_key not in stored_names:
-            raise ConfigurationError(
-                f"length_key '{length_key}' must name a stored per-step column; stored columns: "
-                f"{sorted(stored_names)}"
-            )
-        for column in self.virtual:
-            if column.mapper.needs_target and column.target_name not in stored_names:
-                raise ConfigurationError(
-                    f"virtual column '{column.name}' reads '{column.target_name}', which is not a "
-                    f"stored per-step column; stored columns: {sorted(stored_names)}"
-                )
+        self.schema = TableSchema(columns, length_key)
+        self.columns = self.schema.columns
+        self.stored, self.tags, self.virtual = (
+            self.schema.stored,
+            self.schema.tags,
+            self.schema.virtual,
+        )
         self.maxlen = maxlen
         self.length_key = length_key
         self.sampler = sampler
@@ -110,7 +112,7 @@ class ArrayMemoryTable:
         self._tag_values = {
             c.name: np.zeros((self.index.capacity, *c.shape), dtype=c.dtype) for c in self.tags
         }
-        self._extra_rows: dict[str, int] = {}
+        self._lock = threading.RLock()
         self._size = 0
         self._last_sample: SampledWindows | None = None
         self._last_sequence_length = 0
@@ -158,13 +160,14 @@ class ArrayMemoryTable:
                 the table is unchanged.
             DuplicateEpisodeError: ``identity`` is already held; the table is unchanged.
         """
-        identity = self._check_identity(identity)
-        if end_state not in (EpisodeState.TERMINAL, EpisodeState.INTERRUPTED):
-            raise SchemaError(
-                f"episode {identity} ends {EpisodeState(end_state).name}; an added episode must "
-                "end TERMINAL or INTERRUPTED"
-            )
-        values, length = self._validate(identity, sequence)
+        with self._lock:
+            identity = self.schema.check_identity(identity, self.index.slot_of)
+            values, length = self.schema.validate(identity, sequence, self.maxlen, end_state)
+            self._insert(identity, values, length, end_state)
+
+    def _insert(
+        self, identity: int, values: dict[str, Any], length: int, end_state: EpisodeState
+    ) -> None:
         self._make_room(length)
         rows = length + 1
         place = self._allocator.find(rows)
@@ -184,93 +187,6 @@ class ArrayMemoryTable:
         self.sampler.track(slot, identity)
         self.ejector.track(slot, identity)
         self._size += length
-
-    def _check_identity(self, identity: Any) -> int:
-        if isinstance(identity, bool) or not isinstance(identity, int | np.integer):
-            raise SchemaError(f"an episode identity must be an integer; got {identity!r}")
-        identity = int(identity)
-        if not -(2**63) <= identity < 2**63:
-            raise SchemaError(f"episode identity {identity} does not fit in int64")
-        if identity in self.index.slot_of:
-            raise DuplicateEpisodeError(
-                f"episode {identity} is already in the table; identities must be unique among "
-                "held episodes"
-            )
-        return identity
-
-    def _validate(self, identity: int, sequence: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
-        expected = {c.name for c in self.stored} | {c.name for c in self.tags}
-        missing = sorted(expected - set(sequence))
-        unknown = sorted(set(sequence) - expected)
-        if missing or unknown:
-            raise SchemaError(
-                f"episode {identity} does not match the table's columns: "
-                + (f"missing {missing}" if missing else "")
-                + ("; " if missing and unknown else "")
-                + (f"unknown {unknown}" if unknown else "")
-                + f"; stored columns are {sorted(expected)}"
-            )
-        length = len(np.asarray(sequence[self.length_key]))
-        if length < 1:
-            raise SchemaError(
-                f"episode {identity} has no transitions ('{self.length_key}' is empty)"
-            )
-        if length > self.maxlen:
-            raise SchemaError(
-                f"episode {identity} has {length} transitions, more than the table's maxlen "
-                f"{self.maxlen}; raise maxlen or split the episode"
-            )
-        values: dict[str, Any] = {}
-        extra_rows: dict[str, int] = {}
-        for column in self.stored:
-            array = self._conform(identity, column, sequence[column.name], per_step=True)
-            extra = len(array) - length
-            known = self._extra_rows.get(column.name)
-            if extra not in (0, 1) or (known is not None and extra != known):
-                allowed = [length + known] if known is not None else [length, length + 1]
-                raise SchemaError(
-                    f"column '{column.name}' of episode {identity} has {len(array)} rows; with "
-                    f"{length} transitions it must have {' or '.join(map(str, allowed))}"
-                )
-            extra_rows[column.name] = extra
-            values[column.name] = array
-        for column in self.virtual:
-            needed = column.mapper.target_extra_rows
-            if column.mapper.needs_target and extra_rows[column.target_name] < needed:
-                raise SchemaError(
-                    f"virtual column '{column.name}' reads the row after each transition of "
-                    f"'{column.target_name}', so that column needs {length + needed} rows for "
-                    f"{length} transitions; episode {identity} gives {length}"
-                )
-        for column in self.tags:
-            values[column.name] = self._conform(identity, column, sequence[column.name], False)
-        self._extra_rows.update(extra_rows)
-        return values, length
-
-    @staticmethod
-    def _conform(identity: int, column: Column | TagColumn, value: Any, per_step: bool) -> Any:
-        array = (
-            value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
-        )
-        expected = column.shape
-        got = array.shape[1:] if per_step else array.shape
-        if got != expected:
-            if per_step and array.ndim == 1 and expected == (1,):
-                array = array.reshape(-1, 1)  # rewards given flat for a (1,) column
-            elif not per_step and array.size == int(np.prod(expected)):
-                array = array.reshape(expected)
-            else:
-                what = "per-step shape" if per_step else "shape"
-                raise SchemaError(
-                    f"column '{column.name}' of episode {identity} has {what} {got}; the column's "
-                    f"shape is {expected}"
-                )
-        if not np.can_cast(array.dtype, column.dtype, casting="same_kind"):
-            raise SchemaError(
-                f"column '{column.name}' of episode {identity} has dtype {array.dtype}, which does "
-                f"not convert to the column's {column.dtype} without changing kind"
-            )
-        return array.astype(column.dtype, copy=False)
 
     def _make_room(self, length: int) -> None:
         while self._size + length > self.maxlen:
@@ -301,6 +217,7 @@ class ArrayMemoryTable:
 
     # Sampling.
 
+    @_synchronized
     def sample(self, count: int, sequence_length: int) -> dict[str, Any]:
         """Samples ``count`` windows of ``sequence_length`` transitions each.
 
@@ -319,6 +236,7 @@ class ArrayMemoryTable:
         windows = self.sampler.sample(count, sequence_length, self.rng)
         return self._gather(windows, sequence_length)
 
+    @_synchronized
     def sample_by_index(
         self, identities: Sequence[int] | np.ndarray, offsets: Sequence[int] | np.ndarray,
         sequence_length: int,
@@ -349,6 +267,7 @@ class ArrayMemoryTable:
             )
         return self._gather(SampledWindows(slots=slots, offsets=offsets), sequence_length)
 
+    @_synchronized
     def sample_all(self) -> dict[str, Any]:
         """Every transition held, episode by episode in insertion order, as one batch."""
         if self._size == 0:
@@ -361,7 +280,8 @@ class ArrayMemoryTable:
     ) -> Iterator[dict[str, Any]]:
         """One pass over every non-overlapping window, ``count`` windows per batch.
 
-        The last batch may be smaller. For on-policy consumers (several epochs over the data).
+        The last batch may be smaller. For on-policy consumers (several epochs over the data);
+        the windows are fixed when iteration starts, so do not add episodes until it ends.
         """
         slots, offsets = self._all_windows(sequence_length)
         if len(slots) == 0:
@@ -372,7 +292,9 @@ class ArrayMemoryTable:
         for first in range(0, len(order), count):
             chosen = order[first : first + count]
             windows = SampledWindows(slots=slots[chosen], offsets=offsets[chosen])
-            yield self._gather(windows, sequence_length)
+            with self._lock:
+                batch = self._gather(windows, sequence_length)
+            yield batch
 
     def _all_windows(self, sequence_length: int) -> tuple[np.ndarray, np.ndarray]:
         slots = self.live_slots_in_order()
@@ -422,6 +344,7 @@ class ArrayMemoryTable:
             raise SamplingError("the table has not been sampled yet")
         return self.index.ids[self._last_sample.slots].copy(), self._last_sample.offsets.copy()
 
+    @_synchronized
     def update_priorities(self, priorities: np.ndarray | torch.Tensor) -> None:
         """Sets the priorities of the windows of the most recent sample (prioritized tables).
 
@@ -445,6 +368,7 @@ class ArrayMemoryTable:
 
     # Capacity.
 
+    @_synchronized
     def resize(self, maxlen: int) -> None:
         """Changes ``maxlen``; shrinking ejects whole episodes (by the ejector) and frees memory."""
         if not isinstance(maxlen, int) or maxlen < 1:
@@ -457,31 +381,40 @@ class ArrayMemoryTable:
         if target != self._allocator.capacity:
             self._compact(extra_rows=0, minimum=target, shrink=True)
 
+    @_synchronized
     def clear(self) -> None:
         """Removes every episode and resets the strategies' state."""
         self.index.clear()
         self._allocator.clear()
         self.sampler.clear()
         self.ejector.clear()
-        self._extra_rows.clear()
+        self.schema.extra_rows.clear()
         self._size = 0
         self._last_sample = None
 
     # Reading back.
 
     def episodes(self) -> Iterator[tuple[int, dict[str, np.ndarray], EpisodeState]]:
-        """Every held episode as ``(identity, {column: array}, end_state)``, oldest first."""
-        for slot in self.live_slots_in_order():
-            slot = int(slot)
-            start, length = int(self.index.starts[slot]), int(self.index.lengths[slot])
-            data = {
-                c.name: self._arrays[c.name].read(start, start + length + self._extra_rows[c.name])
-                for c in self.stored
-            }
-            for column in self.tags:
-                data[column.name] = self._tag_values[column.name][slot].copy()
-            end = EpisodeState.TERMINAL if self.index.terminal[slot] else EpisodeState.INTERRUPTED
-            yield int(self.index.ids[slot]), data, end
+        """Every held episode as ``(identity, {column: array}, end_state)``, oldest first.
+
+        The episodes are copied when iteration starts, so the table may change meanwhile.
+        """
+        with self._lock:
+            held = [self._read_episode(int(slot)) for slot in self.live_slots_in_order()]
+        yield from held
+
+    def _read_episode(self, slot: int) -> tuple[int, dict[str, np.ndarray], EpisodeState]:
+        start, length = int(self.index.starts[slot]), int(self.index.lengths[slot])
+        data = {
+            c.name: self._arrays[c.name].read(
+                start, start + length + self.schema.extra_rows[c.name]
+            )
+            for c in self.stored
+        }
+        for column in self.tags:
+            data[column.name] = self._tag_values[column.name][slot].copy()
+        end = EpisodeState.TERMINAL if self.index.terminal[slot] else EpisodeState.INTERRUPTED
+        return int(self.index.ids[slot]), data, end
 
     def store(self, path: str | os.PathLike[str], version: Any = None) -> None:
         """Writes the table to ``path`` in upstream emote's zip layout (V1 unless ``version``).
