@@ -56,6 +56,10 @@ class DuplicateEpisodeError(MemoryTableError, ValueError):
     """An episode identity that the table already holds was added again."""
 
 
+class EpisodeCollationError(MemoryTableError, ValueError):
+    """Steps reached the sequence builder in an order or shape that breaks the episode rules."""
+
+
 class FormatError(EmoteError):
     """A file is not in the format it claims, is damaged, or has an unsupported version."""
 

@@ -1,0 +1,334 @@
+"""LoggingProxyWrapper: collection statistics (steps, episodes, returns, metadata) for loggers."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from emote_core.callbacks.logging_mixin import LoggingMixin
+from emote_core.errors import ConfigurationError
+from emote_core.memory.proxy import REWARD_KEY, MemoryProxy
+from emote_core.memory.wrappers import MemoryTableProxyWrapper
+from emote_core.typing import AgentId, DictObservation, DictResponse, EpisodeState, MetaData
+from emote_core.utils import BlockTimers
+
+if TYPE_CHECKING:
+    pass
+
+log = logging.getLogger(__name__)
+
+_RUNNING = EpisodeState.RUNNING
+_INITIAL = EpisodeState.INITIAL
+_FINAL = (EpisodeState.TERMINAL, EpisodeState.INTERRUPTED)
+INF_STEP_KEY = "training/inf_step"
+"""Scalar: agent steps (inferences) seen by a :class:`LoggingProxyWrapper`."""
+EPISODES_KEY = "training/completed_episodes"
+"""Scalar: episodes finished (TERMINAL or INTERRUPTED) seen by a :class:`LoggingProxyWrapper`."""
+EPISODE_REWARD_KEY = "episode/reward"
+"""Windowed scalar: the return (sum of rewards) of each finished episode."""
+EPISODE_LENGTH_KEY = "episode/length"
+"""Windowed scalar: the transitions of each finished episode."""
+SCALED_REWARD_KEY = "training/scaled_reward"
+"""Scalar: the mean return of the recent finished episodes (read by ``FinalRewardTestCheck``)."""
+INF_STEPS_PER_SECOND_KEY = "performance/inf_steps_per_sec"
+"""Scalar: agent steps per second since the previous refresh."""
+
+
+def _copy_windows(windows: dict[str, deque[float]]) -> dict[str, deque[float]]:
+    return {key: deque(window, maxlen=window.maxlen) for key, window in windows.items()}
+
+
+def _shared_log(name: str, copy: Callable[[Any], Any]) -> property:
+    """A LoggingMixin store of the wrapper: read as a snapshot, written under the wrapper's lock."""
+
+    def get(self: LoggingProxyWrapper) -> Any:
+        with self._lock:
+            return copy(getattr(self._logs, name))
+
+    def set_(self: LoggingProxyWrapper, value: Any) -> None:
+        with self._lock:
+            setattr(self._logs, name, value)
+
+    return property(get, set_, doc=f"A snapshot of the logged ``{name}``.")
+
+
+class _HistogramSnapshot(dict[str, np.ndarray]):
+    """The histograms a logger reads; its ``clear()`` removes what was read from the wrapper."""
+
+    def __init__(self, values: dict[str, np.ndarray], owner: LoggingProxyWrapper) -> None:
+        super().__init__(values)
+        self._owner = owner
+
+    def clear(self) -> None:
+        self._owner._consume_histograms(self)
+        super().clear()
+
+
+class LoggingProxyWrapper(LoggingMixin, MemoryTableProxyWrapper):
+    """Logs what passes through a proxy: counters, episode returns, metadata and timers.
+
+    It is a :class:`~emote_core.callbacks.logging_mixin.LoggingMixin`: pass it to a
+    ``TensorboardLogger`` among its callbacks. Logged keys:
+
+    * ``training/inf_step`` and ``training/completed_episodes``: counters (scalars);
+    * ``episode/reward`` and ``episode/length``: return and length of each finished episode
+      (windowed scalars);
+    * ``training/scaled_reward``: mean of the ``episode/reward`` window (a scalar, the default key
+      of ``FinalRewardTestCheck``);
+    * every key of an observation's ``metadata.info`` as a windowed scalar, and every key of its
+      ``metadata.info_lists`` as a histogram of the values gathered since the logger last wrote;
+    * every ``cycle_in_steps`` agent steps: ``performance/inf_steps_per_sec`` and the mean
+      duration (seconds) of each of the proxy's timers as ``timing/<name>``.
+
+    An agent step is an observation that got an action (INITIAL or RUNNING). Episode returns are
+    computed here from the observations' ``rewards["reward"]``, following the proxy's episode
+    rules; final observations of agents with no open episode are not counted.
+
+    Collectors usually call :meth:`add` from their own thread while a logger reads from the
+    training thread: the logs (``scalar_logs``, ``windowed_scalar``,
+    ``windowed_scalar_cumulative``, ``hist_logs``) are therefore read as snapshots taken under a
+    lock, and written only through this class's methods.
+
+    Args:
+        inner: The wrapped proxy.
+        name: The name checkpoints store this wrapper's counters under.
+        cycle_in_steps: How many agent steps between refreshes of rates, timers and histograms.
+        histogram_length: The most ``info_lists`` values kept per key between writes.
+        default_window_length: How many values each windowed scalar keeps.
+        clock: The time source for the rate, in seconds (for tests).
+
+    Raises:
+        ConfigurationError: If ``cycle_in_steps`` or ``histogram_length`` is not positive.
+    """
+
+    windowed_scalar = _shared_log("windowed_scalar", _copy_windows)
+    windowed_scalar_cumulative = _shared_log("windowed_scalar_cumulative", dict)
+
+    def __init__(
+        self,
+        inner: MemoryProxy,
+        *,
+        name: str = "memory_proxy_logger",
+        cycle_in_steps: int = 1000,
+        histogram_length: int = 10_000,
+        default_window_length: int = 250,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        for label, value in (
+            ("cycle_in_steps", cycle_in_steps),
+            ("histogram_length", histogram_length),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigurationError(f"{label} must be a positive integer; got {value!r}")
+        self._lock = threading.RLock()
+        self._logs = LoggingMixin(default_window_length=default_window_length)
+        self.inf_step = 0
+        self.completed_episodes = 0
+        super().__init__(inner=inner, default_window_length=default_window_length)
+        self.name = name
+        self.cycle_in_steps = cycle_in_steps
+        self.histogram_length = histogram_length
+        self._clock = clock
+        self._returns: dict[AgentId, list[float]] = {}  # agent -> [return, length]
+        self._pending_lists: dict[str, deque[float]] = {}
+        self._last_refresh_step = 0
+        self._last_refresh_time = clock()
+
+    @property
+    def scalar_logs(self) -> dict[str, float]:
+        """A snapshot of the scalars, with the counters as they are now."""
+        with self._lock:
+            snapshot = dict(self._logs.scalar_logs)
+            snapshot[INF_STEP_KEY] = float(self.inf_step)
+            snapshot[EPISODES_KEY] = float(self.completed_episodes)
+            return snapshot
+
+    @scalar_logs.setter
+    def scalar_logs(self, value: dict[str, float]) -> None:
+        with self._lock:
+            self._logs.scalar_logs = dict(value)
+
+    @property
+    def hist_logs(self) -> dict[str, np.ndarray]:
+        """A snapshot of the histograms; clearing it drops the values read from the wrapper."""
+        with self._lock:
+            return _HistogramSnapshot(self._logs.hist_logs, self)
+
+    @hist_logs.setter
+    def hist_logs(self, value: dict[str, np.ndarray]) -> None:
+        with self._lock:
+            self._logs.hist_logs = dict(value)
+
+    def _consume_histograms(self, read: Mapping[str, np.ndarray]) -> None:
+        with self._lock:
+            held = self._logs.hist_logs
+            for key, values in read.items():
+                if held.get(key) is values:  # not refreshed since it was read
+                    del held[key]
+
+    def log_scalar(self, key: str, value: Any) -> None:
+        """Records the latest value of ``key``."""
+        with self._lock:
+            self._logs.log_scalar(key, value)
+
+    def log_windowed_scalar(self, key: str, value: Any) -> None:
+        """Adds values to ``key``'s window (see :meth:`LoggingMixin.log_windowed_scalar`)."""
+        with self._lock:
+            self._logs.log_windowed_scalar(key, value)
+
+    def log_histogram(self, key: str, value: Any) -> None:
+        """Records the values whose distribution to show for ``key``."""
+        with self._lock:
+            self._logs.log_histogram(key, value)
+
+    def add(
+        self,
+        observations: Mapping[AgentId, DictObservation],
+        responses: Mapping[AgentId, DictResponse],
+    ) -> None:
+        """Passes the step on to the wrapped proxy, then records its statistics."""
+        self._inner.add(observations, responses)
+        returns = self._returns
+        steps = 0
+        finished: list[tuple[float, int]] = []
+        metadata: list[MetaData] = []
+        for agent, observation in observations.items():
+            state = observation.episode_state
+            if state == _RUNNING:
+                steps += 1
+                running = returns.get(agent)
+                if running is None:
+                    returns[agent] = [0.0, 0]  # started mid-stream: its reward is not ours
+                else:
+                    running[0] += float(observation.rewards[REWARD_KEY])  # type: ignore[arg-type]
+                    running[1] += 1
+            elif state == _INITIAL:
+                steps += 1
+                returns[agent] = [0.0, 0]
+            elif state in _FINAL:
+                running = returns.pop(agent, None)
+                if running is not None:
+                    reward = float(observation.rewards[REWARD_KEY])  # type: ignore[arg-type]
+                    finished.append((running[0] + reward, int(running[1]) + 1))
+            if observation.metadata is not None:
+                metadata.append(observation.metadata)
+        with self._lock:
+            self.inf_step += steps
+            if finished:
+                self._episodes_finished(finished)
+            for item in metadata:
+                self._record_metadata(item)
+            if self.inf_step - self._last_refresh_step >= self.cycle_in_steps:
+                self.refresh()
+
+    def _episodes_finished(self, finished: list[tuple[float, int]]) -> None:
+        logs = self._logs
+        self.completed_episodes += len(finished)
+        logs.log_windowed_scalar(EPISODE_REWARD_KEY, [total for total, _ in finished])
+        logs.log_windowed_scalar(EPISODE_LENGTH_KEY, [length for _, length in finished])
+        logs.log_scalar(SCALED_REWARD_KEY, float(np.mean(logs.windowed_scalar[EPISODE_REWARD_KEY])))
+
+    def _record_metadata(self, metadata: MetaData) -> None:
+        for key, value in metadata.info.items():
+            self._logs.log_windowed_scalar(key, value)
+        for key, values in metadata.info_lists.items():
+            pending = self._pending_lists.get(key)
+            if pending is None:
+                pending = self._pending_lists[key] = deque(maxlen=self.histogram_length)
+            pending.extend(np.asarray(values, dtype=np.float64).ravel().tolist())
+
+    def refresh(self) -> None:
+        """Updates the rate, the timers and the histograms in the logs now.
+
+        Called every ``cycle_in_steps`` agent steps and by :meth:`get_report`.
+        """
+        with self._lock:
+            logs = self._logs
+            now = self._clock()
+            elapsed = now - self._last_refresh_time
+            if elapsed > 0 and self.inf_step > self._last_refresh_step:
+                rate = (self.inf_step - self._last_refresh_step) / elapsed
+                logs.scalar_logs[INF_STEPS_PER_SECOND_KEY] = rate
+            self._last_refresh_step = self.inf_step
+            self._last_refresh_time = now
+            timers = getattr(self._inner, "timers", None)
+            if isinstance(timers, BlockTimers):
+                for timer_name, stats in timers.stats().items():
+                    if stats["count"] > 0:
+                        logs.scalar_logs[f"timing/{timer_name}"] = stats["mean"]
+            for key, pending in self._pending_lists.items():
+                if not pending:
+                    continue
+                earlier = logs.hist_logs.get(key)
+                fresh = np.fromiter(pending, dtype=np.float64, count=len(pending))
+                values = fresh if earlier is None else np.concatenate([earlier, fresh])
+                logs.hist_logs[key] = values[-self.histogram_length :]
+                pending.clear()
+
+    def get_report(self, keys: Iterable[str]) -> tuple[dict[str, float], dict[str, list[float]]]:
+        """Current values of ``keys``, for callers that report them elsewhere.
+
+        Args:
+            keys: Logged keys. A windowed scalar gives its mean under ``key`` and its sum under
+                ``key + "/cumulative"``; a scalar gives its latest value; a histogram
+                (``info_lists``) gives its values in the second dict. Unknown keys are left out.
+
+        Returns:
+            ``(means and scalars, lists of histogram values)``.
+        """
+        values: dict[str, float] = {}
+        lists: dict[str, list[float]] = {}
+        with self._lock:
+            self.refresh()
+            logs = self._logs
+            for key in keys:
+                window = logs.windowed_scalar.get(key)
+                if window:
+                    values[key] = float(np.mean(window))
+                    values[f"{key}/cumulative"] = logs.windowed_scalar_cumulative.get(key, 0.0)
+                elif key in (scalars := self.scalar_logs):
+                    values[key] = scalars[key]
+                if key in logs.hist_logs:
+                    lists[key] = logs.hist_logs[key].tolist()
+        return values, lists
+
+    def state_dict(self) -> dict[str, Any]:
+        """The counters (and the logs), so a resumed run continues counting."""
+        with self._lock:
+            self.refresh()
+            state = super().state_dict()
+            state["inf_step"] = self.inf_step
+            state["completed_episodes"] = self.completed_episodes
+        return state
+
+    def load_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        load_network: bool = True,
+        load_optimizer: bool = True,
+        load_hparams: bool = True,
+    ) -> None:
+        """Restores the counters and logs saved by :meth:`state_dict`."""
+        with self._lock:
+            super().load_state_dict(state_dict, load_network, load_optimizer, load_hparams)
+            self.inf_step = int(state_dict.get("inf_step", 0))
+            self.completed_episodes = int(state_dict.get("completed_episodes", 0))
+            self._last_refresh_step = self.inf_step
+            self._last_refresh_time = self._clock()
+
+
+__all__ = [
+    "EPISODES_KEY",
+    "EPISODE_LENGTH_KEY",
+    "EPISODE_REWARD_KEY",
+    "INF_STEPS_PER_SECOND_KEY",
+    "INF_STEP_KEY",
+    "SCALED_REWARD_KEY",
+    "LoggingProxyWrapper",
+]
