@@ -416,6 +416,7 @@ class ArrayMemoryTable:
         end = EpisodeState.TERMINAL if self.index.terminal[slot] else EpisodeState.INTERRUPTED
         return int(self.index.ids[slot]), data, end
 
+    @_synchronized
     def store(self, path: str | os.PathLike[str], version: Any = None) -> None:
         """Writes the table to ``path`` in upstream emote's zip layout (V1 unless ``version``).
 
@@ -426,6 +427,7 @@ class ArrayMemoryTable:
 
         store_table(self, path, TableSerializationVersion.LATEST if version is None else version)
 
+    @_synchronized
     def restore(self, path: str | os.PathLike[str], override_version: Any = None) -> None:
         """Replaces the table's content with a stored table (V1 or Legacy zip, detected).
 
