@@ -115,6 +115,7 @@ class ArrayMemoryTable:
         self._lock = threading.RLock()
         self._size = 0
         self._last_sample: SampledWindows | None = None
+        self._last_identities = np.zeros(0, dtype=np.int64)
         self._last_sequence_length = 0
         sampler.attach(self.index)
         ejector.attach(self.index)
@@ -332,6 +333,7 @@ class ArrayMemoryTable:
             weights = np.repeat(windows.weights.astype(np.float32), sequence_length)
             batch[IMPORTANCE_WEIGHTS_KEY] = context.to_device(weights.reshape(-1, 1))
         self._last_sample = windows
+        self._last_identities = index.ids[slots].copy()
         self._last_sequence_length = sequence_length
         for adaptor in self.adaptors:
             batch = adaptor(batch, len(slots), sequence_length)
@@ -342,7 +344,7 @@ class ArrayMemoryTable:
         """``(episode identities, window offsets)`` of the most recent sample."""
         if self._last_sample is None:
             raise SamplingError("the table has not been sampled yet")
-        return self.index.ids[self._last_sample.slots].copy(), self._last_sample.offsets.copy()
+        return self._last_identities.copy(), self._last_sample.offsets.copy()
 
     @_synchronized
     def update_priorities(self, priorities: np.ndarray | torch.Tensor) -> None:
@@ -364,7 +366,12 @@ class ArrayMemoryTable:
             raise SamplingError(
                 f"update_priorities got {len(values)} values for a sample of {count} windows"
             )
-        self.sampler.update_priorities(self._last_sample.slots, self._last_sample.offsets, values)
+        # Episodes may have been ejected (and their slots reused) since the sample: skip those.
+        slots = self._last_sample.slots
+        current = self.index.live[slots] & (self.index.ids[slots] == self._last_identities)
+        self.sampler.update_priorities(
+            slots[current], self._last_sample.offsets[current], values[current]
+        )
 
     # Capacity.
 

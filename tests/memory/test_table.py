@@ -343,3 +343,22 @@ def test_cuda_table_keeps_data_and_batches_on_the_gpu() -> None:
     assert all(t.is_cuda for t in batch.values())
     cpu = {k: v.cpu() for k, v in batch.items()}
     check_windows(cpu, 64, 4, {i: (30, EpisodeState.TERMINAL) for i in range(10)})
+
+
+def test_priority_updates_skip_windows_whose_episode_was_ejected_since_the_sample() -> None:
+    from emote_core.memory.strategies import PrioritizedSampleStrategy
+
+    table = ArrayMemoryTable(
+        columns=columns(), maxlen=10, sampler=PrioritizedSampleStrategy(alpha=0.6),
+        ejector=FifoEjectionStrategy(), length_key="rewards", seed=0,
+    )  # fmt: skip
+    table.add_sequence(1, episode(1, 5))
+    table.add_sequence(2, episode(2, 5))
+    table.sample(64, 1)
+    table.add_sequence(3, episode(3, 5))  # ejects episode 1; its slot is reused by episode 3
+    table.update_priorities(np.full(64, 1000.0))
+    identities, _ = table.last_sample_indices
+    assert set(identities.tolist()) == {1, 2}  # the ids as sampled, not the slots' new tenants
+    table.sample(2000, 1)
+    drawn, _ = table.last_sample_indices
+    assert np.mean(drawn == 3) < 0.1  # episode 3 kept its own (low) priority

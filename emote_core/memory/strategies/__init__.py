@@ -6,15 +6,22 @@ from emote_core.memory.strategies.base import (
     SampleStrategy,
     Strategy,
 )
+from emote_core.memory.strategies.coverage import CoverageBasedSampleStrategy
 from emote_core.memory.strategies.fifo import FifoEjectionStrategy, FifoSampleStrategy
+from emote_core.memory.strategies.prioritized import PrioritizedSampleStrategy
+from emote_core.memory.strategies.segment_tree import MinSegmentTree, SumSegmentTree
 from emote_core.memory.strategies.uniform import UniformSampleStrategy
 
 __all__ = [
+    "CoverageBasedSampleStrategy",
     "EjectionStrategy",
     "FifoEjectionStrategy",
     "FifoSampleStrategy",
+    "MinSegmentTree",
+    "PrioritizedSampleStrategy",
     "SampleStrategy",
     "SampledWindows",
     "Strategy",
+    "SumSegmentTree",
     "UniformSampleStrategy",
 ]

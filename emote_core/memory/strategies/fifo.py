@@ -50,9 +50,10 @@ class FifoSampleStrategy(SampleStrategy):
     """Samples episodes oldest first, cycling, for on-policy style consumers.
 
     Args:
-        per_episode: One window per episode per pass; otherwise consecutive windows of an episode
-            are handed out before moving to the next episode.
-        random_offset: Start an episode's window at a random offset; otherwise at 0.
+        per_episode: One window per episode per pass; otherwise an episode's consecutive,
+            non-overlapping windows are handed out (across calls) before the next episode's.
+        random_offset: With ``per_episode``, start each window at a random offset; otherwise at
+            0. Consecutive windows always start at 0.
     """
 
     def __init__(self, *, per_episode: bool = True, random_offset: bool = True) -> None:
@@ -78,34 +79,40 @@ class FifoSampleStrategy(SampleStrategy):
 
     def sample(self, count: int, sequence_length: int, rng: np.random.Generator) -> SampledWindows:
         lengths = self.index.lengths
-        eligible = [slot for slot, _ in self._order if lengths[slot] >= sequence_length]
-        if not eligible:
+        if not any(lengths[slot] >= sequence_length for slot, _ in self._order):
             raise self.no_windows_error(sequence_length)
+        if self.per_episode:
+            return self._one_window_per_episode(count, sequence_length, rng)
         slots = np.empty(count, dtype=np.int64)
-        offsets = np.zeros(count, dtype=np.int64)
-        position = 0
+        offsets = np.empty(count, dtype=np.int64)
         for k in range(count):
-            slot = eligible[position % len(eligible)]
-            windows = int(lengths[slot]) - sequence_length + 1
-            slots[k] = slot
-            if self.per_episode:
-                if self.random_offset:
-                    offsets[k] = rng.integers(0, windows)
-                position += 1
-            else:
-                offsets[k] = self._cursor
-                self._cursor += sequence_length
-                if self._cursor >= windows:
-                    self._cursor = 0
-                    position += 1
-        self._rotate(eligible[: min(position, len(eligible))] if self.per_episode else [])
+            while lengths[self._order[0][0]] < sequence_length:  # too short: skip it for now
+                self._order.rotate(-1)
+                self._cursor = 0
+            slot = self._order[0][0]
+            slots[k], offsets[k] = slot, self._cursor
+            self._cursor += sequence_length
+            if self._cursor > lengths[slot] - sequence_length:  # episode served: next one
+                self._order.rotate(-1)
+                self._cursor = 0
         return SampledWindows(slots=slots, offsets=offsets)
+
+    def _one_window_per_episode(
+        self, count: int, sequence_length: int, rng: np.random.Generator
+    ) -> SampledWindows:
+        lengths = self.index.lengths
+        eligible = [slot for slot, _ in self._order if lengths[slot] >= sequence_length]
+        chosen = np.array([eligible[k % len(eligible)] for k in range(count)], dtype=np.int64)
+        if self.random_offset:
+            offsets = rng.integers(0, lengths[chosen] - sequence_length + 1)
+        else:
+            offsets = np.zeros(count, dtype=np.int64)
+        self._rotate(eligible[: min(count, len(eligible))])
+        return SampledWindows(slots=chosen, offsets=offsets)
 
     def _rotate(self, served: list[int]) -> None:
         """Moves episodes just served to the back, so the next sample starts with the oldest
         episode not yet served."""
-        if not served:
-            return
         served_set = set(served)
         front = [entry for entry in self._order if entry[0] in served_set]
         back = [entry for entry in self._order if entry[0] not in served_set]

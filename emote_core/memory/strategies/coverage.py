@@ -1,0 +1,107 @@
+"""Coverage-based sampling: episodes sampled less than their share are favoured."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from emote_core.errors import ConfigurationError
+from emote_core.memory.strategies.base import SampledWindows, SampleStrategy
+
+
+class CoverageBasedSampleStrategy(SampleStrategy):
+    """Samples episodes by their window count, discounted by how much of them was already drawn.
+
+    Episode ``e`` with ``n_e`` windows of the requested length, of which ``d_e`` draws were made
+    so far, has coverage ``c_e = d_e / n_e`` and is chosen with probability proportional to
+    ``n_e * (1 + c_e) ** -alpha``; the window start is uniform within it. With ``alpha = 0`` this
+    is exactly uniform sampling over windows; larger ``alpha`` favours fresh episodes more. Draw
+    counts are updated after every sample and reset when an episode leaves.
+
+    Args:
+        alpha: Strength of the preference for episodes with low coverage (0 = uniform).
+
+    Raises:
+        ConfigurationError: If ``alpha`` is negative or not a finite number.
+    """
+
+    def __init__(self, *, alpha: float = 0.5) -> None:
+        super().__init__()
+        if (
+            isinstance(alpha, bool)
+            or not isinstance(alpha, int | float)
+            or not math.isfinite(alpha)
+            or alpha < 0
+        ):
+            raise ConfigurationError(
+                f"alpha must be a finite number >= 0 (0 samples uniformly); got {alpha!r}"
+            )
+        self.alpha = float(alpha)
+        self._drawn = np.zeros(0, dtype=np.int64)
+
+    def _counts(self) -> np.ndarray:
+        """Draws per slot, sized to the index's slot capacity."""
+        capacity = self.index.capacity
+        if len(self._drawn) < capacity:
+            grown = np.zeros(capacity, dtype=np.int64)
+            grown[: len(self._drawn)] = self._drawn
+            self._drawn = grown
+        return self._drawn
+
+    def drawn(self, slot: int) -> int:
+        """How many windows were drawn from the episode in ``slot`` so far."""
+        return int(self._counts()[slot])
+
+    def track(self, slot: int, identity: int) -> None:
+        self._counts()[slot] = 0
+
+    def forget(self, slot: int, identity: int) -> None:
+        self._counts()[slot] = 0
+
+    def clear(self) -> None:
+        self._drawn = np.zeros(0, dtype=np.int64)
+
+    def episode_weights(self, sequence_length: int) -> np.ndarray:
+        """Each slot's unnormalised probability of being chosen (0 for free or short slots)."""
+        windows = self.windows_per_episode(sequence_length)
+        if self.alpha == 0.0:
+            return windows.astype(np.float64)
+        coverage = self._counts() / np.maximum(windows, 1)
+        return windows * (1.0 + coverage) ** -self.alpha
+
+    def sample(self, count: int, sequence_length: int, rng: np.random.Generator) -> SampledWindows:
+        weights = self.episode_weights(sequence_length)
+        cumulative = np.cumsum(weights)
+        total = cumulative[-1] if len(cumulative) else 0.0
+        if total <= 0.0:
+            raise self.no_windows_error(sequence_length)
+        slots = np.searchsorted(cumulative, rng.random(count) * total, side="right")
+        # A draw rounded up to the total belongs to the last episode that holds windows.
+        np.minimum(slots, int(np.flatnonzero(weights)[-1]), out=slots)
+        windows = np.maximum(self.index.lengths[slots] - sequence_length + 1, 1)
+        offsets = rng.integers(0, windows)
+        counts = self._counts()
+        counts += np.bincount(slots, minlength=len(counts))
+        return SampledWindows(slots=slots, offsets=offsets)
+
+    def state(self) -> dict[str, Any]:
+        """Draw counts per episode identity (JSON-compatible)."""
+        counts = self._counts()
+        index = self.index
+        return {
+            "drawn": {str(int(index.ids[slot])): int(counts[slot]) for slot in index.live_slots()}
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restores draw counts of held episodes; others keep theirs."""
+        counts = self._counts()
+        slot_of = self.index.slot_of
+        for key, value in state.get("drawn", {}).items():
+            slot = slot_of.get(int(key))
+            if slot is not None:
+                counts[slot] = int(value)
+
+
+__all__ = ["CoverageBasedSampleStrategy"]
