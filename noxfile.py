@@ -53,7 +53,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def bench(session: nox.Session) -> None:
     """Every benchmark in benchmarks/, printing its figures (not run by CI)."""
-    install(session)
+    install(session, extras="dev,bench")
     benchmarks = session.posargs or sorted(str(p) for p in Path("benchmarks").glob("*_bench.py"))
     for script in benchmarks:
         session.run("python", script)

@@ -49,12 +49,16 @@ class SampleContext:
     @cached_property
     def positions(self) -> np.ndarray:
         """The transition index within its episode of every sampled step, ``(count * L,)``."""
+        if self.sequence_length == 1:
+            return self.offsets
         steps = np.arange(self.sequence_length, dtype=np.int64)
         return (self.offsets[:, None] + steps[None, :]).reshape(-1)
 
     @cached_property
     def rows(self) -> np.ndarray:
         """The storage row of every sampled step, ``(count * L,)``."""
+        if self.sequence_length == 1:
+            return self.starts + self.offsets
         return self.positions + np.repeat(self.starts, self.sequence_length)
 
     @cached_property
@@ -67,6 +71,8 @@ class SampleContext:
     @cached_property
     def step_lengths(self) -> np.ndarray:
         """The episode length of every sampled step, ``(count * L,)``."""
+        if self.sequence_length == 1:
+            return self.lengths
         return np.repeat(self.lengths, self.sequence_length)
 
     @cached_property

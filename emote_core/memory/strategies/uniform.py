@@ -19,26 +19,25 @@ class UniformSampleStrategy(SampleStrategy):
         super().__init__()
         self._cache_key: tuple[int, int] | None = None
         self._cumulative = np.zeros(0, dtype=np.int64)
+        self._first_window = np.zeros(0, dtype=np.int64)
 
-    def _cumulative_windows(self, sequence_length: int) -> np.ndarray:
+    def _refresh(self, sequence_length: int) -> None:
+        """Caches cumulative window counts per slot until the table or the length changes."""
         key = (self.index.version, sequence_length)
         if key != self._cache_key:
-            self._cumulative = np.cumsum(self.windows_per_episode(sequence_length))
+            windows = self.windows_per_episode(sequence_length)
+            self._cumulative = np.cumsum(windows)
+            self._first_window = self._cumulative - windows
             self._cache_key = key
-        return self._cumulative
 
     def sample(self, count: int, sequence_length: int, rng: np.random.Generator) -> SampledWindows:
-        cumulative = self._cumulative_windows(sequence_length)
-        total = int(cumulative[-1]) if len(cumulative) else 0
+        self._refresh(sequence_length)
+        total = int(self._cumulative[-1]) if len(self._cumulative) else 0
         if total == 0:
             raise self.no_windows_error(sequence_length)
         draws = rng.integers(0, total, size=count)
-        slots = np.searchsorted(cumulative, draws, side="right")
-        first_window = cumulative[slots] - self.windows_per_slot(slots, sequence_length)
-        return SampledWindows(slots=slots, offsets=draws - first_window)
-
-    def windows_per_slot(self, slots: np.ndarray, sequence_length: int) -> np.ndarray:
-        return np.maximum(self.index.lengths[slots] - sequence_length + 1, 0)
+        slots = np.searchsorted(self._cumulative, draws, side="right")
+        return SampledWindows(slots=slots, offsets=draws - self._first_window[slots])
 
 
 __all__ = ["UniformSampleStrategy"]
