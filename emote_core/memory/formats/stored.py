@@ -95,6 +95,8 @@ class StoredTable:
         ejector_state: Its saved state, if any.
         sampler_type: The class name of the writer's sample strategy, if recorded.
         sampler_state: Its saved state, if any.
+        spaces: The MDP spaces as :meth:`emote_core.spaces.MDPSpace.to_json` writes them, if known.
+        metadata: Anything else the source recorded that is worth keeping (JSON-compatible).
     """
 
     source: str
@@ -107,6 +109,8 @@ class StoredTable:
     ejector_state: dict[str, Any] | None = None
     sampler_type: str | None = None
     sampler_state: dict[str, Any] | None = None
+    spaces: dict[str, Any] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 def signed_identity(value: Any, *, source: str) -> int:
