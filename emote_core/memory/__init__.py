@@ -1,45 +1,63 @@
 """Episode memory: tables of whole episodes, their strategies, builders, proxies and loaders.
 
 The pieces most users need are importable from here; each lives in a module of its own role.
+Names load on first use, so importing one submodule (a file format reader, say) does not import
+torch and the rest.
 """
 
-from emote_core.memory.adaptors import (
-    Adaptor,
-    DictObsAdaptor,
-    KeyCastAdaptor,
-    KeyScaleAdaptor,
-    SamplePreprocessor,
-    TerminalAdaptor,
-)
-from emote_core.memory.builders import DictObsMemoryTable, DictObsNStepMemoryTable
-from emote_core.memory.callbacks import MemoryImporterCallback, MemoryWarmup
-from emote_core.memory.columns import Column, TagColumn, VirtualColumn
-from emote_core.memory.loaders import (
-    JointMemoryLoader,
-    JointMemoryLoaderWithDataGroup,
-    MemoryLoader,
-)
-from emote_core.memory.logging_wrapper import LoggingProxyWrapper
-from emote_core.memory.mappers import (
-    NextElementMapper,
-    OnlyLastMapper,
-    SyntheticDones,
-    SyntheticMasks,
-)
-from emote_core.memory.proxy import Episode, MemoryTableProxy
-from emote_core.memory.strategies import (
-    CoverageBasedSampleStrategy,
-    FifoEjectionStrategy,
-    FifoSampleStrategy,
-    PrioritizedSampleStrategy,
-    UniformSampleStrategy,
-)
-from emote_core.memory.table import ArrayMemoryTable
-from emote_core.memory.wrappers import (
-    MemoryExporterProxyWrapper,
-    MemoryProxyWrapper,
-    MemoryTableProxyWrapper,
-)
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, str] = {
+    "Adaptor": "emote_core.memory.adaptors",
+    "ArrayMemoryTable": "emote_core.memory.table",
+    "Column": "emote_core.memory.columns",
+    "CoverageBasedSampleStrategy": "emote_core.memory.strategies",
+    "DictObsAdaptor": "emote_core.memory.adaptors",
+    "DictObsMemoryTable": "emote_core.memory.builders",
+    "DictObsNStepMemoryTable": "emote_core.memory.builders",
+    "Episode": "emote_core.memory.proxy",
+    "FifoEjectionStrategy": "emote_core.memory.strategies",
+    "FifoSampleStrategy": "emote_core.memory.strategies",
+    "JointMemoryLoader": "emote_core.memory.loaders",
+    "JointMemoryLoaderWithDataGroup": "emote_core.memory.loaders",
+    "KeyCastAdaptor": "emote_core.memory.adaptors",
+    "KeyScaleAdaptor": "emote_core.memory.adaptors",
+    "LoggingProxyWrapper": "emote_core.memory.logging_wrapper",
+    "MemoryExporterProxyWrapper": "emote_core.memory.wrappers",
+    "MemoryImporterCallback": "emote_core.memory.callbacks",
+    "MemoryLoader": "emote_core.memory.loaders",
+    "MemoryProxyWrapper": "emote_core.memory.wrappers",
+    "MemoryTableProxy": "emote_core.memory.proxy",
+    "MemoryTableProxyWrapper": "emote_core.memory.wrappers",
+    "MemoryWarmup": "emote_core.memory.callbacks",
+    "NextElementMapper": "emote_core.memory.mappers",
+    "OnlyLastMapper": "emote_core.memory.mappers",
+    "PrioritizedSampleStrategy": "emote_core.memory.strategies",
+    "SamplePreprocessor": "emote_core.memory.adaptors",
+    "SyntheticDones": "emote_core.memory.mappers",
+    "SyntheticMasks": "emote_core.memory.mappers",
+    "TagColumn": "emote_core.memory.columns",
+    "TerminalAdaptor": "emote_core.memory.adaptors",
+    "UniformSampleStrategy": "emote_core.memory.strategies",
+    "VirtualColumn": "emote_core.memory.columns",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'emote_core.memory' has no attribute '{name}'")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
 
 __all__ = [
     "Adaptor",

@@ -6,7 +6,6 @@ from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from emote_core.errors import ConfigurationError, DuplicateEpisodeError, SchemaError
 from emote_core.memory.columns import AnyColumn, Column, TagColumn, VirtualColumn
@@ -139,7 +138,7 @@ class TableSchema:
 
 def _conform(identity: int, column: Column | TagColumn, value: Any, per_step: bool) -> Any:
     """``value`` as an array of the column's shape and dtype, or a SchemaError saying why not."""
-    tensor = isinstance(value, torch.Tensor)
+    tensor = hasattr(value, "detach") and hasattr(value, "cpu")  # a torch tensor, without torch
     array = value.detach().cpu().numpy() if tensor else np.asarray(value)
     expected = column.shape
     got = array.shape[1:] if per_step else array.shape
