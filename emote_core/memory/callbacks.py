@@ -46,8 +46,9 @@ def export_path(directory: str | os.PathLike[str], target_memory_name: str) -> P
 class MemoryImporterCallback(Callback):
     """Fills a table from an earlier run's export before training starts (``restore_state``).
 
-    Reads ``<experiment_load_dir>/<target_memory_name>_export`` (or ``load_fname_override``) with
-    the table's ``restore``, which replaces whatever the table held.
+    Reads ``<experiment_load_dir>/<target_memory_name>_export`` (or ``load_fname_override``): an
+    emote-memory store (the newest episodes that fit the table) or an upstream V1/Legacy zip;
+    either replaces whatever the table held.
 
     Args:
         memory: The table to fill.
@@ -84,6 +85,12 @@ class MemoryImporterCallback(Callback):
             FormatError: If it is damaged or its columns differ from the table's.
         """
         candidates = (self.path, self.path.with_name(self.path.name + ".zip"))
+        if self.path.is_dir():  # an emote-memory store, as MemoryExporterProxyWrapper writes
+            from emote_core.memory.formats.zarr_store.tables import load_table
+
+            load_table(self.memory, [self.path])
+            log.info("loaded memory '%s' from store %s", self.target_memory_name, self.path)
+            return
         if not any(path.exists() for path in candidates):
             raise CheckpointError(
                 f"memory importer '{self.name}' found no export of memory "

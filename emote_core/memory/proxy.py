@@ -28,7 +28,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -237,6 +237,9 @@ class MemoryTableProxy:
         self._add_timer = self.timers.timer("add")
         self._completed_timer = self.timers.timer("completed")
         self.completed_episodes = 0
+        self.episode_listeners: list[Callable[[int, dict[str, Any], EpisodeState], None]] = []
+        """Called with ``(identity, sequence, end_state)`` after each episode enters the table
+        (an incremental exporter listens here)."""
         """Episodes added to the table by this proxy."""
         self.dropped_episodes = 0
         """Episodes finished but dropped for being shorter than the threshold."""
@@ -344,6 +347,8 @@ class MemoryTableProxy:
                 identity = self._skip_held_identities()
                 self._table.add_sequence(identity, sequence, end_state=end_state)
             self.completed_episodes += 1
+            for listener in self.episode_listeners:
+                listener(identity, sequence, end_state)
 
     def _skip_held_identities(self) -> int:
         index = self._table.index

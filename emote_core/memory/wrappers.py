@@ -22,6 +22,7 @@ from emote_core.typing import AgentId, DictObservation, DictResponse, EpisodeSta
 from emote_core.utils import BlockTimers
 
 if TYPE_CHECKING:
+    from emote_core.memory.formats.zarr_store.tables import StoreAppender
     from emote_core.memory.table import ArrayMemoryTable
 
 log = logging.getLogger(__name__)
@@ -117,13 +118,14 @@ class MemoryTableProxyWrapper(MemoryProxyWrapper):
 
 
 class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
-    """Exports the table to ``<experiment_root_path>/<target_memory_name>_export`` now and then.
+    """Appends completed episodes to the store ``<root>/<name>_export`` now and then.
 
-    After every ``inf_steps_per_memory_export`` agent steps (observations that got an action), and
-    no sooner than ``min_time_per_export`` seconds after the previous export, the table is written
-    with its ``store`` (upstream emote's V1 zip) from the thread that calls :meth:`add`. A later
-    run reads the export back with
-    :class:`~emote_core.memory.callbacks.MemoryImporterCallback`.
+    The export is an emote-memory Zarr store that grows incrementally: after every
+    ``inf_steps_per_memory_export`` agent steps (observations that got an action), and no sooner
+    than ``min_time_per_export`` seconds after the previous export, the episodes completed since
+    the last export are appended and committed (never a full rewrite), from the thread that calls
+    :meth:`add`. An existing store there is appended to (a resumed run). A later run reads it
+    back with :class:`~emote_core.memory.callbacks.MemoryImporterCallback`.
 
     Args:
         inner: The wrapped proxy.
@@ -170,6 +172,18 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
         self._last_export_time: float | None = None
         self.export_count = 0
         """Exports written so far."""
+        listeners = getattr(self.unwrapped, "episode_listeners", None)
+        if listeners is None:
+            raise ConfigurationError(
+                "MemoryExporterProxyWrapper needs a MemoryTableProxy at the bottom of the wrapper "
+                f"stack (it listens for completed episodes); got {type(self.unwrapped).__name__}"
+            )
+        listeners.append(self._completed)
+        self._pending: list[tuple[int, dict[str, Any], EpisodeState]] = []
+        self._appender: StoreAppender | None = None
+
+    def _completed(self, identity: int, sequence: dict[str, Any], end_state: EpisodeState) -> None:
+        self._pending.append((identity, sequence, end_state))
 
     def add(
         self,
@@ -189,19 +203,19 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
         self._last_export_time = now
 
     def export(self) -> Path:
-        """Writes the table to :attr:`export_path` now and restarts the step count.
+        """Appends the episodes completed since the last export now; restarts the step count.
 
         Returns:
-            The path given to the table's ``store``.
+            The store's path.
         """
         self.export_path.parent.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
         timers = getattr(self._inner, "timers", None)
         if isinstance(timers, BlockTimers):
             with timers.scope("export"):
-                self.store(self.export_path)
+                self._append_pending()
         else:
-            self.store(self.export_path)
+            self._append_pending()
         self._steps_since_export = 0
         self.export_count += 1
         log.info(
@@ -211,6 +225,14 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
             time.perf_counter() - started,
         )
         return self.export_path
+
+    def _append_pending(self) -> None:
+        from emote_core.memory.formats.zarr_store.tables import StoreAppender
+
+        if self._appender is None:
+            self._appender = StoreAppender(self.export_path, self.table)
+        pending, self._pending = self._pending, []
+        self._appender.append(pending)
 
 
 __all__ = [

@@ -16,6 +16,7 @@ from emote_core.callbacks.logging import TensorboardLogger
 from emote_core.callbacks.testing import FinalRewardTestCheck
 from emote_core.errors import ConfigurationError, TestCheckFailed
 from emote_core.memory.columns import Column, VirtualColumn
+from emote_core.memory.formats.zarr_store import MemoryStore
 from emote_core.memory.logging_wrapper import LoggingProxyWrapper
 from emote_core.memory.mappers import NextElementMapper
 from emote_core.memory.proxy import MemoryProxy, MemoryTableProxy
@@ -206,9 +207,14 @@ def test_exporter_exports_every_n_agent_steps_and_at_most_once_per_min_time(tmp_
         clock=clock,
     )
     exports: list[tuple[Path, int]] = []
-    monkeypatch.setattr(
-        table, "store", lambda path, version=None: exports.append((path, table.size()))
-    )
+    export = exporter.export
+
+    def recording_export() -> Path:  # records what the store holds after each export
+        path = export()
+        exports.append((path, MemoryStore(path).transition_count))
+        return path
+
+    monkeypatch.setattr(exporter, "export", recording_export)
     exporter.add({0: obs(INITIAL), 1: obs(INITIAL)}, {0: act(), 1: act()})  # 2 agent steps
     exporter.add({0: obs(RUNNING, 1.0)}, {0: act()})  # 3
     exporter.add({0: obs(TERMINAL, 1.0)}, {})  # final observations take no action: still 3
@@ -230,6 +236,7 @@ def test_exporter_exports_every_n_agent_steps_and_at_most_once_per_min_time(tmp_
     exporter.add({1: obs(INTERRUPTED, 1.0)}, {})
     exporter.add({1: obs(INITIAL)}, {1: act()})
     assert len(exports) == 3 and exports[-1][1] == 2 + 12  # both finished episodes
+    assert MemoryStore(exports[-1][0]).episode_count == 2  # appended, never rewritten
     assert proxy_timer_count(exporter, "export") == 3
 
 

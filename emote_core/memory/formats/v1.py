@@ -21,14 +21,13 @@ import logging
 import os
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from emote_core.errors import FormatError, StorageError
-from emote_core.memory.columns import TagColumn
 from emote_core.memory.formats.safe_pickle import read_npy
 from emote_core.memory.formats.stored import (
     COLUMN_KINDS,
@@ -68,13 +67,15 @@ def _column_entry(schema: ColumnSchema) -> list[Any]:
     return [schema.name, schema.kind, config]
 
 
-def _strategy_state(strategy: Any, lengths: dict[int, int]) -> dict[str, Any] | None:
-    state = dict(strategy.state() or {})
+def _strategy_state(
+    type_name: str, state: dict[str, Any] | None, lengths: dict[int, int]
+) -> dict[str, Any] | None:
+    state = dict(state or {})
     if not state:
         return None
     # Upstream's FIFO strategies load "sequence_lengths" alongside "identities"; add them so
     # upstream emote can read what emote writes.
-    if type(strategy).__name__.startswith("Fifo") and "identities" in state:
+    if type_name.startswith("Fifo") and "identities" in state:
         state.setdefault(
             "sequence_lengths",
             [[int(i), lengths[int(i)]] for i in state["identities"] if int(i) in lengths],
@@ -104,51 +105,121 @@ def write_v1(table: ArrayMemoryTable, path: str | os.PathLike[str]) -> None:
         StorageError: If the file cannot be written (missing directory, permissions, disk full).
     """
     episodes = list(table.episodes())
-    ids = [identity for identity, _, _ in episodes]
     lengths = {identity: len(data[table.length_key]) for identity, data, _ in episodes}
-    stored = [*table.stored, *table.tags]
     configuration: dict[str, Any] = {
         "ejector_type": type(table.ejector).__name__,
         "sampler_type": type(table.sampler).__name__,
         "length_key": table.length_key,
         "maxlen": table.maxlen,
-        "ids": ids,
     }
-    for key, strategy in (("ejector_state", table.ejector), ("sampler_state", table.sampler)):
-        state = _strategy_state(strategy, lengths)
+    states = {
+        "ejector_state": _strategy_state(
+            type(table.ejector).__name__, table.ejector.state(), lengths
+        ),
+        "sampler_state": _strategy_state(
+            type(table.sampler).__name__, table.sampler.state(), lengths
+        ),
+    }
+    schemas = [ColumnSchema.of(c) for c in table.columns.values()]
+    _write(Path(path), configuration, states, schemas, episodes)
+
+
+def write_v1_stored(
+    stored: StoredTable,
+    path: str | os.PathLike[str],
+    *,
+    source: dict[str, Any] | None = None,
+) -> None:
+    """Writes a :class:`StoredTable` (any reader's output) to ``path`` as a V1 zip.
+
+    Strategy types and state are kept when the source recorded them; otherwise the zip names a
+    FIFO ejector (holding the episodes oldest first) and a uniform sampler, which is what
+    upstream emote's tables use. ``maxlen`` is the source's, raised to the transitions held.
+
+    Args:
+        stored: The episodes and column schemas to write.
+        path: The file to write; replaced atomically if it exists.
+        source: Where the episodes came from (``{"format", "sha256", "path"}``), recorded in
+            ``configuration.json`` under ``"source"`` (upstream readers ignore it).
+
+    Raises:
+        FormatError: If ``stored`` has no length key.
+        StorageError: If the file cannot be written.
+    """
+    if stored.length_key is None:
+        raise FormatError(
+            f"{stored.source} records no length key (the column that counts transitions); "
+            "a V1 zip needs one"
+        )
+    key = stored.length_key
+    lengths = {identity: len(data[key]) for identity, data, _ in stored.episodes}
+    ejector_type = stored.ejector_type or "FifoEjectionStrategy"
+    ejector_state = stored.ejector_state
+    if ejector_state is None and ejector_type.startswith("Fifo"):
+        ejector_state = {"identities": list(lengths)}
+    configuration: dict[str, Any] = {
+        "ejector_type": ejector_type,
+        "sampler_type": stored.sampler_type or "UniformSampleStrategy",
+        "length_key": key,
+        "maxlen": max(stored.maxlen or 0, sum(lengths.values()), 1),
+    }
+    states = {
+        "ejector_state": _strategy_state(ejector_type, ejector_state, lengths),
+        "sampler_state": _strategy_state(
+            configuration["sampler_type"], stored.sampler_state, lengths
+        ),
+    }
+    extra = {"source": source} if source is not None else {}
+    _write(Path(path), configuration, states, list(stored.columns), stored.episodes, extra)
+
+
+def _write(
+    path: Path,
+    configuration: dict[str, Any],
+    states: dict[str, dict[str, Any] | None],
+    schemas: list[ColumnSchema],
+    episodes: Sequence[EpisodeRecord],
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """Writes the zip: ``configuration`` completed with ids, states, columns and end states."""
+    ids = [identity for identity, _, _ in episodes]
+    stored = [schema for schema in schemas if schema.stored]
+    configuration = {**configuration, "ids": ids}
+    for key, state in states.items():
         if state is not None:
             configuration[key] = state
-    configuration["columns"] = [_column_entry(ColumnSchema.of(c)) for c in table.columns.values()]
-    configuration["part_keys"] = [column.name for column in stored]
-    configuration["end_states"] = [end_state.name for _, _, end_state in episodes]
+    configuration["columns"] = [_column_entry(schema) for schema in schemas]
+    configuration["part_keys"] = [schema.name for schema in stored]
+    configuration["end_states"] = [EpisodeState(end).name for _, _, end in episodes]
+    configuration.update(extra or {})
     text = json.dumps(configuration, default=_json_default)
 
     def write_members(archive: zipfile.ZipFile) -> None:
         archive.writestr(VERSION, str(TableSerializationVersion.V1.value))
         archive.writestr(CONFIGURATION, text)
-        for column in stored:
-            chunks = [np.asarray(data[column.name]) for _, data, _ in episodes]
-            if isinstance(column, TagColumn):
-                chunks = [chunk.reshape(1, *column.shape) for chunk in chunks]
+        for schema in stored:
+            chunks = [np.asarray(data[schema.name]) for _, data, _ in episodes]
+            if schema.kind == "TagColumn":
+                chunks = [chunk.reshape(1, *schema.shape) for chunk in chunks]
             counts = np.array([len(chunk) for chunk in chunks], dtype=np.int64)
             ranges = np.zeros((len(ids), 3), dtype=np.int64)
             ranges[:, 0] = ids
             ranges[:, 1] = np.cumsum(counts) - counts
             ranges[:, 2] = counts
             if chunks:
-                values = np.concatenate(chunks, axis=0)
+                values = np.concatenate(chunks, axis=0).astype(schema.dtype, copy=False)
             else:
-                values = np.zeros((0, *column.shape), dtype=column.dtype)
+                values = np.zeros((0, *schema.shape), dtype=schema.dtype)
             for name, array in (
-                (f"{column.name}.ranges.npy", ranges),
-                (f"{column.name}.npy", values),
+                (f"{schema.name}.ranges.npy", ranges),
+                (f"{schema.name}.npy", values),
             ):
                 with archive.open(name, "w", force_zip64=True) as member:
                     np.lib.format.write_array(
                         member, np.ascontiguousarray(array), allow_pickle=False
                     )
 
-    _write_atomically(Path(path), write_members)
+    _write_atomically(path, write_members)
 
 
 def _write_atomically(path: Path, write_members: Callable[[zipfile.ZipFile], None]) -> None:
@@ -352,4 +423,4 @@ def read_v1(
     )
 
 
-__all__ = ["CONFIGURATION", "VERSION", "EpisodeRecord", "read_v1", "write_v1"]
+__all__ = ["CONFIGURATION", "VERSION", "EpisodeRecord", "read_v1", "write_v1", "write_v1_stored"]

@@ -48,6 +48,10 @@ def open_group(url: str | os.PathLike[str], mode: str) -> Any:
     location = os.fspath(url)
     try:
         return zarr.open_group(location, mode=mode)  # type: ignore[arg-type]
+    except FileExistsError as error:
+        raise FormatError(
+            f"'{location}' already holds data; choose another destination or allow overwriting"
+        ) from error
     except FileNotFoundError as error:
         raise FormatError(f"no emote memory store at '{location}'") from error
     except (ValueError, KeyError, TypeError) as error:
