@@ -21,7 +21,7 @@ from typing import Annotated
 
 import typer
 
-from emote_cli import env
+from emote_cli import env, memory
 
 __all__ = ["app", "main"]
 
@@ -43,6 +43,7 @@ app = typer.Typer(
 
 # Commands, one module each.
 app.command("env")(env.env)
+app.add_typer(memory.app, name="memory")
 
 
 def _print_version(value: bool) -> None:

@@ -7,7 +7,10 @@ A pickle is a program: loading one can call any function it names. Files from ot
 - numpy's array, dtype and scalar reconstruction functions and its scalar types,
 - the few builtins and ``collections`` containers that pickles of plain data need, and
 - the classes upstream emote (``emote.memory.*``) pickled, mapped to inert stand-ins
-  (:class:`UpstreamObject`, :class:`UpstreamStorage`) that only hold attributes and items.
+  (:class:`UpstreamObject`, :class:`UpstreamStorage`) that only hold attributes and items, and
+- the few objects peers' replay files carry (Stable-Baselines3's replay buffers, the gymnasium
+  spaces inside them, the numpy random generators those spaces hold, ``torch.device``), mapped
+  to :class:`PeerObject` stand-ins that likewise only hold what was pickled.
 
 Every other global (``os.system``, ``builtins.eval``, ``subprocess.Popen``, unknown modules)
 raises :class:`~emote_core.errors.UnsafePickleError` as soon as the pickle names it, before
@@ -58,6 +61,28 @@ UPSTREAM_STORAGES: tuple[tuple[str, str], ...] = (
     ("emote.memory.storage", "TagStorage"),
 )
 """Upstream dict subclasses (episode id -> array); each resolves to an :class:`UpstreamStorage`."""
+
+_GYM_SPACES = (
+    ("box", "Box"), ("discrete", "Discrete"), ("dict", "Dict"),
+    ("multi_discrete", "MultiDiscrete"), ("multi_binary", "MultiBinary"),
+)  # fmt: skip
+PEER_OBJECTS: tuple[tuple[str, str], ...] = (
+    ("stable_baselines3.common.buffers", "ReplayBuffer"),
+    ("stable_baselines3.common.buffers", "DictReplayBuffer"),
+    ("stable_baselines3.common.buffers", "NStepReplayBuffer"),
+    *((f"{package}.spaces.{module}", name) for package in ("gymnasium", "gym")
+      for module, name in _GYM_SPACES),
+    ("numpy.random._pickle", "__generator_ctor"),
+    ("numpy.random._pickle", "__bit_generator_ctor"),
+    ("numpy.random._pickle", "__randomstate_ctor"),
+    ("numpy.random._pcg64", "PCG64"),
+    ("numpy.random.bit_generator", "SeedSequence"),
+    ("numpy.random.bit_generator", "__pyx_unpickle_SeedSequence"),
+    ("torch", "device"),
+)  # fmt: skip
+"""Globals that peers' replay files name (Stable-Baselines3 ``save_replay_buffer`` pickles: the
+buffer, its gymnasium (or old gym) spaces, the numpy generators the spaces hold, the buffer's
+``torch.device``); each resolves to a :class:`PeerObject` stand-in class."""
 
 
 class _StandIn:
@@ -117,6 +142,29 @@ class UpstreamStorage(_StandIn, dict):  # type: ignore[misc]
     """
 
     __hash__ = None  # type: ignore[assignment]
+
+
+class PeerObject(_StandIn):
+    """An inert stand-in for an object in a peer's pickle (a replay buffer, a space, a generator).
+
+    Calling the stand-in class (a pickled constructor call such as ``torch.device('cpu')`` or
+    numpy's ``__generator_ctor(...)``) only records the arguments in ``constructor_args``. State
+    that is a dict of attributes is set as attributes; any other pickled state (numpy's bit
+    generators pickle tuples) is kept unchanged in ``pickled_state``.
+    """
+
+    def __setstate__(self, state: Any) -> None:
+        if not isinstance(self, _StandIn):  # a BUILD aimed at the stand-in class itself
+            raise UnsafePickleError("a pickle tries to set state on a stand-in class; refused")
+        slots_form = (
+            isinstance(state, tuple)
+            and len(state) == 2
+            and all(part is None or isinstance(part, dict) for part in state)
+        )
+        if isinstance(state, dict) or slots_form:
+            super().__setstate__(state)
+        else:
+            self.__dict__["pickled_state"] = state
 
 
 def _make_stand_in(module: str, qualname: str, base: type) -> type:
@@ -196,6 +244,8 @@ def _build_allowlist() -> dict[tuple[str, str], Any]:
         allowed[module, qualname] = _make_stand_in(module, qualname, UpstreamObject)
     for module, qualname in UPSTREAM_STORAGES:
         allowed[module, qualname] = _make_stand_in(module, qualname, UpstreamStorage)
+    for module, qualname in PEER_OBJECTS:
+        allowed[module, qualname] = _make_stand_in(module, qualname, PeerObject)
     return allowed
 
 
@@ -323,8 +373,10 @@ def read_npy(data: bytes, *, objects: bool = True, trust: bool = False) -> np.nd
 
 __all__ = [
     "ALLOWED_GLOBALS",
+    "PEER_OBJECTS",
     "UPSTREAM_OBJECTS",
     "UPSTREAM_STORAGES",
+    "PeerObject",
     "RestrictedUnpickler",
     "UpstreamObject",
     "UpstreamStorage",

@@ -12,6 +12,24 @@ import numpy as np
 from emote_core.memory.formats.stored import ColumnSchema, StoredTable
 from emote_core.typing import EpisodeState
 
+REWARD_COLUMNS = ("rewards", "reward", "rew")
+"""Column names whose per-episode sum is an episode's return, first match wins."""
+
+
+def reward_column(names: Sequence[str] | set[str]) -> str | None:
+    """The column holding rewards among ``names`` (``None`` when there is none)."""
+    return next((name for name in REWARD_COLUMNS if name in names), None)
+
+
+def episode_returns(stored: StoredTable) -> np.ndarray:
+    """Each episode's return (sum of its rewards); NaN when the source has no reward column."""
+    reward = reward_column({c.name for c in stored.columns})
+    if reward is None:
+        return np.full(len(stored.episodes), np.nan)
+    return np.array(
+        [float(np.sum(data[reward], dtype=np.float64)) for _, data, _ in stored.episodes]
+    )
+
 
 def statistics(values: np.ndarray) -> dict[str, float | None]:
     """``{min, mean, max}`` of ``values`` (``None`` each when empty)."""
@@ -47,10 +65,7 @@ def summarize_stored(stored: StoredTable, length_key: str | None = None) -> dict
     """The inspect report of a source read into memory (zips, pickles, peer files)."""
     key = length_key or stored.length_key or "rewards"
     lengths = np.array([len(data[key]) for _, data, _ in stored.episodes], dtype=np.int64)
-    returns = np.array(
-        [float(np.sum(data[key], dtype=np.float64)) if key in data else np.nan
-         for _, data, _ in stored.episodes]
-    )  # fmt: skip
+    returns = episode_returns(stored)
     ends = np.array([int(end) for _, _, end in stored.episodes], dtype=np.int64)
     return {
         "format": stored.format,
@@ -78,4 +93,13 @@ def bytes_on_disk(location: str | os.PathLike[str]) -> int | None:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-__all__ = ["bytes_on_disk", "columns_summary", "episode_summary", "statistics", "summarize_stored"]
+__all__ = [
+    "REWARD_COLUMNS",
+    "bytes_on_disk",
+    "columns_summary",
+    "episode_returns",
+    "episode_summary",
+    "reward_column",
+    "statistics",
+    "summarize_stored",
+]

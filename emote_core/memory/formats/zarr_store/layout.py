@@ -67,6 +67,8 @@ class RowKind:
     """N + 1 rows (observations, including the final one)."""
     EPISODE = "episode"
     """One row (tag columns)."""
+    VIRTUAL = "virtual"
+    """No rows: derived when sampling (recorded in ``virtual_columns`` for the schema only)."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,12 @@ class StoreColumn:
             raise FormatError(
                 f"store '{source}' has a malformed column entry: {error!r}"
             ) from error
-        if rows not in (RowKind.TRANSITIONS, RowKind.OBSERVATIONS, RowKind.EPISODE):
+        if rows not in (
+            RowKind.TRANSITIONS,
+            RowKind.OBSERVATIONS,
+            RowKind.EPISODE,
+            RowKind.VIRTUAL,
+        ):
             raise FormatError(f"store '{source}' column '{schema.name}' has unknown rows '{rows}'")
         return cls(schema, rows)
 

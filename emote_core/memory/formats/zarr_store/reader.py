@@ -67,6 +67,9 @@ class MemoryStore:
         self.format_version = check_format(attributes, self.url)
         self.attributes = attributes
         self.columns = [StoreColumn.from_json(c, self.url) for c in attributes.get("columns", [])]
+        self.virtual_columns = [
+            StoreColumn.from_json(c, self.url) for c in attributes.get("virtual_columns", [])
+        ]
         self.length_key = str(attributes.get("length_key"))
         if self.length_key not in {c.name for c in self.columns}:
             raise FormatError(
@@ -109,7 +112,8 @@ class MemoryStore:
         return int(sum(int(s.table["length"].sum()) for s in self.shards))
 
     def schemas(self) -> list[ColumnSchema]:
-        return [c.schema for c in self.columns]
+        """Stored columns, then the virtual columns recorded at creation."""
+        return [c.schema for c in (*self.columns, *self.virtual_columns)]
 
     def episodes(self, *, max_transitions: int | None = None) -> Iterator[EpisodeRecord]:
         """Every committed episode, oldest first across shards (by commit time).
@@ -167,7 +171,7 @@ class MemoryStore:
             return np.concatenate([t[field] for t in tables]) if tables else np.zeros(0)
 
         columns = columns_summary(self.schemas())
-        for column in self.columns:
+        for column in (*self.columns, *self.virtual_columns):
             columns[column.name]["rows"] = column.rows
         return {
             "format": FORMAT_NAME,

@@ -35,6 +35,10 @@ def _observation_like(table: ArrayMemoryTable) -> list[str]:
     return sorted(set(learned) | set(read_ahead))
 
 
+def _virtual(table: ArrayMemoryTable) -> list[ColumnSchema]:
+    return [ColumnSchema.of(column) for column in table.virtual]
+
+
 def table_schemas(table: ArrayMemoryTable) -> list[ColumnSchema]:
     return [ColumnSchema.of(column) for column in table.columns.values()]
 
@@ -64,7 +68,13 @@ class StoreAppender:
             columns = store_columns(
                 table_schemas(table), None, table.length_key, _observation_like(table)
             )
-            create_store(self.url, columns=columns, length_key=table.length_key, spaces=spaces)
+            create_store(
+                self.url,
+                columns=columns,
+                length_key=table.length_key,
+                spaces=spaces,
+                virtual=_virtual(table),
+            )
         self.writer = ShardWriter(self.url, shard=shard)
 
     def append(self, episodes: Sequence[EpisodeRecord]) -> None:
@@ -102,7 +112,12 @@ def save_table(
         _observation_like(table),
     )  # fmt: skip
     create_store(
-        url, columns=columns, length_key=table.length_key, spaces=spaces, overwrite=overwrite
+        url,
+        columns=columns,
+        length_key=table.length_key,
+        spaces=spaces,
+        overwrite=overwrite,
+        virtual=_virtual(table),
     )
     StoreAppender(url, table).append(episodes)
     return len(episodes)

@@ -20,6 +20,7 @@ import numpy as np
 
 from emote_core.errors import FormatError, SchemaError
 from emote_core.memory.formats.stored import ColumnSchema, EpisodeRecord
+from emote_core.memory.formats.summary import reward_column
 from emote_core.memory.formats.zarr_store.layout import (
     COLUMNS,
     DEFAULT_SHARD,
@@ -106,8 +107,12 @@ def create_store(
     spaces: dict[str, Any] | None = None,
     source: dict[str, Any] | None = None,
     overwrite: bool = False,
+    virtual: Sequence[ColumnSchema] = (),
 ) -> None:
     """Creates an empty emote-memory store (no shards yet).
+
+    ``virtual`` columns (next observations, dones, masks) hold no data; the store records them so
+    that the schema survives a round trip.
 
     Raises:
         FormatError: If something exists there and ``overwrite`` is false, or the schema is bad.
@@ -121,6 +126,7 @@ def create_store(
             "format": FORMAT_NAME,
             "format_version": int(StoreVersion.LATEST),
             "columns": [c.to_json() for c in columns],
+            "virtual_columns": [StoreColumn(c, RowKind.VIRTUAL).to_json() for c in virtual],
             "length_key": length_key,
             "spaces": spaces,
             "producer": producer(),
@@ -280,6 +286,7 @@ class _Batch:
         self.returns = np.empty(count, dtype=np.float64)
         self.checksums = np.empty(count, dtype=np.uint32)
         parts: dict[str, list[np.ndarray]] = {c.name: [] for c in columns}
+        reward = reward_column({c.name for c in columns})
         for k, (identity, data, end_state) in enumerate(episodes):
             if EpisodeState(end_state) not in (EpisodeState.TERMINAL, EpisodeState.INTERRUPTED):
                 raise SchemaError(f"episode {identity} ends {EpisodeState(end_state).name}")
@@ -294,7 +301,9 @@ class _Batch:
             self.identities[k] = identity
             self.lengths[k] = length
             self.end_states[k] = int(end_state)
-            self.returns[k] = float(np.sum(data[length_key], dtype=np.float64))
+            self.returns[k] = (
+                float(np.sum(data[reward], dtype=np.float64)) if reward is not None else np.nan
+            )
             self.checksums[k] = checksum
         self.columns = {name: np.concatenate(arrays) for name, arrays in parts.items()}
         self.step_offsets = np.cumsum(self.lengths) - self.lengths

@@ -110,6 +110,18 @@ def test_table_store_table_round_trip_is_exact(lengths, ids, interrupted) -> Non
             np.testing.assert_array_equal(a[key], b[key])
 
 
+def test_a_saved_table_keeps_its_virtual_columns_in_the_schema(tmp_path: Path, kit) -> None:
+    table = make_table()
+    table.add_sequence(1, kit.make(1)[1])
+    save_table(table, tmp_path / "t.zarr")
+    store = MemoryStore(tmp_path / "t.zarr")
+    virtual = {c.name: c for c in store.schemas() if c.kind == "VirtualColumn"}
+    assert sorted(virtual) == ["dones", "masks", "next_obs"]
+    assert virtual["next_obs"].target_name == "obs"
+    assert virtual["masks"].mapper == {"type": "SyntheticMasks"}
+    assert store.info()["columns"]["dones"]["rows"] == "virtual"
+
+
 def test_shards_are_read_as_their_union_and_load_renumbers_repeated_ids(
     tmp_path: Path, kit
 ) -> None:

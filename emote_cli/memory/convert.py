@@ -1,0 +1,128 @@
+"""``emote memory convert``: any memory source into a Zarr store or another format, atomically.
+
+The library (:func:`emote_core.memory.formats.convert.convert`) writes the target under a
+temporary name next to DST and renames it into place when complete; this module parses the
+command line, shows progress on stderr and prints the summary.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from emote_cli._common import (
+    DebugOption,
+    JsonOption,
+    QuietOption,
+    emit_json,
+    handle_errors,
+    setup_logging,
+    stderr_console,
+    stdout_console,
+)
+from emote_cli.memory.inspect import FromOption, TrustPickleOption, trust_pickle_warning
+
+__all__ = ["TargetFormat", "convert"]
+
+_PLAIN_INTERVAL_S = 1.0
+
+
+class TargetFormat(StrEnum):
+    """The formats ``--to`` accepts (the writable entries of the library's format registry)."""
+
+    ZARR = "zarr"
+    EMOTE_V1 = "emote-v1"
+    NPZ = "npz"
+    PT = "pt"
+    CSV = "csv"
+    MINARI = "minari"
+
+
+def convert(
+    source: Annotated[
+        str,
+        typer.Argument(
+            metavar="SOURCE", help="A store, memory file or dataset id.", show_default=False
+        ),
+    ],
+    destination: Annotated[
+        str,
+        typer.Argument(
+            metavar="DST",
+            help="The store or file to write (a dataset id for --to minari).",
+            show_default=False,
+        ),
+    ],
+    source_format: FromOption = None,
+    target_format: Annotated[
+        TargetFormat,
+        typer.Option("--to", help="The format to write.", case_sensitive=False),
+    ] = TargetFormat.ZARR,
+    trust_pickle: TrustPickleOption = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace DST if it exists.")] = False,
+    json_output: JsonOption = False,
+    quiet: QuietOption = False,
+    debug: DebugOption = False,
+) -> None:
+    """Convert a memory from any format emote reads into a Zarr store (or another format).
+
+    Formats are detected from content (--from overrides). DST is replaced only with --force.
+    """
+    setup_logging(quiet=quiet, debug=debug)
+    with handle_errors(debug=debug):
+        from emote_core.memory.formats.convert import convert as convert_memory
+
+        if trust_pickle:
+            trust_pickle_warning(source)
+        with _progress(quiet, source, destination) as progress:
+            summary = convert_memory(
+                source,
+                destination,
+                source_format=source_format.value if source_format else None,
+                target_format=target_format.value,
+                trust_pickle=trust_pickle,
+                force=force,
+                progress=progress,
+            )
+        if json_output:
+            emit_json(summary)
+        else:
+            stdout_console().print(
+                f"converted {summary['episodes']:,} episodes ({summary['transitions']:,} "
+                f"transitions) from {summary['source_format']} '{source}' to "
+                f"{summary['target_format']} '{destination}' in {summary['seconds']:.2f} s",
+                soft_wrap=True,
+                highlight=False,
+            )
+
+
+@contextmanager
+def _progress(quiet: bool, source: str, destination: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress callback: a live bar on a terminal, else a plain line at most once a second."""
+    console = stderr_console(quiet=quiet)
+    if console.is_terminal and not quiet:
+        from rich.progress import Progress
+
+        with Progress(console=console, transient=True) as bar:
+            task = bar.add_task(f"reading {source}", total=None)
+
+            def update(done: int, total: int) -> None:
+                bar.update(task, description=f"writing {destination}", completed=done, total=total)
+
+            yield update
+        return
+
+    last = [0.0]
+
+    def line(done: int, total: int) -> None:
+        now = time.monotonic()
+        if done in (0, total) or now - last[0] >= _PLAIN_INTERVAL_S:
+            last[0] = now
+            console.print(f"writing {destination}: {done:,}/{total:,} episodes", highlight=False)
+
+    yield line

@@ -1,0 +1,197 @@
+"""``emote memory inspect``: what a memory holds, for a Zarr store and every other format.
+
+Read-only. A store's report reads only its episode tables (fast on any size); other formats are
+read whole. The formats are those of :mod:`emote_core.memory.formats.sources`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+
+from emote_cli._common import (
+    DebugOption,
+    JsonOption,
+    QuietOption,
+    emit_json,
+    handle_errors,
+    setup_logging,
+    stdout_console,
+)
+
+__all__ = ["SourceFormat", "TrustPickleOption", "inspect", "trust_pickle_warning"]
+
+
+class SourceFormat(StrEnum):
+    """The formats ``--from`` accepts (the readable entries of the library's format registry)."""
+
+    ZARR = "zarr"
+    EMOTE_V1 = "emote-v1"
+    EMOTE_LEGACY = "emote-legacy"
+    SB3_REPLAY_BUFFER = "sb3-replay-buffer"
+    SKRL_MEMORY = "skrl-memory"
+    TMRL_DATASET = "tmrl-dataset"
+    LEGACY_PICKLE = "legacy-pickle"
+    MINARI = "minari"
+
+
+FromOption = Annotated[
+    SourceFormat | None,
+    typer.Option(
+        "--from",
+        help="Read SOURCE as this format instead of detecting it from its content.",
+        case_sensitive=False,
+        show_default=False,
+    ),
+]
+
+TrustPickleOption = Annotated[
+    bool,
+    typer.Option(
+        "--trust-pickle",
+        help=(
+            "Unpickle without emote's allowlist. A pickle can run any code: use only on files "
+            "you made or fully trust."
+        ),
+    ),
+]
+
+
+def trust_pickle_warning(location: str) -> None:
+    """Warn on stderr (also under --quiet) that a source is about to be unpickled unrestricted."""
+    import logging
+
+    logging.getLogger("emote_cli.memory").warning(
+        "--trust-pickle: '%s' is unpickled WITHOUT restrictions; any code in it runs with your "
+        "permissions. Use it only on files you made or fully trust.",
+        location,
+    )
+
+
+def inspect(
+    source: Annotated[
+        str,
+        typer.Argument(
+            metavar="SOURCE", help="A store, memory file or dataset id.", show_default=False
+        ),
+    ],
+    source_format: FromOption = None,
+    trust_pickle: TrustPickleOption = False,
+    json_output: JsonOption = False,
+    quiet: QuietOption = False,
+    debug: DebugOption = False,
+) -> None:
+    """Show what a memory holds: format, schema, spaces, episodes, transitions and statistics.
+
+    Works on emote's Zarr stores and, read-only, on every format `emote memory convert` reads.
+    """
+    setup_logging(quiet=quiet, debug=debug)
+    with handle_errors(debug=debug):
+        from emote_core.memory.formats.inspect import inspect_source
+
+        if trust_pickle:
+            trust_pickle_warning(source)
+        report = inspect_source(
+            source,
+            source_format=source_format.value if source_format else None,
+            trust_pickle=trust_pickle,
+        )
+        if json_output:
+            emit_json(report)
+        else:
+            _print_report(report)
+
+
+def _number(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:.{digits}g}"
+    return f"{int(value):,}"
+
+
+def _size(count: Any) -> str:
+    if count is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB"):
+        if count < 1000 or unit == "GB":
+            return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"
+        count /= 1000
+    return str(count)  # pragma: no cover - the loop always returns
+
+
+def _statistics(stats: dict[str, Any] | None) -> str:
+    if not stats or stats.get("mean") is None:
+        return "-"
+    return " / ".join(_number(stats[key]) for key in ("min", "mean", "max"))
+
+
+def _print_report(report: dict[str, Any]) -> None:
+    """The report as Rich tables on stdout: overview, columns, shards and spaces."""
+    import json
+
+    from rich.table import Table
+
+    console = stdout_console()
+    overview = Table(title=f"emote memory: {report.get('location')}", show_header=False)
+    overview.title_justify = "left"
+    overview.add_column("item", style="bold")
+    overview.add_column("value", overflow="fold")
+    version = report.get("format_version")
+    overview.add_row(
+        "format", f"{report['format']}" + (f" v{version}" if version is not None else "")
+    )
+    overview.add_row("episodes", _number(report["episodes"]))
+    overview.add_row("transitions", _number(report["transitions"]))
+    overview.add_row("episode length min / mean / max", _statistics(report.get("episode_length")))
+    overview.add_row("episode return min / mean / max", _statistics(report.get("episode_return")))
+    ends = report.get("end_states") or {}
+    overview.add_row("end states", ", ".join(f"{k} {v:,}" for k, v in ends.items()) or "-")
+    overview.add_row("length key", str(report.get("length_key") or "-"))
+    overview.add_row("bytes on disk", _size(report.get("bytes_on_disk")))
+    producer = report.get("producer")
+    if isinstance(producer, dict):
+        described = f"{producer.get('tool', '?')} {producer.get('version', '')}".strip()
+        overview.add_row("producer", f"{described} (python {producer.get('python', '?')})")
+    if report.get("created"):
+        overview.add_row("created", str(report["created"]))
+    source = report.get("source")
+    if isinstance(source, dict):
+        sha = source.get("sha256")
+        overview.add_row(
+            "converted from",
+            f"{source.get('format')} {source.get('path')}"
+            + (f" (sha256 {sha[:16]}…)" if sha else ""),
+        )
+    console.print(overview)
+
+    columns = Table(title="columns", title_justify="left")
+    for header in ("name", "kind", "dtype", "shape", "rows"):
+        columns.add_column(header)
+    for name, column in report["columns"].items():
+        columns.add_row(
+            name,
+            str(column.get("kind", "")),
+            str(column.get("dtype")),
+            str(tuple(column.get("shape", ()))),
+            str(column.get("rows", "")),
+        )
+    console.print(columns)
+
+    shards = report.get("shards")
+    if shards:
+        table = Table(title="shards", title_justify="left")
+        for header in ("shard", "episodes", "transitions", "commits"):
+            table.add_column(header, justify="left" if header == "shard" else "right")
+        for shard in shards:
+            table.add_row(
+                shard["name"],
+                _number(shard["episodes"]),
+                _number(shard["transitions"]),
+                _number(shard.get("commit_sequence")),
+            )
+        console.print(table)
+    spaces = report.get("spaces")
+    console.print(f"[bold]spaces[/bold]: {json.dumps(spaces) if spaces else '-'}", soft_wrap=True)

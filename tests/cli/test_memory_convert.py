@@ -1,0 +1,370 @@
+"""``emote memory convert``: real files in, atomic targets out, bad input refused in one line."""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import io
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from emote_cli._common import ExitCode
+from emote_cli.app import app
+from emote_cli.memory.convert import TargetFormat
+from emote_cli.memory.inspect import SourceFormat
+from emote_core.memory.formats.sources import read_source, source_formats, target_formats
+from emote_core.memory.formats.zarr_store import MemoryStore
+
+ROOT = Path(__file__).parents[2]
+UPSTREAM_V1 = ROOT.parent / "shared" / "fixtures" / "upstream" / "emote-export-v1.zip"
+LEGACY_ZIPS = sorted((ROOT / "tests" / "memory" / "formats" / "data").glob("*.zip"))
+
+
+@pytest.fixture
+def upstream_v1() -> Path:
+    if not UPSTREAM_V1.is_file():
+        pytest.skip(f"the shared upstream fixture {UPSTREAM_V1} is not on this machine")
+    return UPSTREAM_V1
+
+
+def _emote_script() -> str:
+    script = shutil.which("emote", path=str(Path(sys.executable).parent))
+    if script is None:
+        pytest.fail("the `emote` console script is not installed; run `pip install -e .`")
+    return script
+
+
+def _convert(runner: CliRunner, *args: str):
+    return runner.invoke(app, ["memory", "convert", *args])
+
+
+def _legacy_dump(path: Path) -> Path:
+    steps = np.arange(7, dtype=np.float64)
+    state = {
+        "obs": np.repeat(steps, 3).reshape(7, 1, 1, 3),
+        "next_obs": np.repeat(steps + 0.5, 3).reshape(7, 1, 1, 3),
+        "actions": np.zeros((7, 1, 2)),
+        "rewards": np.ones((7, 1, 1)),
+        "dones": np.isin(np.arange(7), (2, 4)).reshape(7, 1, 1),
+    }
+    path.write_bytes(pickle.dumps(state))
+    return path
+
+
+def _rewrite_zip(source: Path, destination: Path, replace: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(destination, "w") as new:
+        for name in old.namelist():
+            new.writestr(name, replace.get(name, old.read(name)))
+    return destination
+
+
+def _npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+class _Payload:
+    """Pickles as a call of ``function(*args)``: what a malicious file does."""
+
+    def __init__(self, function, *args) -> None:
+        self.call = (function, args)
+
+    def __reduce__(self):
+        return self.call
+
+
+def test_the_upstream_fixture_converts_to_a_store_with_a_json_summary(
+    runner, tmp_path, upstream_v1
+):
+    destination = tmp_path / "memory.zarr"
+    result = _convert(runner, str(upstream_v1), str(destination), "--json")
+
+    assert result.exit_code == ExitCode.OK, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["source_format"] == "emote-v1" and summary["target_format"] == "zarr"
+    assert (summary["episodes"], summary["transitions"]) == (100, 400)
+    assert summary["source_sha256"] == hashlib.sha256(upstream_v1.read_bytes()).hexdigest()
+    assert summary["destination"] == str(destination) and summary["seconds"] > 0
+    store = MemoryStore(destination)
+    assert (store.episode_count, store.transition_count) == (100, 400)
+    assert store.attributes["source"]["sha256"] == summary["source_sha256"]
+    assert runner.invoke(app, ["memory", "verify", str(destination)]).exit_code == ExitCode.OK
+
+
+@pytest.mark.parametrize("kind", ["legacy-zip", "legacy-pickle"])
+def test_legacy_sources_convert_to_stores_and_back_to_v1(runner, tmp_path, kind):
+    source = LEGACY_ZIPS[0] if kind == "legacy-zip" else _legacy_dump(tmp_path / "dump.pickle")
+    _, original = read_source(source)
+    assert _convert(runner, str(source), str(tmp_path / "a.zarr")).exit_code == ExitCode.OK
+    result = _convert(runner, str(tmp_path / "a.zarr"), str(tmp_path / "a.zip"), "--to", "emote-v1")
+    assert result.exit_code == ExitCode.OK, result.stderr
+
+    name, back = read_source(tmp_path / "a.zip")
+    assert name == "emote-v1"
+    assert [(i, int(e)) for i, _, e in back.episodes] == [
+        (i, int(e)) for i, _, e in original.episodes
+    ]
+    for (_, left, _), (_, right, _) in zip(original.episodes, back.episodes, strict=True):
+        for column in ("obs", "actions", "rewards"):
+            np.testing.assert_array_equal(left[column], right[column])
+
+
+def test_an_existing_destination_needs_force_and_is_otherwise_untouched(
+    runner, tmp_path, upstream_v1
+):
+    destination = tmp_path / "memory.zarr"
+    assert _convert(runner, str(LEGACY_ZIPS[0]), str(destination)).exit_code == ExitCode.OK
+    marker = {
+        p.relative_to(destination): p.read_bytes() for p in destination.rglob("*") if p.is_file()
+    }
+
+    result = _convert(runner, str(upstream_v1), str(destination))
+    assert result.exit_code == ExitCode.ERROR
+    assert result.stderr.strip().splitlines() == [
+        f"error: destination '{destination}' exists; pass --force to replace it"
+    ]
+    after = {
+        p.relative_to(destination): p.read_bytes() for p in destination.rglob("*") if p.is_file()
+    }
+    assert after == marker
+
+    result = _convert(runner, str(upstream_v1), str(destination), "--force", "--json")
+    assert result.exit_code == ExitCode.OK, result.stderr
+    assert MemoryStore(destination).episode_count == 100
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["memory.zarr"]
+
+
+def _truncated(tmp_path: Path, upstream: Path) -> Path:
+    path = tmp_path / "cut.zip"
+    path.write_bytes(upstream.read_bytes()[:-200])
+    return path
+
+
+def _empty(tmp_path: Path, upstream: Path) -> Path:
+    path = tmp_path / "empty.zip"
+    path.touch()
+    return path
+
+
+def _wrong_extension(tmp_path: Path, upstream: Path) -> Path:
+    path = tmp_path / "notes.zip"
+    path.write_text("these are my notes, not a memory\n")
+    return path
+
+
+def _plain_directory(tmp_path: Path, upstream: Path) -> Path:
+    path = tmp_path / "folder"
+    path.mkdir()
+    (path / "readme.txt").write_text("hello")
+    return path
+
+
+def _mismatched_lengths(tmp_path: Path, upstream: Path) -> Path:
+    ranges = np.load(io.BytesIO(zipfile.ZipFile(upstream).read("observation.ranges.npy")))
+    ranges[0, 2] -= 2  # the first episode loses two observation rows
+    return _rewrite_zip(upstream, tmp_path / "bad.zip", {"observation.ranges.npy": _npy(ranges)})
+
+
+def _newer_version(tmp_path: Path, upstream: Path) -> Path:
+    return _rewrite_zip(upstream, tmp_path / "newer.zip", {"version": b"7"})
+
+
+BAD_INPUTS = {
+    "truncated zip": (_truncated, "truncated or damaged"),
+    "empty file": (_empty, "is empty"),
+    "wrong extension": (_wrong_extension, "not in a memory format emote knows"),
+    "directory that is not a store": (_plain_directory, "not an emote memory store"),
+    "mismatched column lengths": (_mismatched_lengths, "column lengths disagree in episode 0"),
+    "unsupported version": (_newer_version, "version '7'; this emote reads versions [0, 1]"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+@pytest.mark.parametrize("target", ["zarr", "emote-v1"])
+def test_bad_input_is_one_error_line_and_leaves_nothing_behind(
+    runner, tmp_path, upstream_v1, case, target
+):
+    make, message = BAD_INPUTS[case]
+    source = make(tmp_path, upstream_v1)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = _convert(runner, str(source), str(tmp_path / "out"), "--to", target, "--json")
+
+    assert result.exit_code == ExitCode.ERROR
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert message in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no DST, no temporary files
+
+
+def test_debug_shows_the_traceback(runner, tmp_path, upstream_v1):
+    source = _newer_version(tmp_path, upstream_v1)
+    result = _convert(runner, str(source), str(tmp_path / "out.zarr"), "--debug")
+    assert result.exit_code == ExitCode.ERROR
+    assert "Traceback" in result.stderr and result.stderr.strip().splitlines()[-1].startswith(
+        "error:"
+    )
+
+
+def _malicious(tmp_path: Path, payload: str, shape: str = "dump") -> tuple[Path, Path]:
+    """A pickle that runs ``payload`` when loaded, shaped like a legacy dump, a tmrl dataset or
+    an SB3 replay buffer so that each reader's unpickler is tried."""
+    marker = tmp_path / "payload-ran"
+    call = {
+        "os.system": _Payload(os.system, f"touch {marker}"),
+        "builtins.eval": _Payload(builtins.eval, f"open({str(marker)!r}, 'w').close()"),
+        "subprocess.Popen": _Payload(subprocess.Popen, ["touch", str(marker)]),
+    }[payload]
+    if shape == "dump":
+        content = {"obs": call, "dones": np.zeros(3)}
+    elif shape == "tmrl":
+        content = [[0.0], [call], [0.0], [False], [False], [{}], [False]]
+    else:
+        from stable_baselines3.common.buffers import ReplayBuffer
+
+        content = _Payload(ReplayBuffer, call)
+    path = tmp_path / "memory.pickle"
+    path.write_bytes(pickle.dumps(content))
+    return path, marker
+
+
+MALICIOUS = {
+    "os.system": "system",
+    "builtins.eval": "builtins.eval",
+    "subprocess.Popen": "subprocess.Popen",
+}
+
+
+@pytest.mark.parametrize("shape", ["dump", "tmrl", "sb3"])
+@pytest.mark.parametrize("payload", list(MALICIOUS))
+def test_malicious_pickles_are_refused_by_name_and_never_run(runner, tmp_path, payload, shape):
+    if shape == "sb3":
+        pytest.importorskip("stable_baselines3")
+    path, marker = _malicious(tmp_path, payload, shape)
+    for command in ("convert", "inspect"):
+        args = [str(path), str(tmp_path / "out.zarr")] if command == "convert" else [str(path)]
+        result = runner.invoke(app, ["memory", command, *args])
+        assert result.exit_code == ExitCode.ERROR
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "outside emote's allowlist" in lines[0]
+        assert MALICIOUS[payload] in lines[0]
+    assert not marker.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["memory.pickle"]
+
+
+PEER_DATA = ROOT / "tests" / "memory" / "formats" / "peers" / "data"
+
+
+@pytest.mark.parametrize(
+    "name", ["sb3_sac_dict_2envs.pkl", "skrl1_memory_2envs.pt", "tmrl_cartpole_mixed.data.pkl"]
+)
+def test_peer_files_convert_to_stores_and_to_every_file_target(runner, tmp_path, name):
+    source = PEER_DATA / name
+    if not source.is_file():
+        pytest.skip(f"{source} is not here")
+    _, original = read_source(source)
+    result = _convert(runner, str(source), str(tmp_path / "a.zarr"), "--json")
+    assert result.exit_code == ExitCode.OK, result.stderr
+    assert json.loads(result.stdout)["episodes"] == len(original.episodes)
+    for kind in ("npz", "pt", "csv", "emote-v1"):
+        destination = tmp_path / f"out.{kind}"
+        result = _convert(runner, str(tmp_path / "a.zarr"), str(destination), "--to", kind, "-q")
+        assert result.exit_code == ExitCode.OK, result.stderr
+        _, back = read_source(destination)
+        assert [int(e) for _, _, e in back.episodes] == [int(e) for _, _, e in original.episodes]
+        assert sum(len(d["rewards"]) for _, d, _ in back.episodes) == sum(
+            len(d["rewards"]) for _, d, _ in original.episodes
+        )
+
+
+def test_a_minari_dataset_is_a_target_and_a_source(runner, tmp_path, monkeypatch):
+    pytest.importorskip("minari")
+    pytest.importorskip("h5py")
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
+    source = PEER_DATA / "sb3_dqn_cartpole_2envs.pkl"
+    if not source.is_file():
+        pytest.skip(f"{source} is not here")
+    result = _convert(runner, str(source), "emote/cartpole-v0", "--to", "minari", "--json")
+    assert result.exit_code == ExitCode.OK, result.stderr
+    assert json.loads(result.stdout)["transitions"] == 304
+
+    result = _convert(runner, str(source), "emote/cartpole-v0", "--to", "minari")
+    assert result.exit_code == ExitCode.ERROR and "exists" in result.stderr
+    result = _convert(runner, "emote/cartpole-v0", str(tmp_path / "back.zarr"), "--json")
+    assert result.exit_code == ExitCode.OK, result.stderr
+    summary = json.loads(result.stdout)
+    assert (summary["source_format"], summary["episodes"]) == ("minari", 13)
+    assert summary["source_sha256"] is not None
+
+
+def test_trust_pickle_warns_loudly_even_when_quiet(runner, tmp_path):
+    source = _legacy_dump(tmp_path / "dump.pickle")
+    result = _convert(runner, str(source), str(tmp_path / "a.zarr"), "--trust-pickle", "--quiet")
+    assert result.exit_code == ExitCode.OK, result.stderr
+    assert "--trust-pickle" in result.stderr and "WITHOUT restrictions" in result.stderr
+    assert MemoryStore(tmp_path / "a.zarr").episode_count == 3
+
+
+def test_progress_goes_to_stderr_as_plain_lines_and_quiet_silences_it(
+    runner, tmp_path, upstream_v1
+):
+    result = _convert(runner, str(upstream_v1), str(tmp_path / "a.zarr"), "--json")
+    assert json.loads(result.stdout)["episodes"] == 100
+    assert "writing" in result.stderr and "100/100 episodes" in result.stderr
+    assert "\x1b[" not in result.stderr
+
+    result = _convert(runner, str(upstream_v1), str(tmp_path / "b.zarr"), "--quiet")
+    assert result.exit_code == ExitCode.OK
+    assert result.stderr == ""
+    assert "converted 100 episodes (400 transitions)" in result.stdout
+
+
+def test_the_format_choices_are_the_registrys(runner):
+    assert sorted(f.value for f in SourceFormat) == sorted(source_formats())
+    assert sorted(f.value for f in TargetFormat) == sorted(target_formats())
+    result = runner.invoke(app, ["memory", "convert", "a", "b", "--to", "emote-legacy"])
+    assert result.exit_code == ExitCode.USAGE
+
+
+def test_the_console_script_converts_and_refuses_a_malicious_pickle(tmp_path, upstream_v1):
+    completed = subprocess.run(
+        [
+            _emote_script(),
+            "memory",
+            "convert",
+            str(upstream_v1),
+            str(tmp_path / "a.zarr"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == ExitCode.OK, completed.stderr
+    assert json.loads(completed.stdout)["transitions"] == 400
+
+    source, marker = _malicious(tmp_path, "os.system")
+    completed = subprocess.run(
+        [_emote_script(), "memory", "convert", str(source), str(tmp_path / "b.zarr")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == ExitCode.ERROR
+    assert completed.stdout == ""
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: pickle names the global")
+    assert not marker.exists() and not (tmp_path / "b.zarr").exists()

@@ -1,0 +1,238 @@
+"""``emote memory inspect``: reports on stores and every other format, human and JSON."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from emote_cli._common import ExitCode
+from emote_cli.app import app
+from emote_core.memory.formats.convert import convert, write_target
+from emote_core.memory.formats.stored import ColumnSchema, StoredTable
+from emote_core.typing import EpisodeState
+
+ROOT = Path(__file__).parents[2]
+UPSTREAM_V1 = ROOT.parent / "shared" / "fixtures" / "upstream" / "emote-export-v1.zip"
+LEGACY_ZIPS = sorted((ROOT / "tests" / "memory" / "formats" / "data").glob("*.zip"))
+
+
+@pytest.fixture
+def upstream_v1() -> Path:
+    if not UPSTREAM_V1.is_file():
+        pytest.skip(f"the shared upstream fixture {UPSTREAM_V1} is not on this machine")
+    return UPSTREAM_V1
+
+
+def _legacy_dump(path: Path) -> Path:
+    """7 steps: two episodes end at dones (steps 2 and 4), a 2-step tail is INTERRUPTED."""
+    steps = np.arange(7, dtype=np.float64)
+    path.write_bytes(
+        pickle.dumps(
+            {
+                "obs": np.repeat(steps, 3).reshape(7, 1, 1, 3),
+                "next_obs": np.repeat(steps + 0.5, 3).reshape(7, 1, 1, 3),
+                "actions": np.zeros((7, 1, 2)),
+                "rewards": np.ones((7, 1, 1)),
+                "dones": np.isin(np.arange(7), (2, 4)).reshape(7, 1, 1),
+            }
+        )
+    )
+    return path
+
+
+def _inspect_json(runner: CliRunner, *args: str) -> dict:
+    result = runner.invoke(app, ["memory", "inspect", "--json", *args])
+    assert result.exit_code == ExitCode.OK, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_the_upstream_v1_fixture_reports_100_episodes_and_400_transitions(runner, upstream_v1):
+    report = _inspect_json(runner, str(upstream_v1))
+    assert (report["format"], report["format_version"]) == ("emote-v1", 1)
+    assert (report["episodes"], report["transitions"]) == (100, 400)
+    assert report["columns"]["reward"]["dtype"] == "float32"
+    assert report["columns"]["reward"]["shape"] == []
+    assert report["columns"]["observation"]["rows"] == "observations"
+    assert report["end_states"] == {"TERMINAL": 100, "INTERRUPTED": 0}
+    assert report["episode_return"] == {"min": 10.0, "mean": 10.0, "max": 10.0}
+
+
+@pytest.mark.parametrize("path", LEGACY_ZIPS, ids=lambda p: p.name)
+def test_the_real_legacy_zips_report_their_four_episodes(runner, path):
+    report = _inspect_json(runner, str(path))
+    assert (report["format"], report["format_version"]) == ("emote-legacy", 0)
+    assert (report["episodes"], report["transitions"]) == (4, 14)
+    assert report["columns"]["obs"] == {
+        "dtype": "float32",
+        "shape": [3],
+        "kind": "Column",
+        "rows": "observations",
+    }
+    assert report["columns"]["terminal"]["kind"] == "TagColumn"
+
+
+PEER_DATA = ROOT / "tests" / "memory" / "formats" / "peers" / "data"
+MINARI_DATA = ROOT / "tests" / "memory" / "formats" / "minari_data"
+# (format, episodes, transitions, TERMINAL, INTERRUPTED); where the peer's buffer kept every step
+# these are the counts of the env recording beside each file (see that folder's README).
+PEER_COUNTS = {
+    "sb3_dqn_cartpole_2envs.pkl": ("sb3-replay-buffer", 13, 304, 9, 4),
+    "sb3_dqn_cartpole_optimized.pkl": ("sb3-replay-buffer", 6, 119, 5, 1),
+    "sb3_sac_dict_2envs.pkl": ("sb3-replay-buffer", 8, 160, 0, 8),
+    "sb3_sac_pendulum_wrapped.pkl": ("sb3-replay-buffer", 7, 300, 0, 7),
+    **{f"skrl1_memory_2envs.{k}": ("skrl-memory", 8, 114, 5, 3) for k in ("csv", "npz", "pt")},
+    **{f"skrl2_sac_pendulum.{k}": ("skrl-memory", 3, 130, 0, 3) for k in ("csv", "npz", "pt")},
+    "tmrl_cartpole_mixed.data.pkl": ("tmrl-dataset", 6, 101, 2, 4),
+    "tmrl_pendulum.data.pkl": ("tmrl-dataset", 6, 85, 0, 6),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PEER_COUNTS))
+def test_real_peer_files_report_their_episodes(runner, name):
+    path = PEER_DATA / name
+    if not path.is_file():
+        pytest.skip(f"{path} is not here")
+    report = _inspect_json(runner, str(path))
+    found, episodes, transitions, terminal, interrupted = PEER_COUNTS[name]
+    assert (report["format"], report["episodes"], report["transitions"]) == (
+        found,
+        episodes,
+        transitions,
+    )
+    assert report["end_states"] == {"TERMINAL": terminal, "INTERRUPTED": interrupted}
+    assert {"actions", "rewards"} <= set(report["columns"])
+    assert report["bytes_on_disk"] == path.stat().st_size
+
+
+@pytest.mark.parametrize(
+    ("dataset", "episodes", "transitions"),
+    [("cartpole/random-v0", 5, 54), ("pendulum/random-v0", 3, 43)],
+)
+def test_real_minari_datasets_report_their_episodes(runner, dataset, episodes, transitions):
+    pytest.importorskip("minari")
+    pytest.importorskip("h5py")
+    report = _inspect_json(runner, str(MINARI_DATA / dataset))
+    assert (report["format"], report["episodes"], report["transitions"]) == (
+        "minari",
+        episodes,
+        transitions,
+    )
+    assert report["columns"]["obs"]["rows"] == "observations"
+
+
+def test_a_legacy_dump_reports_terminal_and_interrupted_episodes(runner, tmp_path):
+    report = _inspect_json(runner, str(_legacy_dump(tmp_path / "dump.pickle")))
+    assert report["format"] == "legacy-pickle"
+    assert (report["episodes"], report["transitions"]) == (3, 7)
+    assert report["end_states"] == {"TERMINAL": 2, "INTERRUPTED": 1}
+    assert report["episode_length"] == {"min": 2.0, "mean": 7 / 3, "max": 3.0}
+
+
+def test_a_store_reports_schema_shards_producer_and_source(runner, tmp_path, upstream_v1):
+    convert(upstream_v1, tmp_path / "memory.zarr")
+    report = _inspect_json(runner, str(tmp_path / "memory.zarr"))
+
+    assert (report["format"], report["format_version"]) == ("emote-memory", 1)
+    assert (report["episodes"], report["transitions"]) == (100, 400)
+    assert report["columns"]["observation"] == {
+        "dtype": "float32",
+        "shape": [],
+        "kind": "Column",
+        "rows": "observations",
+    }
+    assert [s["name"] for s in report["shards"]] == ["main"]
+    assert report["producer"]["tool"] == "emote"
+    assert report["source"]["format"] == "emote-v1"
+    assert report["bytes_on_disk"] > 0
+
+
+def test_the_human_report_shows_counts_columns_and_shards(runner, tmp_path, upstream_v1):
+    convert(upstream_v1, tmp_path / "memory.zarr")
+    result = runner.invoke(app, ["memory", "inspect", str(tmp_path / "memory.zarr")])
+
+    assert result.exit_code == ExitCode.OK, result.stderr
+    for text in ("emote-memory v1", "episodes", "400", "observation", "float32", "main"):
+        assert text in result.stdout
+    assert "TERMINAL 100" in result.stdout
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(result.stdout)
+
+
+def test_from_overrides_detection_and_a_wrong_override_is_one_error_line(runner, upstream_v1):
+    assert _inspect_json(runner, str(upstream_v1), "--from", "emote-v1")["episodes"] == 100
+    result = runner.invoke(app, ["memory", "inspect", str(upstream_v1), "--from", "emote-legacy"])
+    assert result.exit_code == ExitCode.ERROR
+    assert result.stderr.startswith("error: ") and len(result.stderr.splitlines()) == 1
+    result = runner.invoke(app, ["memory", "inspect", str(upstream_v1), "--from", "nope"])
+    assert result.exit_code == ExitCode.USAGE
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: p.write_bytes(b""), "is empty"),
+        (lambda p: p.mkdir(), "directory but not an emote memory store"),
+        (lambda p: None, "does not exist"),
+    ],
+)
+def test_bad_sources_are_one_error_line(runner, tmp_path, make, message):
+    path = tmp_path / "memory.zip"
+    make(path)
+    result = runner.invoke(app, ["memory", "inspect", str(path), "--json"])
+    assert result.exit_code == ExitCode.ERROR
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [result.stderr.strip()]
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_inspecting_a_million_transition_store_is_fast_and_never_imports_torch(tmp_path):
+    columns = [
+        ColumnSchema("obs", "Column", (1,), np.dtype(np.float32)),
+        ColumnSchema("actions", "Column", (1,), np.dtype(np.float32)),
+        ColumnSchema("rewards", "Column", (1,), np.dtype(np.float32)),
+    ]
+    ones = np.ones((1001, 1), np.float32)
+    episodes = [
+        (i, {"obs": ones, "actions": ones[:1000], "rewards": ones[:1000]}, EpisodeState.TERMINAL)
+        for i in range(1000)
+    ]
+    store = tmp_path / "big.zarr"
+    write_target(StoredTable("generated", "test", columns, episodes, length_key="actions"), store)
+    probe = (
+        "import json, sys, time\n"
+        "started = time.process_time()\n"
+        f"sys.argv = ['emote', 'memory', 'inspect', {str(store)!r}, '--json']\n"
+        "from emote_cli.app import main\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as exit_:\n"
+        "    assert exit_.code in (0, None), exit_.code\n"
+        "print(json.dumps([time.process_time() - started, 'torch' in sys.modules]), "
+        "file=sys.stderr)\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert completed.returncode == 0, completed.stderr
+    seconds, torch_imported = json.loads(completed.stderr.strip().splitlines()[-1])
+    assert json.loads(completed.stdout)["transitions"] == 1_000_000
+    assert not torch_imported
+    # CPU seconds of the whole command after interpreter start (imports included); CPU time, so
+    # other processes on a busy machine do not count.
+    assert seconds < 1.0
+
+
+def test_memory_help_lists_its_three_commands(runner):
+    result = runner.invoke(app, ["memory", "--help"])
+    assert result.exit_code == ExitCode.OK
+    for command in ("inspect", "verify", "convert"):
+        assert command in result.stdout
+    result = runner.invoke(app, ["--help"])
+    assert "memory" in result.stdout
