@@ -1,0 +1,265 @@
+"""Finding, reading, overriding, validating and writing recipes (TOML files)."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import tomllib
+import types
+import typing
+from collections.abc import Sequence
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from emote_core.errors import ConfigurationError
+from emote_core.recipes.schema import Recipe
+
+RECIPE_SUFFIX = ".toml"
+
+
+def recipe_directories() -> list[Path]:
+    """Where recipe names are looked up: ``./recipes``, then the recipes shipped with emote."""
+    shipped = Path(__file__).resolve().parents[2] / "recipes"
+    return [Path.cwd() / "recipes", shipped]
+
+
+def available_recipes() -> list[str]:
+    """Names of the recipes found in :func:`recipe_directories`."""
+    names = set()
+    for directory in recipe_directories():
+        if directory.is_dir():
+            names.update(p.stem for p in directory.glob(f"*{RECIPE_SUFFIX}"))
+    return sorted(names)
+
+
+def find_recipe(name_or_path: str | Path) -> Path:
+    """The recipe file for a path or a recipe name.
+
+    Raises:
+        ConfigurationError: If neither exists, suggesting the closest recipe names.
+    """
+    candidate = Path(name_or_path)
+    if candidate.is_file():
+        return candidate
+    name = candidate.name.removesuffix(RECIPE_SUFFIX)
+    for directory in recipe_directories():
+        path = directory / f"{name}{RECIPE_SUFFIX}"
+        if path.is_file():
+            return path
+    known = available_recipes()
+    close = difflib.get_close_matches(name, known, n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; recipes: {', '.join(known)}"
+    raise ConfigurationError(f"no recipe file or recipe named '{name_or_path}'{hint}")
+
+
+def load_recipe(name_or_path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
+    """Reads a recipe, applies ``key=value`` overrides and validates every value.
+
+    Args:
+        name_or_path: A TOML file, or the name of one in :func:`recipe_directories`.
+        overrides: ``section.key=value`` strings; values use TOML syntax (``3e-4``, ``true``,
+            ``[64, 64]``), anything that is not valid TOML is taken as a string.
+
+    Raises:
+        ConfigurationError: For a missing file, invalid TOML, unknown keys (with the closest
+            known key), wrong-typed values or bad overrides.
+    """
+    path = find_recipe(name_or_path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigurationError(f"recipe '{path}' is not valid TOML: {error}") from error
+    data.setdefault("name", path.stem)
+    for override in overrides:
+        apply_override(data, override)
+    return recipe_from_dict(data, source=str(path))
+
+
+def apply_override(data: dict[str, Any], override: str) -> None:
+    """Sets ``section.key=value`` in a recipe dict (creating the section when missing).
+
+    Raises:
+        ConfigurationError: If the override is not ``key=value``.
+    """
+    key, separator, raw = override.partition("=")
+    key = key.strip()
+    if not separator or not key:
+        raise ConfigurationError(
+            f"--set takes KEY=VALUE such as training.bp_steps=1000; got '{override}'"
+        )
+    try:
+        value = tomllib.loads(f"value = {raw.strip()}")["value"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    target = data
+    *sections, leaf = key.split(".")
+    for section in sections:
+        node = target.setdefault(section, {})
+        if not isinstance(node, dict):
+            raise ConfigurationError(f"--set {key}: '{section}' is a value, not a table")
+        target = node
+    target[leaf] = value
+
+
+def recipe_from_dict(data: dict[str, Any], *, source: str = "recipe") -> Recipe:
+    """Builds a :class:`Recipe` from plain data, checking every key and type."""
+    recipe = _build(Recipe, data, source, "")
+    validate_recipe(recipe, source)
+    return recipe
+
+
+def _build(cls: type, data: Any, source: str, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"{source}: '{where}' must be a table; got {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    unknown = [key for key in data if key not in fields]
+    if unknown:
+        key = unknown[0]
+        close = difflib.get_close_matches(key, list(fields), n=1)
+        hint = f"; did you mean '{_join(where, close[0])}'?" if close else ""
+        raise ConfigurationError(
+            f"{source}: unknown key '{_join(where, key)}'{hint} (known: {', '.join(fields)})"
+        )
+    values = {name: _convert(hints[name], value, source, _join(where, name))
+              for name, value in data.items()}  # fmt: skip
+    return cls(**values)
+
+
+def _convert(hint: Any, value: Any, source: str, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _convert(option, value, source, where)
+            except ConfigurationError as error:
+                errors.append(error)
+        raise errors[0]
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, source, where)  # type: ignore[arg-type]
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        members = [m.value for m in hint]
+        if value not in members:
+            close = difflib.get_close_matches(str(value), [str(m) for m in members], n=1)
+            hint_text = f"; did you mean '{close[0]}'?" if close else ""
+            raise ConfigurationError(
+                f"{source}: '{where}' must be one of {members}; got {value!r}{hint_text}"
+            )
+        return hint(value)
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise _type_error(source, where, "a list", value)
+        return [_convert(item, v, source, f"{where}[{k}]") for k, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _type_error(source, where, "a table", value)
+        return dict(value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise _type_error(source, where, "true or false", value)
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _type_error(source, where, "an integer", value)
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _type_error(source, where, "a number", value)
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise _type_error(source, where, "a string", value)
+        return value
+    if hint is object:
+        return value
+    raise ConfigurationError(f"{source}: '{where}' has an unsupported type {hint!r}")
+
+
+def _type_error(source: str, where: str, expected: str, value: Any) -> ConfigurationError:
+    return ConfigurationError(
+        f"{source}: '{where}' must be {expected}; got {value!r} ({type(value).__name__})"
+    )
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def validate_recipe(recipe: Recipe, source: str = "recipe") -> None:
+    """Checks values that have a valid type but make no sense (a zero batch size, say)."""
+    positive = {
+        "env.num_envs": recipe.env.num_envs,
+        "memory.maxlen": recipe.memory.maxlen,
+        "memory.batch_size": recipe.memory.batch_size,
+        "memory.rollout_length": recipe.memory.rollout_length,
+        "training.bp_steps": recipe.training.bp_steps,
+        "training.inference_steps_per_batch": recipe.training.inference_steps_per_batch,
+        "training.checkpoint_interval": recipe.training.checkpoint_interval,
+        "training.log_interval": recipe.training.log_interval,
+        "eval.episodes": recipe.eval.episodes,
+    }
+    for key, value in positive.items():
+        if value < 1:
+            raise ConfigurationError(f"{source}: '{key}' must be at least 1; got {value}")
+    if recipe.memory.warmup_steps < 0:
+        raise ConfigurationError(
+            f"{source}: 'memory.warmup_steps' must be >= 0; got {recipe.memory.warmup_steps}"
+        )
+    for name, value in (("sac.gamma", recipe.sac.gamma), ("dqn.gamma", recipe.dqn.gamma)):
+        if not 0.0 <= value <= 1.0:
+            raise ConfigurationError(f"{source}: '{name}' must be within [0, 1]; got {value}")
+
+
+def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
+    """Plain data of a recipe (enums as their values), as :func:`recipe_from_dict` reads it."""
+    return json.loads(json.dumps(dataclasses.asdict(recipe), default=str))
+
+
+def recipe_to_toml(recipe: Recipe) -> str:
+    """The recipe as TOML that :func:`load_recipe` reads back to an equal recipe."""
+    data = recipe_to_dict(recipe)
+    lines = [f"{key} = {_toml_value(value)}" for key, value in data.items()
+             if not isinstance(value, dict)]  # fmt: skip
+    for section, values in data.items():
+        if isinstance(values, dict):
+            lines += ["", f"[{section}]"]
+            lines += [f"{key} = {_toml_value(value)}" for key, value in values.items()
+                      if value is not None]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        items = ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items())
+        return "{" + items + "}"
+    raise ConfigurationError(f"cannot write {value!r} to TOML")
+
+
+__all__ = [
+    "apply_override",
+    "available_recipes",
+    "find_recipe",
+    "load_recipe",
+    "recipe_directories",
+    "recipe_from_dict",
+    "recipe_to_dict",
+    "recipe_to_toml",
+    "validate_recipe",
+]

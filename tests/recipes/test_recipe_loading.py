@@ -1,0 +1,78 @@
+"""Recipes: the shipped files load, overrides apply, mistakes are named with a fix."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from emote_core.errors import ConfigurationError
+from emote_core.recipes import (
+    Algorithm,
+    available_recipes,
+    load_recipe,
+    recipe_from_dict,
+    recipe_to_toml,
+)
+
+
+def test_every_shipped_recipe_loads_and_round_trips_through_toml() -> None:
+    names = available_recipes()
+    assert {"sac_hit_the_middle", "sac_pendulum", "dqn_cartpole", "sac_lunar_lander"} <= set(names)
+    for name in names:
+        recipe = load_recipe(name)
+        assert recipe.name == name
+        assert recipe_from_dict(tomllib.loads(recipe_to_toml(recipe))) == recipe
+
+
+def test_shipped_recipes_pick_the_right_algorithm_for_their_env() -> None:
+    assert load_recipe("dqn_cartpole").algorithm is Algorithm.DQN
+    lander = load_recipe("sac_lunar_lander")
+    assert lander.env.id == "LunarLander-v3" and lander.env.kwargs == {"continuous": True}
+
+
+def test_overrides_use_toml_values_and_create_nothing_unknown() -> None:
+    recipe = load_recipe(
+        "sac_pendulum",
+        ["training.bp_steps=12", "sac.hidden_dims=[32, 16]", "env.kwargs.g=9.81", "seed=3"],
+    )
+    assert recipe.training.bp_steps == 12
+    assert recipe.sac.hidden_dims == [32, 16]
+    assert recipe.env.kwargs == {"g": 9.81}
+    assert recipe.seed == 3
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("training.bp_step=1", "unknown key 'training.bp_step'; did you mean 'training.bp_steps'"),
+        ("sac.learning_rate=fast", "'sac.learning_rate' must be a number; got 'fast'"),
+        ("algorithm=sacc", "did you mean 'sac'"),
+        ("training.bp_steps=0", "'training.bp_steps' must be at least 1"),
+        ("memory.store_episodes=1", "'memory.store_episodes' must be true or false"),
+        ("training.bp_steps", "--set takes KEY=VALUE"),
+        ("sac.gamma=1.5", "'sac.gamma' must be within [0, 1]"),
+    ],
+)
+def test_mistakes_are_named_with_a_fix(override: str, message: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        load_recipe("sac_pendulum", [override])
+    assert message in str(caught.value)
+
+
+def test_unknown_recipe_names_suggest_the_closest(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="did you mean sac_pendulum"):
+        load_recipe("sac_pendulumm")
+    broken = tmp_path / "broken.toml"
+    broken.write_text("algorithm = sac\n")
+    with pytest.raises(ConfigurationError, match="is not valid TOML"):
+        load_recipe(broken)
+
+
+def test_a_recipe_file_outside_the_recipes_folder_loads_by_path(tmp_path: Path) -> None:
+    path = tmp_path / "mine.toml"
+    path.write_text('algorithm = "dqn"\n[env]\nid = "CartPole-v1"\n')
+    recipe = load_recipe(path)
+    assert recipe.name == "mine" and recipe.algorithm is Algorithm.DQN
+    assert recipe.dqn.hidden_dims == [256, 256]  # defaults fill what the file leaves out
