@@ -1,0 +1,167 @@
+"""Run directories: where a training run keeps its recipe, checkpoints, logs and results.
+
+::
+
+    <run_dir>/
+      recipe.toml        the resolved recipe (loads back with `emote train <run_dir>/recipe.toml`)
+      run.json           the exact command, the seed used, package versions, start times
+      checkpoints/       checkpoint_<bp_step>.tar
+      tensorboard/       event files
+      exports/           ONNX exports
+      memory.zarr        live episodes, when the recipe stores them
+      eval.json          the last evaluation
+
+A run directory is never overwritten: a second run into it needs ``resume`` (continue from its
+latest checkpoint) or ``force`` (delete it and start over).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from emote_core.callbacks.checkpointing import list_checkpoints
+from emote_core.errors import ConfigurationError
+from emote_core.recipes.loading import recipe_to_toml
+from emote_core.recipes.schema import Recipe
+
+RUNS_DIRECTORY = "runs"
+_PACKAGES = ("emote", "torch", "numpy", "gymnasium", "zarr", "onnx", "onnxruntime", "typer")
+
+
+@dataclass(frozen=True)
+class RunDirectory:
+    """The paths of one run directory."""
+
+    path: Path
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.path / "tensorboard"
+
+    @property
+    def exports(self) -> Path:
+        return self.path / "exports"
+
+    @property
+    def memory_store(self) -> Path:
+        return self.path / "memory.zarr"
+
+    @property
+    def recipe_file(self) -> Path:
+        return self.path / "recipe.toml"
+
+    @property
+    def run_file(self) -> Path:
+        return self.path / "run.json"
+
+    @property
+    def eval_file(self) -> Path:
+        return self.path / "eval.json"
+
+    def has_checkpoints(self) -> bool:
+        return bool(list_checkpoints(self.path))
+
+    def latest_checkpoint(self) -> Path | None:
+        found = list_checkpoints(self.path)
+        return found[-1][1] if found else None
+
+    def write_eval(self, report: dict[str, Any]) -> None:
+        """Writes ``eval.json`` atomically."""
+        temporary = self.eval_file.with_suffix(".json.tmp")
+        temporary.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        os.replace(temporary, self.eval_file)
+
+
+def default_run_path(recipe_name: str) -> Path:
+    """``runs/<recipe>-<UTC timestamp>``: a new directory for every run."""
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    return Path(RUNS_DIRECTORY) / f"{recipe_name}-{stamp}"
+
+
+def latest_run_path(recipe_name: str) -> Path | None:
+    """The newest ``runs/<recipe>-*`` directory, for ``--resume`` without ``--run-dir``."""
+    root = Path(RUNS_DIRECTORY)
+    runs = sorted(p for p in root.glob(f"{recipe_name}-*") if p.is_dir()) if root.is_dir() else []
+    return runs[-1] if runs else None
+
+
+def prepare_run(
+    path: Path,
+    *,
+    recipe: Recipe,
+    command: list[str],
+    resume: bool = False,
+    force: bool = False,
+) -> RunDirectory:
+    """Creates (or reopens, for ``resume``) a run directory and records how the run started.
+
+    Raises:
+        ConfigurationError: For ``resume`` without a run holding checkpoints there, or an existing
+            run directory without ``resume`` or ``force``.
+    """
+    run = RunDirectory(Path(path))
+    exists = run.path.exists() and any(run.path.iterdir())
+    if resume and force:
+        raise ConfigurationError("--resume and --force contradict each other; pass one of them")
+    if resume:
+        if not exists or not run.has_checkpoints():
+            raise ConfigurationError(
+                f"--resume: '{run.path}' holds no run with checkpoints to continue from"
+            )
+    elif exists:
+        if not force:
+            raise ConfigurationError(
+                f"run directory '{run.path}' already exists; pass --resume to continue it, "
+                "--force to delete it and start over, or choose another --run-dir"
+            )
+        shutil.rmtree(run.path)
+    for directory in (run.path, run.checkpoints, run.tensorboard, run.exports):
+        directory.mkdir(parents=True, exist_ok=True)
+    run.recipe_file.write_text(recipe_to_toml(recipe), encoding="utf-8")
+    record = _read_json(run.run_file) if resume else {}
+    record.setdefault("starts", []).append(
+        {
+            "command": command,
+            "seed": recipe.seed,
+            "resume": resume,
+            "time": datetime.now(UTC).isoformat(),
+            "unix_time": time.time(),
+        }
+    )
+    record["seed"] = recipe.seed
+    record["python"] = platform.python_version()
+    record["executable"] = sys.executable
+    record["packages"] = {name: _version(name) for name in _PACKAGES}
+    run.run_file.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return run
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+__all__ = ["RUNS_DIRECTORY", "RunDirectory", "default_run_path", "latest_run_path", "prepare_run"]

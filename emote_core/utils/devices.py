@@ -1,0 +1,40 @@
+"""Choosing the torch device explicitly: ``auto``, ``cpu`` or ``cuda[:n]``."""
+
+from __future__ import annotations
+
+import torch
+
+from emote_core.errors import ConfigurationError
+
+
+def resolve_device(choice: str) -> torch.device:
+    """The device for ``--device``: ``auto`` picks CUDA when torch sees it, else the CPU.
+
+    Raises:
+        ConfigurationError: For ``cuda`` without CUDA, or a name that is not a device.
+    """
+    text = choice.strip().lower()
+    if text == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(text)
+    except RuntimeError as error:
+        raise ConfigurationError(
+            f"'{choice}' is not a device; use auto, cpu or cuda[:index]"
+        ) from error
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigurationError(
+                "--device cuda was asked for, but torch sees no CUDA device (torch "
+                f"{torch.__version__}); use --device cpu or auto"
+            )
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigurationError(
+                f"--device {choice}: only {torch.cuda.device_count()} CUDA devices are visible"
+            )
+    elif device.type != "cpu":
+        raise ConfigurationError(f"--device {choice}: emote runs on cpu or cuda")
+    return device
+
+
+__all__ = ["resolve_device"]

@@ -1,0 +1,61 @@
+"""Run directories are created once, resumed on purpose, never overwritten by accident."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from emote_core.errors import ConfigurationError
+from emote_core.recipes import load_recipe
+from emote_core.runs import prepare_run
+from emote_core.utils.devices import resolve_device
+
+
+def test_a_new_run_records_recipe_command_seed_and_versions(tmp_path: Path) -> None:
+    recipe = load_recipe("sac_pendulum", ["seed=7"])
+    run = prepare_run(tmp_path / "run", recipe=recipe, command=["emote", "train", "x"])
+    resolved = load_recipe(run.recipe_file)
+    assert resolved.seed == 7 and resolved.env == recipe.env and resolved.sac == recipe.sac
+    record = json.loads(run.run_file.read_text())
+    assert record["seed"] == 7 and record["starts"][0]["command"] == ["emote", "train", "x"]
+    assert record["packages"]["torch"] == torch.__version__
+    assert run.checkpoints.is_dir() and run.tensorboard.is_dir() and run.exports.is_dir()
+
+
+def test_an_existing_run_is_never_overwritten_without_resume_or_force(tmp_path: Path) -> None:
+    recipe = load_recipe("sac_pendulum")
+    run = prepare_run(tmp_path / "run", recipe=recipe, command=["a"])
+    marker = run.path / "keep.txt"
+    marker.write_text("precious")
+    with pytest.raises(ConfigurationError, match="already exists; pass --resume"):
+        prepare_run(tmp_path / "run", recipe=recipe, command=["b"])
+    assert marker.read_text() == "precious"
+    with pytest.raises(ConfigurationError, match="holds no run with checkpoints"):
+        prepare_run(tmp_path / "run", recipe=recipe, command=["b"], resume=True)
+    prepare_run(tmp_path / "run", recipe=recipe, command=["c"], force=True)
+    assert not marker.exists()
+
+
+def test_resume_appends_to_the_run_record(tmp_path: Path) -> None:
+    recipe = load_recipe("sac_pendulum")
+    run = prepare_run(tmp_path / "run", recipe=recipe, command=["first"])
+    (run.checkpoints / "checkpoint_10.tar").write_bytes(b"x")
+    prepare_run(tmp_path / "run", recipe=recipe, command=["second"], resume=True)
+    starts = json.loads(run.run_file.read_text())["starts"]
+    assert [s["command"] for s in starts] == [["first"], ["second"]]
+    assert starts[1]["resume"] is True
+    with pytest.raises(ConfigurationError, match="contradict"):
+        prepare_run(tmp_path / "run", recipe=recipe, command=["x"], resume=True, force=True)
+
+
+def test_device_choice_is_explicit() -> None:
+    assert resolve_device("cpu").type == "cpu"
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ConfigurationError, match="not a device"):
+        resolve_device("gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigurationError, match="no CUDA device"):
+            resolve_device("cuda")
