@@ -21,7 +21,8 @@ from typing import Annotated
 
 import typer
 
-from emote_cli import env, memory
+from emote_cli import collect, env, memory, train
+from emote_cli import eval as evaluate
 
 __all__ = ["app", "main"]
 
@@ -42,6 +43,9 @@ app = typer.Typer(
 )
 
 # Commands, one module each.
+app.command("collect")(collect.collect)
+app.command("train")(train.train)
+app.command("eval")(evaluate.evaluate)
 app.command("env")(env.env)
 app.add_typer(memory.app, name="memory")
 

@@ -8,7 +8,7 @@
       checkpoints/       checkpoint_<bp_step>.tar
       tensorboard/       event files
       exports/           ONNX exports
-      memory.zarr        live episodes, when the recipe stores them
+      memory_export/     live episodes (an emote-memory store), when the recipe stores them
       eval.json          the last evaluation
 
 A run directory is never overwritten: a second run into it needs ``resume`` (continue from its
@@ -57,8 +57,9 @@ class RunDirectory:
         return self.path / "exports"
 
     @property
-    def memory_store(self) -> Path:
-        return self.path / "memory.zarr"
+    def memory_export(self) -> Path:
+        """Live episodes, when the recipe stores them (``memory.store_episodes``)."""
+        return self.path / "memory_export"
 
     @property
     def recipe_file(self) -> Path:

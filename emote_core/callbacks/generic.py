@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from emote_core.callback import Callback, Order
 from emote_core.errors import ConfigurationError
@@ -38,4 +38,37 @@ class BackPropStepsTerminator(Callback):
             raise TrainingShutdownException(f"reached {self.bp_steps} bp_steps")
 
 
-__all__ = ["BackPropStepsTerminator"]
+class ScheduleStepper(Callback):
+    """Steps value schedules (an exploration rate, say) once per training step; checkpointed.
+
+    Args:
+        schedules: Named schedules (``emote_core.extra.schedules.BPStepScheduler``).
+        name: Unique name.
+    """
+
+    order: ClassVar[int] = Order.DEFAULT
+
+    def __init__(self, *, schedules: dict[str, Any], name: str = "schedules") -> None:
+        super().__init__(name=name)
+        self.schedules = dict(schedules)
+
+    def end_batch(self) -> None:
+        for schedule in self.schedules.values():
+            schedule.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {key: schedule.state_dict() for key, schedule in self.schedules.items()}
+
+    def load_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        load_network: bool = True,
+        load_optimizer: bool = True,
+        load_hparams: bool = True,
+    ) -> None:
+        for key, schedule in self.schedules.items():
+            if key in state_dict:
+                schedule.load_state_dict(state_dict[key])
+
+
+__all__ = ["BackPropStepsTerminator", "ScheduleStepper"]

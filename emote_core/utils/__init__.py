@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from emote_core.utils.deprecation import deprecated
 from emote_core.utils.threading import AtomicContainer, AtomicInt, LockedResource
 from emote_core.utils.timers import (
@@ -20,4 +22,19 @@ __all__ = [
     "TimedBlock",
     "WelfordStatistics",
     "deprecated",
+    "discount",
+    "discount_all_steps",
+    "make_gamma_matrix",
 ]
+
+# The gamma-matrix helpers need torch; they load on first use so that importing emote_core.utils
+# (timers, threading) stays light.
+_GAMMA_MATRIX_NAMES = ("discount", "discount_all_steps", "make_gamma_matrix")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _GAMMA_MATRIX_NAMES:
+        from emote_core.utils import gamma_matrix
+
+        return getattr(gamma_matrix, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

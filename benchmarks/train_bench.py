@@ -1,0 +1,210 @@
+"""SAC training throughput: emote's callbacks through the Trainer against Stable-Baselines3 SAC.
+
+Both sides train on the same 20k random Pendulum-v1 transitions (observation 3, action 1) with the
+same settings: policy and twin Q networks of 256x256, batch 256, Adam at 3e-4, learned entropy
+temperature, Polyak tau 0.005, one target update per step, no gradient clipping (SB3's SAC has
+none; emote's losses get ``max_grad_norm=None``).
+
+* emote: ``QTarget``, two ``QLoss``, ``PolicyLoss`` and ``AlphaLoss`` run by the ``Trainer``, fed
+  by a ``MemoryLoader`` over a filled ``DictObsMemoryTable`` (sampling included in the time).
+* SB3: ``SAC.train(gradient_steps=N, batch_size=256)`` on a filled replay buffer (its sampling
+  included too).
+
+The figure is updates (gradient steps) per second; the issue's target is emote >= 1.5x SB3.
+Measurements alternate between the two sides and the median of ``--repeats`` is reported.
+
+Run: ``python benchmarks/train_bench.py`` (``--device cuda`` on a GPU machine). CPU runs use one
+torch thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from emote_core.algorithms.sac import AlphaLoss, PolicyLoss, QLoss, QTarget
+from emote_core.callbacks.generic import BackPropStepsTerminator
+from emote_core.memory.builders import DictObsMemoryTable
+from emote_core.memory.loaders import MemoryLoader
+from emote_core.nn.action_value import ActionValueMlp
+from emote_core.nn.policies import GaussianMlpPolicy
+from emote_core.spaces import MDPSpace
+from emote_core.trainer import Trainer
+from emote_core.typing import EpisodeState
+
+HIDDEN = (256, 256)
+BATCH = 256
+LR = 3e-4
+
+
+@dataclass
+class Episode:
+    observations: np.ndarray  # (N + 1, 3)
+    actions: np.ndarray  # (N, 1), scaled to [-1, 1] as both libraries store them
+    rewards: np.ndarray  # (N,)
+    end_state: EpisodeState
+
+
+def pendulum_episodes(transitions: int, seed: int = 0) -> tuple[list[Episode], gym.Env]:
+    """Random-policy Pendulum-v1 episodes holding ``transitions`` transitions in all."""
+    env = gym.make("Pendulum-v1")
+    env.action_space.seed(seed)
+    high = env.action_space.high
+    episodes: list[Episode] = []
+    total = 0
+    while total < transitions:
+        observation, _ = env.reset(seed=seed + len(episodes))
+        observations, actions, rewards = [observation], [], []
+        terminated = truncated = False
+        while not (terminated or truncated):
+            action = env.action_space.sample()
+            observation, reward, terminated, truncated, _ = env.step(action)
+            observations.append(observation)
+            actions.append(action / high)
+            rewards.append(reward)
+        state = EpisodeState.from_gymnasium(terminated=terminated, truncated=truncated)
+        episodes.append(
+            Episode(
+                np.asarray(observations, np.float32), np.asarray(actions, np.float32),
+                np.asarray(rewards, np.float32), state,
+            )
+        )  # fmt: skip
+        total += len(actions)
+    return episodes, env
+
+
+def emote_sac(episodes: list[Episode], env: gym.Env, device: torch.device, fused_adam: bool):
+    """The emote callbacks and a loader over a table holding ``episodes``."""
+    spaces = MDPSpace.from_gymnasium(env.observation_space, env.action_space)
+    table = DictObsMemoryTable(spaces=spaces, maxlen=10**6, device=device, seed=0)
+    for identity, episode in enumerate(episodes):
+        table.add_sequence(
+            identity,
+            {"obs": episode.observations, "actions": episode.actions, "rewards": episode.rewards},
+            end_state=episode.end_state,
+        )
+    torch.manual_seed(0)
+    policy = GaussianMlpPolicy(observation_dim=3, action_dim=1, hidden_dims=HIDDEN).to(device)
+    q1 = ActionValueMlp(observation_dim=3, action_dim=1, hidden_dims=HIDDEN).to(device)
+    q2 = ActionValueMlp(observation_dim=3, action_dim=1, hidden_dims=HIDDEN).to(device)
+    ln_alpha = torch.zeros(1, device=device, requires_grad=True)
+    options = {"fused": True} if fused_adam else {}
+
+    def adam(parameters) -> torch.optim.Adam:
+        return torch.optim.Adam(parameters, lr=LR, **options)
+
+    clip = {"max_grad_norm": None}  # SB3's SAC does not clip gradients
+    callbacks = [
+        QTarget(policy=policy, ln_alpha=ln_alpha, q1=q1, q2=q2, q1_target=copy.deepcopy(q1),
+                q2_target=copy.deepcopy(q2)),
+        QLoss(name="q1", q=q1, optimizer=adam(q1.parameters()), **clip),
+        QLoss(name="q2", q=q2, optimizer=adam(q2.parameters()), **clip),
+        PolicyLoss(policy=policy, ln_alpha=ln_alpha, q1=q1, q2=q2,
+                   optimizer=adam(policy.parameters()), **clip),
+        AlphaLoss(policy=policy, ln_alpha=ln_alpha, action_dim=1, optimizer=adam([ln_alpha]),
+                  **clip),
+    ]  # fmt: skip
+    loader = MemoryLoader(table=table, rollout_count=BATCH, rollout_length=1)
+    return callbacks, loader
+
+
+def time_emote(callbacks, loader, updates: int, device: torch.device) -> float:
+    """Updates per second of ``updates`` steps through a fresh Trainer."""
+    trainer = Trainer([*callbacks, BackPropStepsTerminator(bp_steps=updates)], loader)
+    _synchronize(device)
+    start = time.perf_counter()
+    trainer.train()
+    _synchronize(device)
+    return updates / (time.perf_counter() - start)
+
+
+def sb3_sac(episodes: list[Episode], env: gym.Env, device: torch.device, fused_adam: bool):
+    """An SB3 SAC model whose replay buffer holds ``episodes``."""
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.logger import Logger
+
+    policy_kwargs: dict = {"net_arch": list(HIDDEN)}
+    if fused_adam:
+        policy_kwargs["optimizer_kwargs"] = {"fused": True}
+    model = SAC(
+        "MlpPolicy", env, learning_rate=LR, buffer_size=10**6, batch_size=BATCH,
+        policy_kwargs=policy_kwargs, device=device, seed=0,
+    )  # fmt: skip
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    for episode in episodes:
+        last = len(episode.actions) - 1
+        for t in range(len(episode.actions)):
+            done = t == last and episode.end_state == EpisodeState.TERMINAL
+            model.replay_buffer.add(
+                episode.observations[t : t + 1], episode.observations[t + 1 : t + 2],
+                episode.actions[t : t + 1], episode.rewards[t : t + 1], np.array([done]), [{}],
+            )  # fmt: skip
+    return model
+
+
+def time_sb3(model, updates: int, device: torch.device) -> float:
+    """Updates per second of ``model.train(gradient_steps=updates)``."""
+    _synchronize(device)
+    start = time.perf_counter()
+    model.train(gradient_steps=updates, batch_size=BATCH)
+    _synchronize(device)
+    return updates / (time.perf_counter() - start)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--updates", type=int, default=1000, help="gradient steps per timing")
+    parser.add_argument("--warmup", type=int, default=100, help="untimed steps first")
+    parser.add_argument("--repeats", type=int, default=3, help="timings per side (median)")
+    parser.add_argument("--transitions", type=int, default=20_000, help="replay data size")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--skip-sb3", action="store_true", help="time emote only")
+    parser.add_argument(
+        "--fused-adam", action="store_true", help="fused Adam on both sides (torch >= 2.4)"
+    )
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+
+    episodes, env = pendulum_episodes(args.transitions)
+    callbacks, loader = emote_sac(episodes, env, device, args.fused_adam)
+    time_emote(callbacks, loader, args.warmup, device)
+    model = None
+    if not args.skip_sb3:
+        model = sb3_sac(episodes, env, device, args.fused_adam)
+        time_sb3(model, args.warmup, device)
+
+    emote_rates, sb3_rates = [], []
+    for _ in range(args.repeats):
+        emote_rates.append(time_emote(callbacks, loader, args.updates, device))
+        if model is not None:
+            sb3_rates.append(time_sb3(model, args.updates, device))
+
+    threads = f", {torch.get_num_threads()} torch thread" if device.type == "cpu" else ""
+    adam = "fused" if args.fused_adam else "default"
+    print(f"train_bench: SAC updates/s ({device.type}{threads}; 256x256 networks, batch {BATCH}, "
+          f"Pendulum-v1 sizes, {adam} Adam; median of {args.repeats} x {args.updates} "
+          "updates)")  # fmt: skip
+    emote = statistics.median(emote_rates)
+    print(f"  emote (Trainer + SAC callbacks + MemoryLoader): {emote:8.1f} updates/s")
+    if sb3_rates:
+        sb3 = statistics.median(sb3_rates)
+        print(f"  stable-baselines3 SAC.train:                   {sb3:8.1f} updates/s")
+        print(f"  ratio emote / SB3: {emote / sb3:.2f} (target >= 1.5)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""``emote collect``: run a policy in a recipe's environment and append episodes to a store."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from emote_cli._common import (
+    DebugOption,
+    ExitCode,
+    JsonOption,
+    QuietOption,
+    abort,
+    emit_json,
+    handle_errors,
+    setup_logging,
+    stderr_console,
+)
+
+__all__ = ["collect"]
+
+_BATCH_EPISODES = 64
+_REPORT_SECONDS = 2.0
+
+
+def collect(
+    recipe: Annotated[str, typer.Argument(help="A recipe file, or the name of one in recipes/.")],
+    out: Annotated[
+        str, typer.Option("--out", help="The emote memory store to create or append to.")
+    ],
+    episodes: Annotated[
+        int | None, typer.Option("--episodes", min=1, help="Collect this many episodes.")
+    ] = None,
+    steps: Annotated[
+        int | None, typer.Option("--steps", min=1, help="Collect this many env steps.")
+    ] = None,
+    envs: Annotated[
+        int | None, typer.Option("--envs", min=1, help="Environments stepped together.")
+    ] = None,
+    policy: Annotated[
+        str,
+        typer.Option("--policy", help="'random', or a checkpoint file / run directory."),
+    ] = "random",
+    seed: Annotated[int | None, typer.Option("--seed", help="Override the recipe's seed.")] = None,
+    shard: Annotated[
+        str, typer.Option("--shard", help="Store shard to write (one per parallel collector).")
+    ] = "main",
+    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda[:n].")] = "cpu",
+    json_output: JsonOption = False,
+    quiet: QuietOption = False,
+    debug: DebugOption = False,
+) -> None:
+    """Collect experience into an emote memory store (created, or appended to when it exists).
+
+    Episodes are committed in batches as they finish, so a stopped run keeps what it committed.
+    """
+    setup_logging(quiet=quiet, debug=debug)
+    with handle_errors(debug=debug):
+        if (episodes is None) == (steps is None):
+            abort("pass exactly one of --episodes N or --steps N", ExitCode.USAGE)
+        from emote_core.env import GymCollector
+        from emote_core.memory import DictObsMemoryTable, MemoryTableProxy
+        from emote_core.memory.formats.zarr_store.tables import StoreAppender
+        from emote_core.proxies import RandomAgentProxy
+        from emote_core.recipes import load_recipe
+        from emote_core.recipes.builders import load_trained_agent, make_env
+        from emote_core.utils.devices import resolve_device
+
+        loaded = load_recipe(recipe, [f"seed={seed}"] if seed is not None else [])
+        env = make_env(loaded, num_envs=envs)
+        spaces = env.spaces
+        if policy == "random":
+            agent: Any = RandomAgentProxy(action_space=env.single_action_space, seed=loaded.seed)
+        else:
+            _, _, agent, _, _ = load_trained_agent(
+                Path(policy), device=resolve_device(device), deterministic=False
+            )
+        table = DictObsMemoryTable(spaces=spaces, maxlen=max(200_000, loaded.memory.maxlen // 10))
+        proxy = MemoryTableProxy(table)
+        appender = StoreAppender(out, table, spaces=spaces.to_json(), shard=shard)
+        pending: list[tuple[int, dict[str, Any], Any]] = []
+        proxy.episode_listeners.append(lambda *episode: pending.append(episode))
+        collector = GymCollector(env=env, agent=agent, memory=proxy, seed=loaded.seed)
+        console = stderr_console(quiet)
+        written = {"episodes": 0, "transitions": 0}
+
+        def flush() -> None:
+            batch = list(pending)
+            pending.clear()
+            appender.append(batch)
+            written["episodes"] += len(batch)
+            written["transitions"] += sum(len(e[1]["rewards"]) for e in batch)
+
+        started = last_report = time.perf_counter()
+        env_steps = 0
+        interrupted = False
+        try:
+            while (
+                (episodes is not None and collector.completed_episodes < episodes)
+                or (steps is not None and env_steps < steps)
+            ):  # fmt: skip
+                env_steps += collector.collect(1)
+                if len(pending) >= _BATCH_EPISODES:
+                    flush()
+                if time.perf_counter() - last_report > _REPORT_SECONDS:
+                    last_report = time.perf_counter()
+                    console.print(f"{env_steps} env steps, {collector.completed_episodes} episodes")
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            flush()
+            env.close()
+        seconds = time.perf_counter() - started
+        summary = {
+            "store": out,
+            "shard": shard,
+            "episodes": written["episodes"],
+            "transitions": written["transitions"],
+            "env_steps": env_steps,
+            "seconds": seconds,
+            "env_steps_per_second": env_steps / seconds if seconds else None,
+            "policy": policy,
+        }
+        if json_output:
+            emit_json(summary)
+        else:
+            console.print(
+                f"committed {summary['episodes']} episodes ({summary['transitions']} "
+                f"transitions) to {out}"
+            )
+        if interrupted:
+            raise typer.Exit(int(ExitCode.INTERRUPTED))

@@ -1,0 +1,146 @@
+"""``emote train``: train an agent from a recipe, live, from stored memory, or both."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from emote_cli._common import (
+    DebugOption,
+    ExitCode,
+    JsonOption,
+    QuietOption,
+    emit_json,
+    handle_errors,
+    setup_logging,
+    stderr_console,
+)
+
+__all__ = ["train"]
+
+
+def train(
+    recipe: Annotated[str, typer.Argument(help="A recipe file, or the name of one in recipes/.")],
+    memory: Annotated[
+        list[str] | None,
+        typer.Option("--memory", help="An emote memory store to start from (repeatable)."),
+    ] = None,
+    live: Annotated[
+        bool, typer.Option("--live/--no-live", help="Collect experience while training.")
+    ] = True,
+    steps: Annotated[
+        int | None, typer.Option("--steps", min=1, help="Updates in all (recipe's bp_steps).")
+    ] = None,
+    run_dir: Annotated[
+        Path | None, typer.Option("--run-dir", help="Run directory (runs/<recipe>-<time>).")
+    ] = None,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda[:n].")] = "auto",
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the run from its latest checkpoint.")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Delete an existing run directory and start over.")
+    ] = False,
+    seed: Annotated[int | None, typer.Option("--seed", help="Override the recipe's seed.")] = None,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option("--set", metavar="KEY=VALUE", help="Override a recipe value (repeatable)."),
+    ] = None,
+    json_output: JsonOption = False,
+    quiet: QuietOption = False,
+    debug: DebugOption = False,
+) -> None:
+    """Train an agent; checkpoints, TensorBoard logs and the recipe go to the run directory.
+
+    Ctrl-C stops after the current update, writes a checkpoint and exits 130.
+    """
+    setup_logging(quiet=quiet, debug=debug)
+    with handle_errors(debug=debug):
+        import torch
+
+        from emote_core.recipes import load_recipe
+        from emote_core.recipes.builders import check_env_id
+        from emote_core.recipes.training import build_training
+        from emote_core.runs import default_run_path, latest_run_path, prepare_run
+        from emote_core.utils.devices import resolve_device
+
+        settings = list(overrides or [])
+        if seed is not None:
+            settings.append(f"seed={seed}")
+        loaded = load_recipe(recipe, settings)
+        chosen = resolve_device(device)
+        path = run_dir
+        if path is None and resume:
+            path = latest_run_path(loaded.name)
+            if path is None:
+                from emote_core.errors import ConfigurationError
+
+                raise ConfigurationError(
+                    f"--resume: no runs/{loaded.name}-* run to continue; pass --run-dir"
+                )
+        path = path or default_run_path(loaded.name)
+        check_env_id(loaded.env.id)
+        if not live and not memory:
+            from emote_core.errors import ConfigurationError
+
+            raise ConfigurationError(
+                "--no-live trains from stored memory only: pass --memory STORE"
+            )
+        created = not path.exists()
+        run = prepare_run(path, recipe=loaded, command=sys.argv, resume=resume, force=force)
+        torch.manual_seed(loaded.seed)
+        try:
+            setup = build_training(
+                loaded, run=run, device=chosen, live=live, stores=memory or [], resume=resume,
+                bp_steps=steps, terminal_log=not quiet,
+            )  # fmt: skip
+        except Exception:
+            if created:  # a run that never started leaves nothing behind
+                shutil.rmtree(run.path, ignore_errors=True)
+            raise
+        console = stderr_console(quiet)
+        console.print(f"training {loaded.name} on {chosen} into {run.path}")
+        interrupted = _stop_on_ctrl_c(setup.trainer)
+        started = time.perf_counter()
+        try:
+            state = setup.trainer.train()
+        finally:
+            if setup.env is not None:
+                setup.env.close()
+        checkpoint = run.latest_checkpoint()
+        summary = {
+            "run_dir": str(run.path),
+            "steps": int(state["bp_step"]),
+            "checkpoint": str(checkpoint) if checkpoint else None,
+            "seconds": time.perf_counter() - started,
+            "device": str(chosen),
+            "interrupted": interrupted(),
+        }
+        if json_output:
+            emit_json(summary)
+        else:
+            console.print(f"done: {summary['steps']} updates; checkpoint {summary['checkpoint']}")
+        if interrupted():
+            raise typer.Exit(int(ExitCode.INTERRUPTED))
+
+
+def _stop_on_ctrl_c(trainer: Any) -> Callable[[], bool]:
+    """The first Ctrl-C asks the trainer to stop after this update (a final checkpoint is
+    written); a second one interrupts at once."""
+    seen: list[bool] = []
+
+    def handler(signum: int, frame: object) -> None:
+        if seen:
+            raise KeyboardInterrupt
+        seen.append(True)
+        trainer.shutdown_signal.set()
+
+    signal.signal(signal.SIGINT, handler)
+    return lambda: bool(seen)

@@ -1,0 +1,233 @@
+"""Pieces the algorithm callbacks share: batch windows, n-step targets, target-network updates."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from emote_core.errors import ConfigurationError
+from emote_core.utils.gamma_matrix import discount, make_gamma_matrix
+
+
+def check_number(owner: str, what: str, value: Any, low: float, high: float) -> float:
+    """``value`` as a float if it is a finite number in ``[low, high]``; else a clear error."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigurationError(f"{owner}: {what} must be a finite number; got {value!r}")
+    if not low <= value <= high:
+        raise ConfigurationError(f"{owner}: {what} must be in [{low}, {high}]; got {value!r}")
+    return float(value)
+
+
+def check_positive_int(owner: str, what: str, value: Any) -> int:
+    """``value`` if it is a positive integer; else a clear error."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{owner}: {what} must be a positive integer; got {value!r}")
+    return value
+
+
+def check_distinct_networks(owner: str, target: nn.Module, online: nn.Module) -> None:
+    """A target network must be a separate copy: sharing parameters would make it pointless."""
+    if target is online or {id(p) for p in target.parameters()} & {
+        id(p) for p in online.parameters()
+    }:
+        raise ConfigurationError(
+            f"{owner}: a target network shares parameters with the network it tracks; pass a "
+            "separate copy (copy.deepcopy(q))"
+        )
+
+
+def sample_policy(policy: nn.Module, observation: Tensor) -> tuple[Tensor, Tensor]:
+    """``(actions, log_probs)`` from a stochastic policy, whatever mode the module is in.
+
+    Uses ``policy.sample`` when the policy has one (every emote Gaussian policy does), so that a
+    collector switching the shared module to eval mode cannot change what a loss computes;
+    otherwise calls the module, which must then be in train mode and return the pair.
+    """
+    sample = getattr(policy, "sample", None)
+    result = sample(observation) if callable(sample) else policy(observation)
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise ConfigurationError(
+            f"policy {type(policy).__name__} returned {type(result).__name__}; SAC needs a "
+            "policy whose sample(observation) (or forward in train mode) returns (actions, "
+            "log_probs)"
+        )
+    return result
+
+
+def window_count(owner: str, rewards: Tensor, rollout_length: int) -> int:
+    """The number of windows in a batch of ``count * rollout_length`` reward rows."""
+    rows = rewards.shape[0]
+    if rows % rollout_length != 0:
+        raise ConfigurationError(
+            f"{owner}: the batch has {rows} reward rows, not a multiple of rollout_length "
+            f"{rollout_length}; sample with the loader's rollout_length equal to the target's"
+        )
+    return rows // rollout_length
+
+
+def window_ends(owner: str, next_observation: Tensor, count: int, rollout_length: int) -> Tensor:
+    """The observation after each window: one row per window.
+
+    N-step tables already give one row per window; one-step tables give one per transition, of
+    which each window's last is the one to bootstrap from.
+    """
+    rows = next_observation.shape[0]
+    if rows == count:
+        return next_observation
+    if rows == count * rollout_length:
+        return next_observation[rollout_length - 1 :: rollout_length]
+    raise ConfigurationError(
+        f"{owner}: next_observation has {rows} rows; expected {count} (one per window) or "
+        f"{count * rollout_length} (one per transition) for {count} windows of {rollout_length}"
+    )
+
+
+def window_starts(owner: str, tensors: Sequence[Tensor], count: int) -> list[Tensor]:
+    """Each window's first row of ``tensors`` (unchanged when there is one row per window)."""
+    selected = []
+    for tensor in tensors:
+        rows = tensor.shape[0]
+        if rows == count:
+            selected.append(tensor)
+        elif rows % count == 0:
+            selected.append(tensor[:: rows // count])
+        else:
+            raise ConfigurationError(
+                f"{owner}: a batch entry has {rows} rows but q_target has {count}; the Q target "
+                "and the loss must see the same batch and rollout_length"
+            )
+    return selected
+
+
+class NStepTarget:
+    """``reward_scale * sum_i gamma^i r_i + gamma^L * mask * bootstrap`` per window.
+
+    Masks are per transition; a 0 stops both later rewards and the bootstrap (within a sampled
+    window only the last transition can have one, as windows never cross episodes).
+
+    Args:
+        owner: The callback's name, for messages.
+        gamma: The discount factor.
+        rollout_length: The window length ``L``.
+        reward_scale: Multiplies the rewards (not the bootstrap value).
+    """
+
+    def __init__(self, owner: str, gamma: float, rollout_length: int, reward_scale: float) -> None:
+        self.owner = owner
+        self.gamma = check_number(owner, "gamma", gamma, 0.0, 1.0)
+        self.rollout_length = check_positive_int(owner, "rollout_length", rollout_length)
+        self.reward_scale = check_number(owner, "reward_scale", reward_scale, -math.inf, math.inf)
+        self._gamma_matrix = make_gamma_matrix(self.gamma, self.rollout_length)
+
+    def __call__(self, rewards: Tensor, masks: Tensor | None, bootstrap: Tensor) -> Tensor:
+        """Targets ``(count, 1)`` from ``rewards``/``masks`` ``(count * L, 1)`` and ``bootstrap``
+        ``(count, 1)``; ``masks=None`` bootstraps everywhere."""
+        length = self.rollout_length
+        count = bootstrap.shape[0]
+        rewards = rewards.reshape(count, length) * self.reward_scale
+        if length == 1:
+            if masks is None:
+                return rewards + self.gamma * bootstrap
+            return rewards + self.gamma * masks.reshape(count, 1) * bootstrap
+        if masks is None:
+            masks_end = torch.ones_like(bootstrap)
+        else:
+            alive = masks.reshape(count, length).cumprod(dim=1)
+            rewards = rewards * torch.cat([torch.ones_like(bootstrap), alive[:, :-1]], dim=1)
+            masks_end = alive[:, -1:]
+        matrix = self._gamma_matrix
+        if matrix.device != rewards.device or matrix.dtype != rewards.dtype:
+            matrix = self._gamma_matrix = matrix.to(device=rewards.device, dtype=rewards.dtype)
+        return discount(rewards, bootstrap, masks_end, matrix)
+
+
+class TargetFollower:
+    """Moves a target network toward its online network, with the parameter pairs found once.
+
+    Args:
+        target: The target network.
+        source: The online network it follows.
+    """
+
+    def __init__(self, target: nn.Module, source: nn.Module) -> None:
+        self.target_parameters = list(target.parameters())
+        self.source_parameters = list(source.parameters())
+        self.target_buffers = list(target.buffers())
+        self.source_buffers = list(source.buffers())
+        if len(self.target_parameters) != len(self.source_parameters) or len(
+            self.target_buffers
+        ) != len(self.source_buffers):
+            raise ConfigurationError(
+                "a target network must have the same parameters and buffers as the network it "
+                "follows; build it as copy.deepcopy(q)"
+            )
+
+    def polyak_(self, tau: float) -> None:
+        """Moves the target's parameters a fraction ``tau`` toward the source's; copies buffers."""
+        with torch.no_grad():
+            for target, source in zip(self.target_parameters, self.source_parameters, strict=True):
+                target.lerp_(source, tau)
+            for target, source in zip(self.target_buffers, self.source_buffers, strict=True):
+                target.copy_(source)
+
+    def copy_(self) -> None:
+        """Copies the source's parameters and buffers into the target."""
+        with torch.no_grad():
+            for target, source in zip(self.target_parameters, self.source_parameters, strict=True):
+                target.copy_(source)
+            for target, source in zip(self.target_buffers, self.source_buffers, strict=True):
+                target.copy_(source)
+
+
+def prepare_target(owner: str, target: nn.Module, source: nn.Module) -> None:
+    """Starts ``target`` as a copy of ``source`` and stops it from ever collecting gradients.
+
+    Raises:
+        ConfigurationError: If the two networks do not have the same parameters.
+    """
+    check_distinct_networks(owner, target, source)
+    try:
+        target.load_state_dict(source.state_dict())
+    except RuntimeError as error:
+        raise ConfigurationError(
+            f"{owner}: the target network does not match the network it tracks "
+            f"({str(error).splitlines()[0]}); build the target as copy.deepcopy(q)"
+        ) from error
+    target.requires_grad_(False)
+
+
+@contextmanager
+def frozen(parameters: Sequence[Tensor]) -> Iterator[None]:
+    """Within the block, ``parameters`` record no gradients (inputs still do).
+
+    A policy loss back-propagates through the Q networks to the actions only; freezing their
+    parameters skips the weight gradients it would otherwise compute and throw away.
+    """
+    changed = [p for p in parameters if p.requires_grad]
+    for parameter in changed:
+        parameter.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for parameter in changed:
+            parameter.requires_grad_(True)
+
+
+__all__ = [
+    "NStepTarget",
+    "TargetFollower",
+    "check_distinct_networks",
+    "check_number",
+    "check_positive_int",
+    "frozen",
+    "prepare_target",
+    "sample_policy",
+    "window_count",
+    "window_ends",
+    "window_starts",
+]

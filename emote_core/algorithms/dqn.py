@@ -1,0 +1,219 @@
+"""Deep Q-learning (with double Q-learning by default) as callbacks.
+
+Two callbacks share an online network ``q(observation) -> (B, num_actions)`` and a target copy::
+
+    callbacks = [
+        QTarget(q=q, q_target_network=copy.deepcopy(q), target_update_interval=500),
+        QLoss(q=q, optimizer=torch.optim.Adam(q.parameters(), lr=1e-4)),
+    ]
+
+Actions are stored as int64 of shape ``(B, 1)`` (what tables built for a
+:class:`~emote_core.spaces.DiscreteSpace` hold).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from emote_core.algorithms._common import (
+    NStepTarget,
+    TargetFollower,
+    check_number,
+    check_positive_int,
+    prepare_target,
+    window_count,
+    window_ends,
+    window_starts,
+)
+from emote_core.callback import Callback, Order
+from emote_core.callbacks.logging_mixin import LoggingMixin
+from emote_core.callbacks.loss import LossCallback
+from emote_core.errors import ConfigurationError
+from emote_core.nn.inputs import flatten_observation
+
+
+class QTarget(LoggingMixin, Callback):
+    """Computes the DQN ``q_target`` for each batch and keeps the target network up to date.
+
+    For a window of ``L`` transitions (``L = 1`` normally)::
+
+        q_target = reward_scale * sum_i gamma^i r_i + gamma^L * mask * Q'(s', a*)
+
+    where ``Q'`` is the target network, ``a* = argmax_a Q(s', a)`` by the online network with
+    ``double_dqn`` (double Q-learning) or ``argmax_a Q'(s', a)`` without, and ``mask`` is the
+    batch's ``masks`` at the window's last transition (0 only after TERMINAL).
+
+    The target network follows the online one in one of two ways: a hard copy every
+    ``target_update_interval`` steps, or a Polyak step of ``tau`` after every batch. Exactly one
+    of the two must be given. The target starts as a copy of the online network.
+
+    Args:
+        q: The online network, ``q(observation) -> (B, num_actions)``.
+        q_target_network: Its target copy.
+        gamma: The discount factor.
+        target_update_interval: Copy ``q`` into the target every this many steps.
+        tau: Move the target a fraction ``tau`` (in ``(0, 1]``) toward ``q`` every step.
+        double_dqn: Choose the bootstrap action with the online network.
+        reward_scale: Multiplies the rewards.
+        rollout_length: Transitions per sampled window (n-step returns for ``L > 1``).
+        observation_keys: The observation keys the network reads (``None``: all, sorted).
+        use_masks: Multiply the bootstrap by ``masks``.
+        data_group: The data group read and written.
+        name: Unique name.
+
+    Raises:
+        ConfigurationError: If not exactly one of ``target_update_interval`` and ``tau`` is
+            given, a number is out of range, or the target is not a separate copy of ``q``.
+    """
+
+    order: ClassVar[int] = Order.TARGET
+
+    def __init__(
+        self,
+        *,
+        q: nn.Module,
+        q_target_network: nn.Module,
+        gamma: float = 0.99,
+        target_update_interval: int | None = None,
+        tau: float | None = None,
+        double_dqn: bool = True,
+        reward_scale: float = 1.0,
+        rollout_length: int = 1,
+        observation_keys: Sequence[str] | None = None,
+        use_masks: bool = True,
+        data_group: str = "default",
+        name: str = "q_target",
+    ) -> None:
+        super().__init__(name=name, data_group=data_group)
+        if (target_update_interval is None) == (tau is None):
+            raise ConfigurationError(
+                f"{name}: give exactly one of target_update_interval (a hard copy every N steps) "
+                f"and tau (a Polyak step every step); got target_update_interval="
+                f"{target_update_interval!r} and tau={tau!r}"
+            )
+        if target_update_interval is not None:
+            check_positive_int(name, "target_update_interval", target_update_interval)
+        if tau is not None:
+            tau = check_number(name, "tau", tau, 0.0, 1.0)
+            if tau == 0.0:
+                raise ConfigurationError(f"{name}: tau=0 never updates the target; use (0, 1]")
+        self.n_step = NStepTarget(name, gamma, rollout_length, reward_scale)
+        prepare_target(name, q_target_network, q)
+        self.q = q
+        self.q_target_network = q_target_network
+        self._follower = TargetFollower(q_target_network, q)
+        self.target_update_interval = target_update_interval
+        self.tau = tau
+        self.double_dqn = double_dqn
+        self.observation_keys = list(observation_keys) if observation_keys is not None else None
+        self.use_masks = use_masks
+
+    def begin_batch(
+        self, next_observation: dict[str, Tensor], rewards: Tensor, masks: Tensor | None = None
+    ) -> dict[str, Any]:
+        """Returns ``{data_group: {"q_target": (count, 1)}}`` for this batch."""
+        if self.use_masks and masks is None:
+            raise ConfigurationError(
+                f"{self.name}: the batch has no 'masks' (needed to stop bootstrapping after "
+                "TERMINAL observations); sample from an emote memory table, or pass "
+                "use_masks=False"
+            )
+        length = self.n_step.rollout_length
+        with torch.no_grad():
+            count = window_count(self.name, rewards, length)
+            observation = flatten_observation(next_observation, self.observation_keys)
+            observation = window_ends(self.name, observation, count, length)
+            target_values = self.q_target_network(observation)
+            if self.double_dqn:
+                best = self.q(observation).argmax(dim=-1, keepdim=True)
+                bootstrap = target_values.gather(-1, best)
+            else:
+                bootstrap = target_values.max(dim=-1, keepdim=True).values
+            q_target = self.n_step(rewards, masks if self.use_masks else None, bootstrap)
+        self.log_scalar("training/q_target", q_target.mean())
+        return {self.data_group: {"q_target": q_target}}
+
+    def end_batch(self, bp_step: int) -> None:
+        """Updates the target network (hard copy when due, or a Polyak step)."""
+        if self.tau is not None:
+            self._follower.polyak_(self.tau)
+        elif bp_step % self.target_update_interval == 0:
+            self._follower.copy_()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The target network's weights and the logs."""
+        state = super().state_dict()
+        state["q_target_state_dict"] = self.q_target_network.state_dict()
+        return state
+
+    def load_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        load_network: bool = True,
+        load_optimizer: bool = True,
+        load_hparams: bool = True,
+    ) -> None:
+        """Restores the target network (with ``load_network``) and the logs."""
+        super().load_state_dict(state_dict, load_network, load_optimizer, load_hparams)
+        if load_network and "q_target_state_dict" in state_dict:
+            self.q_target_network.load_state_dict(state_dict["q_target_state_dict"])
+
+
+class QLoss(LossCallback):
+    """Regresses ``Q(s)[a]`` of the taken actions onto the batch's ``q_target``.
+
+    Uses the Huber (smooth L1) loss by default, else the squared error. Logs the mean predicted
+    value as ``training/<name>_prediction``.
+
+    Args:
+        q: The online network, ``q(observation) -> (B, num_actions)``.
+        optimizer: The optimizer over ``q``'s parameters.
+        name: Unique name.
+        huber: Use the Huber loss instead of the squared error.
+        lr_schedule: A torch learning-rate scheduler stepped after every update.
+        max_grad_norm: Clip the gradient norm to this (``None``: no clipping).
+        observation_keys: The observation keys the network reads (``None``: all, sorted).
+        data_group: The data group read.
+        **kwargs: Passed to :class:`~emote_core.callbacks.loss.LossCallback`.
+    """
+
+    def __init__(
+        self,
+        *,
+        q: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        name: str = "q",
+        huber: bool = True,
+        lr_schedule: torch.optim.lr_scheduler.LRScheduler | None = None,
+        max_grad_norm: float | None = 10.0,
+        observation_keys: Sequence[str] | None = None,
+        data_group: str = "default",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            name=name, network=q, optimizer=optimizer, lr_schedule=lr_schedule,
+            max_grad_norm=max_grad_norm, data_group=data_group, **kwargs,
+        )  # fmt: skip
+        self.q_network = q
+        self.huber = huber
+        self.observation_keys = list(observation_keys) if observation_keys is not None else None
+
+    def loss(self, observation: dict[str, Tensor], actions: Tensor, q_target: Tensor) -> Tensor:
+        """The Huber (or squared) error between ``Q(s)[a]`` and ``q_target``."""
+        inputs = flatten_observation(observation, self.observation_keys)
+        inputs, actions = window_starts(self.name, [inputs, actions], q_target.shape[0])
+        if actions.dtype != torch.int64:
+            actions = actions.long()
+        q_values = self.q_network(inputs).gather(-1, actions.reshape(-1, 1))
+        self.log_scalar(f"training/{self.name}_prediction", q_values.detach().mean())
+        if self.huber:
+            return F.smooth_l1_loss(q_values, q_target)
+        return F.mse_loss(q_values, q_target)
+
+
+__all__ = ["QLoss", "QTarget"]

@@ -1,0 +1,316 @@
+"""SAC's losses: the Q regression, the policy's soft improvement and the temperature."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from emote_core.algorithms._common import frozen, sample_policy, window_starts
+from emote_core.algorithms.sac_targets import check_ln_alpha
+from emote_core.callbacks.loss import LossCallback
+from emote_core.errors import ConfigurationError
+from emote_core.extra.schedules import BPStepScheduler
+from emote_core.nn.inputs import flatten_observation
+
+POLICY_LOG_PROBS_KEY = "policy_log_probs"
+"""Where :class:`PolicyLoss` leaves its batch's log-probabilities for :class:`AlphaLoss`."""
+POLICY_LOG_PROBS_STEP_KEY = "policy_log_probs_step"
+"""The ``bp_step`` those log-probabilities belong to (older ones are not reused)."""
+
+
+def _keys(observation_keys: Sequence[str] | None) -> list[str] | None:
+    return list(observation_keys) if observation_keys is not None else None
+
+
+class QLoss(LossCallback):
+    """Regresses one Q network onto the batch's ``q_target`` (mean squared error).
+
+    Reads ``observation``, ``actions`` and ``q_target`` (from :class:`QTarget`). When the target
+    has one row per window of ``L`` transitions, each window's first transition is the one
+    regressed. Logs the mean prediction as ``training/<name>_prediction``.
+
+    Args:
+        name: Unique name (``"q1"``, ``"q2"``); keys logs and checkpoints.
+        q: The Q network, ``q(observation, actions) -> (B, 1)``.
+        optimizer: The optimizer over ``q``'s parameters.
+        lr_schedule: A torch learning-rate scheduler stepped after every update.
+        max_grad_norm: Clip the gradient norm to this (``None``: no clipping).
+        observation_keys: The observation keys the network reads (``None``: all, sorted).
+        data_group: The data group read.
+        **kwargs: Passed to :class:`~emote_core.callbacks.loss.LossCallback`.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        q: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        lr_schedule: torch.optim.lr_scheduler.LRScheduler | None = None,
+        max_grad_norm: float | None = 10.0,
+        observation_keys: Sequence[str] | None = None,
+        data_group: str = "default",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            name=name, network=q, optimizer=optimizer, lr_schedule=lr_schedule,
+            max_grad_norm=max_grad_norm, data_group=data_group, **kwargs,
+        )  # fmt: skip
+        self.q_network = q
+        self.observation_keys = _keys(observation_keys)
+
+    def loss(self, observation: dict[str, Tensor], actions: Tensor, q_target: Tensor) -> Tensor:
+        """``mean((q(s, a) - q_target)^2)``."""
+        inputs = flatten_observation(observation, self.observation_keys)
+        inputs, actions = window_starts(self.name, [inputs, actions], q_target.shape[0])
+        q_values = self.q_network(inputs, actions)
+        self.log_scalar(f"training/{self.name}_prediction", q_values.detach().mean())
+        return F.mse_loss(q_values, q_target)
+
+
+class PolicyLoss(LossCallback):
+    """Trains the policy to maximise ``min(Q1, Q2)`` plus entropy: ``alpha * log pi - min Q``.
+
+    Actions are reparameterised samples of the policy on the batch's ``observation``; the Q
+    networks are frozen while the loss goes through them, so only the policy gets gradients.
+    Logs the policy's entropy estimate ``-mean(log pi)`` as ``training/<name>_entropy``, and puts
+    the samples' log-probabilities in the data group as ``policy_log_probs`` (with the step in
+    ``policy_log_probs_step``) so that :class:`AlphaLoss` need not sample the policy again.
+
+    Args:
+        policy: The policy; ``policy.sample(observation)`` gives ``(actions, log_probs)``.
+        ln_alpha: The log temperature shared with :class:`AlphaLoss` (read, not trained here).
+        q1: The first Q network.
+        q2: The second Q network.
+        optimizer: The optimizer over the policy's parameters.
+        lr_schedule: A torch learning-rate scheduler stepped after every update.
+        max_grad_norm: Clip the gradient norm to this (``None``: no clipping).
+        observation_keys: The observation keys the networks read (``None``: all, sorted).
+        name: Unique name.
+        data_group: The data group read.
+        **kwargs: Passed to :class:`~emote_core.callbacks.loss.LossCallback`.
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: nn.Module,
+        ln_alpha: Tensor,
+        q1: nn.Module,
+        q2: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        lr_schedule: torch.optim.lr_scheduler.LRScheduler | None = None,
+        max_grad_norm: float | None = 10.0,
+        observation_keys: Sequence[str] | None = None,
+        name: str = "policy",
+        data_group: str = "default",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            name=name, network=policy, optimizer=optimizer, lr_schedule=lr_schedule,
+            max_grad_norm=max_grad_norm, data_group=data_group, **kwargs,
+        )  # fmt: skip
+        self.policy = policy
+        self.ln_alpha = check_ln_alpha(name, ln_alpha)
+        self.q1, self.q2 = q1, q2
+        self._q_parameters = [*q1.parameters(), *q2.parameters()]
+        self.observation_keys = _keys(observation_keys)
+        self._log_probs: Tensor | None = None
+
+    def loss(self, observation: dict[str, Tensor]) -> Tensor:
+        """``mean(alpha * log pi(a|s) - min(Q1(s, a), Q2(s, a)))`` with ``a ~ pi(.|s)``."""
+        inputs = flatten_observation(observation, self.observation_keys)
+        actions, log_probs = sample_policy(self.policy, inputs)
+        with frozen(self._q_parameters):
+            q_values = torch.min(self.q1(inputs, actions), self.q2(inputs, actions))
+        alpha = self.ln_alpha.detach().exp()
+        self._log_probs = log_probs.detach()
+        self.log_scalar(f"training/{self.name}_entropy", -self._log_probs.mean())
+        return (alpha * log_probs - q_values).mean()
+
+    def backward(self, **state: Any) -> dict[str, Any]:
+        """One policy step; hands this batch's log-probabilities on to :class:`AlphaLoss`.
+
+        Returns:
+            ``{data_group: {"policy_log_probs": (B, 1), "policy_log_probs_step": bp_step}}``.
+        """
+        super().backward(**state)
+        log_probs, self._log_probs = self._log_probs, None
+        return {
+            self.data_group: {
+                POLICY_LOG_PROBS_KEY: log_probs,
+                POLICY_LOG_PROBS_STEP_KEY: state.get("bp_step"),
+            }
+        }
+
+
+class AlphaLoss(LossCallback):
+    """Tunes SAC's entropy temperature toward a target entropy.
+
+    The loss is ``-mean(ln_alpha * (log pi(a|s) + target_entropy))`` with actions sampled from
+    the policy (no policy gradients). After each step ``ln_alpha`` is clamped to at most
+    ``log(max_alpha)``. ``ln_alpha`` is updated in place, so :class:`QTarget`,
+    :class:`PolicyLoss` and anything else holding the same tensor see the new value at once, and
+    restoring this callback from a checkpoint restores it for all of them.
+
+    Logs ``training/<name>`` (alpha itself) and ``training/<name>_target_entropy``; the
+    checkpoint state holds ``ln_alpha`` and the target-entropy schedule's position.
+
+    Args:
+        policy: The policy; ``policy.sample(observation)`` gives ``(actions, log_probs)``.
+        ln_alpha: The shared log temperature: a one-element leaf tensor with requires_grad.
+        optimizer: An optimizer over ``[ln_alpha]``.
+        action_dim: The number of action dimensions (the default target entropy is its
+            negative).
+        target_entropy: A number, a schedule stepped once per update, or ``None`` for
+            ``-action_dim``.
+        max_alpha: The largest temperature; ``None`` does not clamp.
+        lr_schedule: A torch learning-rate scheduler stepped after every update.
+        max_grad_norm: Clip the gradient norm to this (``None``: no clipping).
+        observation_keys: The observation keys the policy reads (``None``: all, sorted).
+        name: Unique name.
+        data_group: The data group read.
+        reuse_policy_log_probs: Use the log-probabilities :class:`PolicyLoss` computed on this
+            same batch (``policy_log_probs`` in the state, when its step is this step) instead of
+            sampling the policy again; put the policy loss first for this to apply.
+        **kwargs: Passed to :class:`~emote_core.callbacks.loss.LossCallback`.
+
+    Raises:
+        ConfigurationError: If ``ln_alpha`` is not a shared leaf tensor in ``optimizer``, or
+            ``action_dim``/``max_alpha`` is not positive.
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: nn.Module,
+        ln_alpha: Tensor,
+        optimizer: torch.optim.Optimizer,
+        action_dim: int,
+        target_entropy: float | BPStepScheduler | None = None,
+        max_alpha: float | None = 10.0,
+        lr_schedule: torch.optim.lr_scheduler.LRScheduler | None = None,
+        max_grad_norm: float | None = 10.0,
+        observation_keys: Sequence[str] | None = None,
+        name: str = "alpha",
+        data_group: str = "default",
+        reuse_policy_log_probs: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            name=name, network=None, optimizer=optimizer, lr_schedule=lr_schedule,
+            max_grad_norm=max_grad_norm, data_group=data_group, **kwargs,
+        )  # fmt: skip
+        self.ln_alpha = check_ln_alpha(name, ln_alpha)
+        if not any(parameter is ln_alpha for parameter in self.parameters):
+            raise ConfigurationError(
+                f"{name}: the optimizer does not hold ln_alpha; build it over [ln_alpha], e.g. "
+                "torch.optim.Adam([ln_alpha], lr=3e-4)"
+            )
+        if isinstance(action_dim, bool) or not isinstance(action_dim, int) or action_dim < 1:
+            raise ConfigurationError(
+                f"{name}: action_dim must be a positive integer; got {action_dim!r}"
+            )
+        if max_alpha is not None and not (math.isfinite(max_alpha) and max_alpha > 0):
+            raise ConfigurationError(
+                f"{name}: max_alpha must be positive or None; got {max_alpha!r}"
+            )
+        if target_entropy is None:
+            target_entropy = -float(action_dim)
+        elif not isinstance(target_entropy, BPStepScheduler):
+            if isinstance(target_entropy, bool) or not isinstance(target_entropy, int | float):
+                raise ConfigurationError(
+                    f"{name}: target_entropy must be a number, a BPStepScheduler or None; got "
+                    f"{target_entropy!r}"
+                )
+            target_entropy = float(target_entropy)
+        self.policy = policy
+        self.action_dim = action_dim
+        self.target_entropy = target_entropy
+        self.max_ln_alpha = math.log(max_alpha) if max_alpha is not None else None
+        self.observation_keys = _keys(observation_keys)
+        self.reuse_policy_log_probs = reuse_policy_log_probs
+
+    @property
+    def target_entropy_value(self) -> float:
+        """The target entropy at the current step."""
+        if isinstance(self.target_entropy, BPStepScheduler):
+            return float(self.target_entropy.value)
+        return self.target_entropy
+
+    def loss(
+        self,
+        observation: dict[str, Tensor],
+        bp_step: int | None = None,
+        policy_log_probs: Tensor | None = None,
+        policy_log_probs_step: int | None = None,
+    ) -> Tensor:
+        """``-mean(ln_alpha * (log pi(a|s) + target_entropy))``."""
+        log_probs = policy_log_probs
+        fresh = (
+            self.reuse_policy_log_probs
+            and log_probs is not None
+            and bp_step is not None
+            and policy_log_probs_step == bp_step
+        )
+        if not fresh:
+            inputs = flatten_observation(observation, self.observation_keys)
+            with torch.no_grad():
+                _, log_probs = sample_policy(self.policy, inputs)
+        error = log_probs.detach() + self.target_entropy_value
+        return -(self.ln_alpha * error).mean()
+
+    def backward(self, **state: Any) -> None:
+        """One temperature step, then the clamp, the logs and the target-entropy schedule."""
+        super().backward(**state)
+        if self.max_ln_alpha is not None:
+            with torch.no_grad():
+                self.ln_alpha.clamp_(max=self.max_ln_alpha)
+        self.log_scalar(f"training/{self.name}", self.ln_alpha.detach().exp())
+        self.log_scalar(f"training/{self.name}_target_entropy", self.target_entropy_value)
+        if isinstance(self.target_entropy, BPStepScheduler):
+            self.target_entropy.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer, ``ln_alpha``, the target-entropy schedule and the logs."""
+        state = super().state_dict()
+        state["ln_alpha"] = self.ln_alpha.detach().cpu().clone()
+        if isinstance(self.target_entropy, BPStepScheduler):
+            state["target_entropy_schedule"] = self.target_entropy.state_dict()
+        return state
+
+    def load_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        load_network: bool = True,
+        load_optimizer: bool = True,
+        load_hparams: bool = True,
+    ) -> None:
+        """Restores ``ln_alpha`` in place (with ``load_network``), the optimizer and the
+        target-entropy schedule (with ``load_hparams``)."""
+        super().load_state_dict(state_dict, load_network, load_optimizer, load_hparams)
+        if load_network and "ln_alpha" in state_dict:
+            saved = state_dict["ln_alpha"]
+            with torch.no_grad():
+                self.ln_alpha.copy_(saved.reshape(self.ln_alpha.shape))
+        schedule = state_dict.get("target_entropy_schedule")
+        if (
+            load_hparams
+            and schedule is not None
+            and isinstance(self.target_entropy, BPStepScheduler)
+        ):
+            self.target_entropy.load_state_dict(schedule)
+
+
+__all__ = [
+    "POLICY_LOG_PROBS_KEY",
+    "POLICY_LOG_PROBS_STEP_KEY",
+    "AlphaLoss",
+    "PolicyLoss",
+    "QLoss",
+]

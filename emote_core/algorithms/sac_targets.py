@@ -1,0 +1,189 @@
+"""SAC's Q target: the soft Bellman backup from twin target networks, and their Polyak averaging."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from emote_core.algorithms._common import (
+    NStepTarget,
+    TargetFollower,
+    check_number,
+    prepare_target,
+    sample_policy,
+    window_count,
+    window_ends,
+)
+from emote_core.callback import Callback, Order
+from emote_core.callbacks.logging_mixin import LoggingMixin
+from emote_core.errors import ConfigurationError
+from emote_core.nn.inputs import flatten_observation
+
+
+def check_ln_alpha(owner: str, ln_alpha: Any) -> Tensor:
+    """``ln_alpha`` if it is a one-element leaf tensor that requires gradients."""
+    if (
+        not isinstance(ln_alpha, torch.Tensor)
+        or ln_alpha.numel() != 1
+        or not ln_alpha.is_leaf
+        or not ln_alpha.requires_grad
+    ):
+        raise ConfigurationError(
+            f"{owner}: ln_alpha must be one shared one-element leaf tensor with requires_grad, "
+            f"such as torch.zeros(1, requires_grad=True); got {ln_alpha!r}"
+        )
+    return ln_alpha
+
+
+class QTarget(LoggingMixin, Callback):
+    """Computes SAC's ``q_target`` for each batch and Polyak-averages the target networks.
+
+    For a window of ``L`` transitions (``L = 1`` for ordinary one-step batches)::
+
+        q_target = reward_scale * sum_i gamma^i r_i
+                   + gamma^L * mask * (min(Q1'(s', a'), Q2'(s', a')) - alpha * log pi(a'|s'))
+
+    with ``a' ~ pi(.|s')`` sampled from the current policy, ``s'`` the observation after the
+    window, ``alpha = exp(ln_alpha)`` and ``mask`` the batch's ``masks`` at the window's last
+    transition (0 only after a TERMINAL observation, so INTERRUPTED episodes are bootstrapped).
+    It is computed without gradients in ``begin_batch`` and put in the data group as
+    ``q_target`` (one row per window); ``end_batch`` then moves each target network a fraction
+    ``target_q_tau`` toward its online network.
+
+    When constructed, the target networks are loaded with the online networks' weights; their
+    parameters never require gradients.
+
+    Args:
+        policy: The policy being trained (the same module the losses and the agent use).
+        ln_alpha: The log entropy temperature, the tensor :class:`AlphaLoss` updates in place.
+        q1_target: The target copy of ``q1``.
+        q2_target: The target copy of ``q2``.
+        q1: The first online Q network, ``q(observation, actions) -> (B, 1)``.
+        q2: The second online Q network.
+        gamma: The discount factor.
+        reward_scale: Multiplies the rewards (not the bootstrapped value).
+        target_q_tau: The Polyak step, in ``(0, 1]`` (1 copies the online networks each step).
+        rollout_length: Transitions per sampled window (n-step returns for ``L > 1``).
+        observation_keys: The observation keys the networks read (``None``: all, sorted).
+        use_masks: Multiply the bootstrap by ``masks``; ``False`` bootstraps every transition.
+        data_group: The data group read and written.
+        name: Unique name.
+
+    Raises:
+        ConfigurationError: If a number is out of range, ``ln_alpha`` is not a shared leaf
+            tensor, or a target network is not a separate copy of its online network.
+    """
+
+    order: ClassVar[int] = Order.TARGET
+
+    def __init__(
+        self,
+        *,
+        policy: nn.Module,
+        ln_alpha: Tensor,
+        q1_target: nn.Module,
+        q2_target: nn.Module,
+        q1: nn.Module,
+        q2: nn.Module,
+        gamma: float = 0.99,
+        reward_scale: float = 1.0,
+        target_q_tau: float = 0.005,
+        rollout_length: int = 1,
+        observation_keys: Sequence[str] | None = None,
+        use_masks: bool = True,
+        data_group: str = "default",
+        name: str = "q_target",
+    ) -> None:
+        super().__init__(name=name, data_group=data_group)
+        self.ln_alpha = check_ln_alpha(name, ln_alpha)
+        self.target_q_tau = check_number(name, "target_q_tau", target_q_tau, 0.0, 1.0)
+        if self.target_q_tau == 0.0:
+            raise ConfigurationError(
+                f"{name}: target_q_tau=0 would never update the target networks; use a value in "
+                "(0, 1]"
+            )
+        self.n_step = NStepTarget(name, gamma, rollout_length, reward_scale)
+        prepare_target(name, q1_target, q1)
+        prepare_target(name, q2_target, q2)
+        self.policy = policy
+        self.q1, self.q2 = q1, q2
+        self.q1_target, self.q2_target = q1_target, q2_target
+        self._followers = (TargetFollower(q1_target, q1), TargetFollower(q2_target, q2))
+        self.observation_keys = list(observation_keys) if observation_keys is not None else None
+        self.use_masks = use_masks
+
+    @property
+    def gamma(self) -> float:
+        """The discount factor."""
+        return self.n_step.gamma
+
+    @property
+    def rollout_length(self) -> int:
+        """Transitions per sampled window."""
+        return self.n_step.rollout_length
+
+    @property
+    def reward_scale(self) -> float:
+        """The factor applied to rewards."""
+        return self.n_step.reward_scale
+
+    def begin_batch(
+        self,
+        next_observation: dict[str, Tensor],
+        rewards: Tensor,
+        masks: Tensor | None = None,
+    ) -> dict[str, Any]:
+        """Returns ``{data_group: {"q_target": (count, 1)}}`` for this batch."""
+        if self.use_masks and masks is None:
+            raise ConfigurationError(
+                f"{self.name}: the batch has no 'masks' (needed to stop bootstrapping after "
+                "TERMINAL observations); sample from an emote memory table, or pass "
+                "use_masks=False"
+            )
+        with torch.no_grad():
+            count = window_count(self.name, rewards, self.rollout_length)
+            observation = flatten_observation(next_observation, self.observation_keys)
+            observation = window_ends(self.name, observation, count, self.rollout_length)
+            actions, log_probs = sample_policy(self.policy, observation)
+            q_next = torch.min(
+                self.q1_target(observation, actions), self.q2_target(observation, actions)
+            )
+            soft_value = q_next - self.ln_alpha.exp() * log_probs
+            q_target = self.n_step(rewards, masks if self.use_masks else None, soft_value)
+        self.log_scalar("training/q_target", q_target.mean())
+        return {self.data_group: {"q_target": q_target}}
+
+    def end_batch(self) -> None:
+        """Moves both target networks ``target_q_tau`` of the way toward the online ones."""
+        for follower in self._followers:
+            follower.polyak_(self.target_q_tau)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The target networks' weights and the logs."""
+        state = super().state_dict()
+        state["q1_target_state_dict"] = self.q1_target.state_dict()
+        state["q2_target_state_dict"] = self.q2_target.state_dict()
+        return state
+
+    def load_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        load_network: bool = True,
+        load_optimizer: bool = True,
+        load_hparams: bool = True,
+    ) -> None:
+        """Restores the target networks (with ``load_network``) and the logs."""
+        super().load_state_dict(state_dict, load_network, load_optimizer, load_hparams)
+        if load_network:
+            for key, network in (
+                ("q1_target_state_dict", self.q1_target),
+                ("q2_target_state_dict", self.q2_target),
+            ):
+                if key in state_dict:
+                    network.load_state_dict(state_dict[key])
+
+
+__all__ = ["QTarget", "check_ln_alpha"]

@@ -1,0 +1,27 @@
+"""Gymnasium glue: vector environments as dict observations, collectors, test envs, wrappers.
+
+Importing this package registers ``emote/HitTheMiddle-v0`` with gymnasium.
+"""
+
+from __future__ import annotations
+
+from emote_core.env.collectors import GymCollector
+from emote_core.env.dict_gym import DictGymWrapper, make_vector_env
+from emote_core.env.frames import FrameStack, LazyFrames, ScaledFloatFrame, WarpFrame
+from emote_core.env.hit_the_middle import ENV_ID as HIT_THE_MIDDLE_ID
+from emote_core.env.hit_the_middle import HitTheMiddle, middle_controller
+from emote_core.env.threaded_collector import ThreadedGymCollector
+
+__all__ = [
+    "HIT_THE_MIDDLE_ID",
+    "DictGymWrapper",
+    "FrameStack",
+    "GymCollector",
+    "HitTheMiddle",
+    "LazyFrames",
+    "ScaledFloatFrame",
+    "ThreadedGymCollector",
+    "WarpFrame",
+    "make_vector_env",
+    "middle_controller",
+]

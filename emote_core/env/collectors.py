@@ -1,0 +1,256 @@
+"""Collectors: play a DictGymWrapper with an agent proxy and feed a memory proxy.
+
+:class:`GymCollector` collects on the training thread: ``warmup_steps`` environment steps in
+``begin_training``, then ``inference_steps_per_batch`` vector steps before every batch.
+:class:`~emote_core.env.threaded.ThreadedGymCollector` collects in a thread of its own.
+
+Both log, through :class:`~emote_core.callbacks.logging_mixin.LoggingMixin`:
+
+* ``episode/reward`` and ``episode/length``: windowed, one value per finished episode;
+* ``training/scaled_reward``: the mean of the ``episode/reward`` window (what
+  ``FinalRewardTestCheck`` reads by default);
+* ``training/env_steps`` and ``training/completed_episodes``: counters.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from typing import Any, ClassVar
+
+import numpy as np
+
+from emote_core.callback import Callback, Order
+from emote_core.callbacks.logging_mixin import LoggingMixin
+from emote_core.env.dict_gym import DictGymWrapper
+from emote_core.errors import ConfigurationError
+from emote_core.memory.callbacks import ReadinessSource
+from emote_core.memory.proxy import MemoryProxy
+from emote_core.proxies.base import AgentProxy
+from emote_core.trainer import TrainingShutdownException
+from emote_core.typing import AgentId, DictObservation, EpisodeState
+
+log = logging.getLogger(__name__)
+
+EPISODE_REWARD_KEY = "episode/reward"
+EPISODE_LENGTH_KEY = "episode/length"
+SCALED_REWARD_KEY = "training/scaled_reward"
+ENV_STEPS_KEY = "training/env_steps"
+COMPLETED_EPISODES_KEY = "training/completed_episodes"
+
+_FINAL = (EpisodeState.TERMINAL, EpisodeState.INTERRUPTED)
+
+
+def _non_negative_int(owner: str, name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(f"{owner}'s {name} must be a non-negative integer; got {value!r}")
+    return value
+
+
+class GymCollector(LoggingMixin, Callback):
+    """Plays the environment with the agent and records every step in the memory.
+
+    Args:
+        env: The wrapped vector environment.
+        agent: Answers observations with actions (a policy proxy, or a random one).
+        memory: Receives every step (``memory.add(observations, responses)``).
+        warmup_steps: Environment steps, summed over the vector's environments, collected in
+            ``begin_training`` (skipped as far as a restored state already collected them).
+        inference_steps_per_batch: Vector steps collected in ``begin_batch`` before each batch.
+        seed: Seeds the environments at their first reset; ``None`` leaves them unseeded.
+        warmup_agent: Acts during warm-up instead of ``agent`` (a ``RandomAgentProxy``, say).
+        ready_check: Warm-up goes on past ``warmup_steps`` until ``ready_check.is_ready()``;
+            pass the trainer's ``MemoryLoader`` so its first batch can be sampled (episodes
+            enter the table only once they end).
+        default_window_length: How many recent episodes ``episode/reward``,
+            ``episode/length`` and ``training/scaled_reward`` average over.
+        name: The callback's name (keys its checkpoint entry).
+
+    Raises:
+        ConfigurationError: If a step count is negative or not an integer.
+    """
+
+    order: ClassVar[int] = Order.DATA
+
+    def __init__(
+        self,
+        *,
+        env: DictGymWrapper,
+        agent: AgentProxy,
+        memory: MemoryProxy,
+        warmup_steps: int = 0,
+        inference_steps_per_batch: int = 1,
+        seed: int | None = None,
+        warmup_agent: AgentProxy | None = None,
+        ready_check: ReadinessSource | None = None,
+        default_window_length: int = 250,
+        name: str = "gym_collector",
+    ) -> None:
+        owner = type(self).__name__
+        super().__init__(name=name, default_window_length=default_window_length)
+        self.env = env
+        self.agent = agent
+        self.memory = memory
+        self.warmup_steps = _non_negative_int(owner, "warmup_steps", warmup_steps)
+        self.inference_steps_per_batch = _non_negative_int(
+            owner, "inference_steps_per_batch", inference_steps_per_batch
+        )
+        self.seed = seed
+        self.warmup_agent = warmup_agent
+        self.ready_check = ready_check
+        self.env_steps = 0
+        """Environment steps collected (each vector step counts ``num_envs``)."""
+        self.completed_episodes = 0
+        """Episodes finished."""
+        self._observations: dict[AgentId, DictObservation] | None = None
+        self._resets = 0
+
+    # Collecting.
+
+    def collect(self, steps: int, *, agent: AgentProxy | None = None) -> int:
+        """Collects ``steps`` vector steps and logs the episodes that finished.
+
+        Args:
+            steps: Vector steps (each is one step of every environment).
+            agent: Acts instead of :attr:`agent` for these steps.
+
+        Returns:
+            The environment steps taken (``steps * num_envs``).
+        """
+        acting = agent if agent is not None else self.agent
+        for _ in range(steps):
+            self._step(acting)
+        self._log_finished()
+        return steps * self.env.num_envs
+
+    def collect_episodes(self, count: int, *, agent: AgentProxy | None = None) -> int:
+        """Collects until at least ``count`` more episodes have finished.
+
+        Episodes of several environments can end in the same step, so a few more may finish.
+
+        Returns:
+            The environment steps taken.
+        """
+        target = self.completed_episodes + count
+        taken = 0
+        while self.completed_episodes < target:
+            taken += self.collect(1, agent=agent)
+        return taken
+
+    def _step(self, agent: AgentProxy) -> None:
+        observations = self._observations
+        if observations is None:
+            observations = self._reset()
+        responses = agent(observations)
+        self.memory.add(observations, responses)
+        observations = self.env.step(responses)
+        self.env_steps += self.env.num_envs
+        finals = [a for a, o in observations.items() if o.episode_state in _FINAL]
+        if finals:
+            # Finished episodes go to the memory now, so that what has been collected is stored
+            # when a call returns; only the observations that need an action wait for the next.
+            self.memory.add({a: observations.pop(a) for a in finals}, {})
+        self._observations = observations
+
+    def _reset(self) -> dict[AgentId, DictObservation]:
+        # A resumed run must not replay the first run's episodes: offset the seed by the resets.
+        seed = None if self.seed is None else self.seed + self._resets * self.env.num_envs
+        self._resets += 1
+        self._observations = self.env.reset(seed=seed)
+        return self._observations
+
+    def _finished_episodes(self) -> list[tuple[float, int]]:
+        return self.env.drain_completed_episodes()
+
+    def _log_finished(self) -> None:
+        finished = self._finished_episodes()
+        if finished:
+            returns = np.array([r for r, _ in finished], dtype=np.float64)
+            lengths = np.array([n for _, n in finished], dtype=np.float64)
+            self.completed_episodes += len(finished)
+            self.log_windowed_scalar(EPISODE_REWARD_KEY, returns)
+            self.log_windowed_scalar(EPISODE_LENGTH_KEY, lengths)
+            self.log_scalar(
+                SCALED_REWARD_KEY, float(np.mean(self.windowed_scalar[EPISODE_REWARD_KEY]))
+            )
+        self.log_scalar(ENV_STEPS_KEY, self.env_steps)
+        self.log_scalar(COMPLETED_EPISODES_KEY, self.completed_episodes)
+
+    # Hooks.
+
+    def begin_training(self, shutdown_signal: threading.Event | None = None) -> None:
+        """Collects what remains of the warm-up.
+
+        Raises:
+            TrainingShutdownException: If the shutdown signal is set during warm-up.
+        """
+        remaining = math.ceil(max(self.warmup_steps - self.env_steps, 0) / self.env.num_envs)
+        if remaining:
+            log.info("'%s' collects %d warm-up vector steps", self.name, remaining)
+        warmup_agent = self.warmup_agent if self.warmup_agent is not None else self.agent
+        while remaining or not self._ready():
+            if shutdown_signal is not None and shutdown_signal.is_set():
+                raise TrainingShutdownException(f"shutdown requested during '{self.name}' warm-up")
+            chunk = min(remaining, 100) if remaining else 1
+            self.collect(chunk, agent=warmup_agent)
+            remaining -= min(remaining, chunk)
+
+    def _ready(self) -> bool:
+        return self.ready_check is None or self.ready_check.is_ready()
+
+    def begin_batch(self) -> None:
+        """Collects ``inference_steps_per_batch`` vector steps."""
+        if self.inference_steps_per_batch:
+            self.collect(self.inference_steps_per_batch)
+
+    # Checkpoints.
+
+    def state_dict(self) -> dict[str, Any]:
+        """The step and episode counters and the logs."""
+        state = super().state_dict()
+        state.update(
+            env_steps=self.env_steps,
+            completed_episodes=self.completed_episodes,
+            resets=self._resets,
+        )
+        return state
+
+    def load_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        load_network: bool = True,
+        load_optimizer: bool = True,
+        load_hparams: bool = True,
+    ) -> None:
+        """Restores the counters (so warm-up is not repeated) and the logs."""
+        super().load_state_dict(state_dict, load_network, load_optimizer, load_hparams)
+        self.env_steps = int(state_dict.get("env_steps", 0))
+        self.completed_episodes = int(state_dict.get("completed_episodes", 0))
+        self._resets = int(state_dict.get("resets", 0))
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(name={self.name!r}, num_envs={self.env.num_envs}, "
+            f"env_steps={self.env_steps})"
+        )
+
+
+def __getattr__(name: str) -> Any:
+    # ThreadedGymCollector lives in its own module (it builds on GymCollector); it is also
+    # reachable from here, where users look for collectors.
+    if name == "ThreadedGymCollector":
+        from emote_core.env.threaded_collector import ThreadedGymCollector
+
+        return ThreadedGymCollector
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "COMPLETED_EPISODES_KEY",
+    "ENV_STEPS_KEY",
+    "EPISODE_LENGTH_KEY",
+    "EPISODE_REWARD_KEY",
+    "SCALED_REWARD_KEY",
+    "GymCollector",
+]

@@ -1,0 +1,33 @@
+"""Neural network building blocks: policies, Q networks, encoders, initialisers, optimisers."""
+
+from __future__ import annotations
+
+from emote_core.nn.action_value import (
+    ActionValueMlp,
+    DiscreteActionValueMlp,
+    SharedEncoderActionValueNet,
+)
+from emote_core.nn.encoders import Conv1dEncoder, Conv2dEncoder, MlpEncoder
+from emote_core.nn.initialization import normal_init_, orthogonal_init_, xavier_uniform_init_
+from emote_core.nn.inputs import flatten_observation, observation_dim
+from emote_core.nn.optim import ModifiedAdamW, split_decay_parameters
+from emote_core.nn.policies import GaussianMlpPolicy, GaussianPolicy, GaussianPolicyHead
+
+__all__ = [
+    "ActionValueMlp",
+    "Conv1dEncoder",
+    "Conv2dEncoder",
+    "DiscreteActionValueMlp",
+    "GaussianMlpPolicy",
+    "GaussianPolicy",
+    "GaussianPolicyHead",
+    "MlpEncoder",
+    "ModifiedAdamW",
+    "SharedEncoderActionValueNet",
+    "flatten_observation",
+    "normal_init_",
+    "observation_dim",
+    "orthogonal_init_",
+    "split_decay_parameters",
+    "xavier_uniform_init_",
+]

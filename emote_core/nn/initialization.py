@@ -1,0 +1,67 @@
+"""Weight initialisers for linear and convolutional layers, for use with ``module.apply``.
+
+Each initialiser takes one module, re-initialises it if it is a :class:`torch.nn.Linear` or a
+convolution (``Conv1d``/``Conv2d``/``Conv3d`` and their transposes) and leaves every other module
+alone, so ``network.apply(orthogonal_init_)`` initialises a whole network. Biases are set to zero.
+Pass other gains or scales with :func:`functools.partial`::
+
+    policy.head.apply(functools.partial(orthogonal_init_, gain=0.01))
+"""
+
+from __future__ import annotations
+
+import math
+
+from torch import nn
+
+_LAYERS = (nn.Linear, nn.modules.conv._ConvNd)
+
+
+def _is_layer(module: nn.Module) -> bool:
+    return isinstance(module, _LAYERS)
+
+
+def _zero_bias(module: nn.Module) -> None:
+    bias = getattr(module, "bias", None)
+    if bias is not None:
+        nn.init.zeros_(bias)
+
+
+def orthogonal_init_(module: nn.Module, *, gain: float = math.sqrt(2.0)) -> None:
+    """Orthogonal weights scaled by ``gain`` (``sqrt(2)`` suits ReLU layers) and zero biases.
+
+    Args:
+        module: Any module; only linear and convolutional layers change.
+        gain: The scale of the orthogonal matrix.
+    """
+    if _is_layer(module):
+        nn.init.orthogonal_(module.weight, gain=gain)
+        _zero_bias(module)
+
+
+def xavier_uniform_init_(module: nn.Module, *, gain: float = 1.0) -> None:
+    """Glorot/Xavier uniform weights and zero biases.
+
+    Args:
+        module: Any module; only linear and convolutional layers change.
+        gain: The scale applied to the uniform bound.
+    """
+    if _is_layer(module):
+        nn.init.xavier_uniform_(module.weight, gain=gain)
+        _zero_bias(module)
+
+
+def normal_init_(module: nn.Module, *, std: float = 0.01, mean: float = 0.0) -> None:
+    """Normally distributed weights and zero biases (small ``std`` for output layers).
+
+    Args:
+        module: Any module; only linear and convolutional layers change.
+        std: The standard deviation of the weights.
+        mean: The mean of the weights.
+    """
+    if _is_layer(module):
+        nn.init.normal_(module.weight, mean=mean, std=std)
+        _zero_bias(module)
+
+
+__all__ = ["normal_init_", "orthogonal_init_", "xavier_uniform_init_"]

@@ -1,0 +1,215 @@
+"""Tanh-squashed Gaussian policies for continuous actions (as SAC trains them).
+
+Actions lie in ``[-1, 1]``; rescaling them to an environment's bounds is the environment
+wrapper's job. A policy has two ways to act:
+
+* :meth:`GaussianPolicy.sample` (what ``forward`` does in train mode): a reparameterised sample
+  ``a = tanh(mean + std * epsilon)`` with ``epsilon ~ N(0, I)`` and its log-probability, corrected
+  for the tanh squashing, of shape ``(B, 1)``. Losses call this.
+* :meth:`GaussianPolicy.act` (what ``forward(obs, epsilon)`` does in eval mode): only
+  ``tanh(mean + std * epsilon)``, with the noise given from outside. ``epsilon = 0`` is the
+  deterministic action; standard normal noise samples the policy. This is the signature an ONNX
+  export traces, so exported policies are deterministic functions of their inputs.
+
+Both methods work in either mode, so code that shares one policy between a training thread and a
+collecting thread can call them directly instead of switching the module's mode.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from emote_core.errors import ConfigurationError
+from emote_core.nn.encoders import Activation, MlpEncoder
+
+_HALF_LOG_TWO_PI = 0.5 * math.log(2.0 * math.pi)
+_LOG_TWO = math.log(2.0)
+
+
+class GaussianPolicyHead(nn.Module):
+    """Maps features to a tanh-squashed diagonal Gaussian over actions.
+
+    One linear layer gives the mean and the log standard deviation of the pre-squash Gaussian;
+    the log standard deviation is clamped to ``[log_std_min, log_std_max]``.
+
+    Args:
+        hidden_dim: The width of the input features.
+        action_dim: The number of action dimensions.
+        log_std_min: The smallest log standard deviation.
+        log_std_max: The largest log standard deviation.
+
+    Raises:
+        ConfigurationError: If a width is not positive or the clamp range is empty.
+    """
+
+    def __init__(
+        self,
+        *,
+        hidden_dim: int,
+        action_dim: int,
+        log_std_min: float = -20.0,
+        log_std_max: float = 2.0,
+    ) -> None:
+        super().__init__()
+        for what, value in (("hidden_dim", hidden_dim), ("action_dim", action_dim)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigurationError(
+                    f"GaussianPolicyHead's {what} must be a positive integer; got {value!r}"
+                )
+        if not log_std_min < log_std_max:
+            raise ConfigurationError(
+                f"GaussianPolicyHead needs log_std_min < log_std_max; got {log_std_min} and "
+                f"{log_std_max}"
+            )
+        self.action_dim = action_dim
+        self.log_std_min = float(log_std_min)
+        self.log_std_max = float(log_std_max)
+        self.linear = nn.Linear(hidden_dim, 2 * action_dim)
+
+    def distribution(self, features: Tensor) -> tuple[Tensor, Tensor]:
+        """The pre-squash Gaussian's mean and (clamped) log standard deviation, each ``(B, A)``."""
+        mean, log_std = self.linear(features).chunk(2, dim=-1)
+        return mean, log_std.clamp(self.log_std_min, self.log_std_max)
+
+    def sample(self, features: Tensor, epsilon: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """A reparameterised action sample and its log-probability.
+
+        Args:
+            features: ``(B, hidden_dim)`` features.
+            epsilon: ``(B, action_dim)`` standard normal noise; drawn when omitted.
+
+        Returns:
+            ``actions`` of shape ``(B, action_dim)`` in ``[-1, 1]`` and ``log_probs`` of shape
+            ``(B, 1)``: the log-density of the squashed action, ``log N(u; mean, std) -
+            sum log(1 - tanh(u)^2)`` with ``u = mean + std * epsilon``.
+        """
+        mean, log_std = self.distribution(features)
+        if epsilon is None:
+            epsilon = torch.randn_like(mean)
+        pre_squash = mean + log_std.exp() * epsilon
+        # log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)), stable for large |u|.
+        squash_correction = 2.0 * (_LOG_TWO - pre_squash - F.softplus(-2.0 * pre_squash))
+        log_density = -0.5 * epsilon.square() - log_std - _HALF_LOG_TWO_PI
+        log_probs = (log_density - squash_correction).sum(dim=-1, keepdim=True)
+        return torch.tanh(pre_squash), log_probs
+
+    def act(self, features: Tensor, epsilon: Tensor | None = None) -> Tensor:
+        """``tanh(mean + std * epsilon)``; the deterministic ``tanh(mean)`` when ``epsilon`` is
+        omitted."""
+        mean, log_std = self.distribution(features)
+        if epsilon is None:
+            return torch.tanh(mean)
+        return torch.tanh(mean + log_std.exp() * epsilon)
+
+    def forward(
+        self, features: Tensor, epsilon: Tensor | None = None
+    ) -> tuple[Tensor, Tensor] | Tensor:
+        """:meth:`sample` in train mode, :meth:`act` in eval mode."""
+        if self.training:
+            return self.sample(features, epsilon)
+        return self.act(features, epsilon)
+
+
+class GaussianPolicy(nn.Module):
+    """An encoder, optional hidden layers and a :class:`GaussianPolicyHead`.
+
+    Args:
+        encoder: Turns the observation tensor into ``(B, encoder_output_dim)`` features (a
+            convolutional encoder, possibly shared with the Q networks).
+        encoder_output_dim: The width of the encoder's features.
+        action_dim: The number of action dimensions.
+        hidden_dims: Widths of linear layers between the encoder and the head.
+        activation: Builds the activation after each hidden layer.
+        detach_encoder: Stop the policy's gradients at the encoder's output (for an encoder that
+            the Q losses train).
+        log_std_min: The smallest log standard deviation.
+        log_std_max: The largest log standard deviation.
+    """
+
+    def __init__(
+        self,
+        *,
+        encoder: nn.Module,
+        encoder_output_dim: int,
+        action_dim: int,
+        hidden_dims: Sequence[int] = (),
+        activation: Activation = nn.ReLU,
+        detach_encoder: bool = False,
+        log_std_min: float = -20.0,
+        log_std_max: float = 2.0,
+    ) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.hidden = MlpEncoder(
+            input_dim=encoder_output_dim, hidden_dims=hidden_dims, activation=activation
+        )
+        self.head = GaussianPolicyHead(
+            hidden_dim=self.hidden.output_dim, action_dim=action_dim,
+            log_std_min=log_std_min, log_std_max=log_std_max,
+        )  # fmt: skip
+        self.action_dim = action_dim
+        self.detach_encoder = detach_encoder
+
+    def features(self, observation: Tensor) -> Tensor:
+        """The features the head reads."""
+        encoded = self.encoder(observation)
+        if self.detach_encoder:
+            encoded = encoded.detach()
+        return self.hidden(encoded)
+
+    def sample(self, observation: Tensor, epsilon: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """A reparameterised sample ``(actions (B, A), log_probs (B, 1))``; see
+        :meth:`GaussianPolicyHead.sample`."""
+        return self.head.sample(self.features(observation), epsilon)
+
+    def act(self, observation: Tensor, epsilon: Tensor | None = None) -> Tensor:
+        """``tanh(mean + std * epsilon)`` (``tanh(mean)`` without ``epsilon``), ``(B, A)``."""
+        return self.head.act(self.features(observation), epsilon)
+
+    def forward(
+        self, observation: Tensor, epsilon: Tensor | None = None
+    ) -> tuple[Tensor, Tensor] | Tensor:
+        """Train mode: ``(actions, log_probs)`` as :meth:`sample`. Eval mode: the action
+        ``tanh(mean + std * epsilon)`` only, as :meth:`act` (``epsilon = 0`` is deterministic)."""
+        if self.training:
+            return self.sample(observation, epsilon)
+        return self.act(observation, epsilon)
+
+
+class GaussianMlpPolicy(GaussianPolicy):
+    """A Gaussian policy on a flat observation: an MLP and a :class:`GaussianPolicyHead`.
+
+    Args:
+        observation_dim: The width of the flattened observation
+            (see :func:`emote_core.nn.inputs.flatten_observation`).
+        action_dim: The number of action dimensions.
+        hidden_dims: The MLP's layer widths.
+        activation: Builds the activation after each layer.
+        log_std_min: The smallest log standard deviation.
+        log_std_max: The largest log standard deviation.
+    """
+
+    def __init__(
+        self,
+        *,
+        observation_dim: int,
+        action_dim: int,
+        hidden_dims: Sequence[int] = (256, 256),
+        activation: Activation = nn.ReLU,
+        log_std_min: float = -20.0,
+        log_std_max: float = 2.0,
+    ) -> None:
+        super().__init__(
+            encoder=nn.Identity(), encoder_output_dim=observation_dim, action_dim=action_dim,
+            hidden_dims=hidden_dims, activation=activation, log_std_min=log_std_min,
+            log_std_max=log_std_max,
+        )  # fmt: skip
+        self.observation_dim = observation_dim
+
+
+__all__ = ["GaussianMlpPolicy", "GaussianPolicy", "GaussianPolicyHead"]

@@ -1,0 +1,263 @@
+"""GenericAgentProxy: one batched, gradient-free policy call for all acting agents.
+
+The proxy stacks each input key over the acting agents, runs the policy once in eval mode under
+``torch.no_grad()``, and splits each output back into one response per agent. Policies whose
+``forward`` takes an ``epsilon`` argument (such as ``GaussianMlpPolicy``, which returns
+``tanh(mean + std * epsilon)`` in eval mode) get standard-normal noise when acting
+stochastically and zeros when acting deterministically.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from emote_core.errors import ConfigurationError
+from emote_core.proxies.base import acting_agents, as_generator, inference_mode_of, key_names
+from emote_core.spaces import DiscreteSpace, MDPSpace
+from emote_core.typing import AgentId, DictObservation, DictResponse
+
+ACTIONS_KEY = "actions"
+"""The response key of the action an environment takes."""
+
+
+def _takes_epsilon(policy: nn.Module) -> bool:
+    try:
+        parameters = inspect.signature(policy.forward).parameters
+    except (TypeError, ValueError):  # builtins and scripted modules without a signature
+        return False
+    return "epsilon" in parameters
+
+
+class GenericAgentProxy:
+    """Acts for many agents with one policy call, by observation and response keys.
+
+    Args:
+        policy: The network; it is called as ``policy(*inputs)`` with one ``(B, ...)`` float32
+            tensor per input key, in ``input_keys`` order (plus ``epsilon=`` when its ``forward``
+            has that parameter), and returns one tensor per output key (a tensor, or a tuple
+            in ``output_keys`` order).
+        device: Where the policy runs.
+        input_keys: The observation keys the policy reads.
+        output_keys: The response keys its outputs are stored under (``"actions"`` is the one an
+            environment acts with).
+        spaces: When given, every observation is checked against ``spaces.state`` (clear errors
+            for missing keys and wrong shapes), actions are cast to the action space's dtype, and
+            the noise shape comes from the action space.
+        deterministic: For epsilon-taking policies, act with zero noise (the mean action).
+        seed: Seeds the noise generator; ``None`` draws from fresh entropy.
+
+    Raises:
+        ConfigurationError: If keys are malformed or absent from ``spaces``, or the policy takes
+            ``epsilon`` and the action shape is unknown (pass ``spaces``, or give the policy an
+            ``action_dim`` attribute).
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: nn.Module,
+        device: torch.device | str,
+        input_keys: Sequence[str],
+        output_keys: Sequence[str],
+        spaces: MDPSpace | None = None,
+        deterministic: bool = False,
+        seed: int | None = None,
+    ) -> None:
+        owner = type(self).__name__
+        self.policy = policy
+        self.device = torch.device(device)
+        self._input_keys = key_names(owner, "input_keys", input_keys)
+        self._output_keys = key_names(owner, "output_keys", output_keys)
+        self.spaces = spaces
+        self.deterministic = bool(deterministic)
+        self._generator = as_generator(seed)
+        self._expected_shapes: dict[str, tuple[int, ...]] = {}
+        if spaces is not None:
+            available = spaces.state.keys()
+            missing = [k for k in self._input_keys if k not in available]
+            if missing:
+                raise ConfigurationError(
+                    f"{owner}: input keys {missing} are not in the observation space, which has "
+                    f"keys {sorted(available)}; fix input_keys"
+                )
+            self._expected_shapes = {k: spaces.state[k].shape for k in self._input_keys}
+        self._takes_epsilon = _takes_epsilon(policy)
+        self._noise_shape: tuple[int, ...] | None = None
+        if self._takes_epsilon:
+            self._noise_shape = self._find_noise_shape(owner)
+
+    def _find_noise_shape(self, owner: str) -> tuple[int, ...]:
+        if self.spaces is not None:
+            return tuple(self.spaces.actions.shape)
+        action_dim = getattr(self.policy, "action_dim", None)
+        if isinstance(action_dim, int) and not isinstance(action_dim, bool) and action_dim > 0:
+            return (action_dim,)
+        raise ConfigurationError(
+            f"{owner}: the policy's forward takes 'epsilon', so the proxy draws noise of the "
+            "action's shape, which it cannot tell — pass spaces=..., or give the policy an "
+            "integer 'action_dim' attribute"
+        )
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        """The observation keys the policy reads."""
+        return self._input_keys
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """The response keys the proxy fills."""
+        return self._output_keys
+
+    def __call__(
+        self, observations: Mapping[AgentId, DictObservation]
+    ) -> dict[AgentId, DictResponse]:
+        """Responds to every ``INITIAL`` and ``RUNNING`` observation.
+
+        Raises:
+            ConfigurationError: If an observation lacks an input key or (with ``spaces``) has the
+                wrong shape, or the policy's outputs do not match ``output_keys``.
+        """
+        agents = acting_agents(observations)
+        if not agents:
+            return {}
+        batches = {key: self._stack(key, agents, observations) for key in self._input_keys}
+        inputs = self._inputs(batches)
+        with inference_mode_of(self.policy):
+            if self._takes_epsilon:
+                outputs = self.policy(*inputs, epsilon=self._noise(len(agents)))
+            else:
+                outputs = self.policy(*inputs)
+        arrays = self._outputs(outputs, len(agents))
+        return {
+            agent: DictResponse(list_data={key: arrays[key][row] for key in self._output_keys})
+            for row, agent in enumerate(agents)
+        }
+
+    # Steps subclasses adapt.
+
+    def _prepare(self, key: str, batch: np.ndarray) -> torch.Tensor:
+        """One input key's ``(B, ...)`` batch as the tensor the policy takes."""
+        return torch.as_tensor(batch, dtype=torch.float32, device=self.device)
+
+    def _inputs(self, batches: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        """The policy's positional inputs from the prepared batches, by key."""
+        return [batches[key] for key in self._input_keys]
+
+    # Internals.
+
+    def _stack(
+        self, key: str, agents: list[AgentId], observations: Mapping[AgentId, DictObservation]
+    ) -> torch.Tensor:
+        rows = []
+        expected = self._expected_shapes.get(key)
+        for agent in agents:
+            data = observations[agent].array_data
+            value = data.get(key)
+            if value is None:
+                raise ConfigurationError(
+                    f"{type(self).__name__}: the observation of agent {agent} has no '{key}' "
+                    f"(it has {sorted(data)}); the policy reads {list(self._input_keys)}"
+                )
+            value = np.asarray(value)
+            if expected is not None and value.shape != expected:
+                raise ConfigurationError(
+                    f"{type(self).__name__}: observation '{key}' of agent {agent} has shape "
+                    f"{value.shape}; the observation space says {expected}"
+                )
+            rows.append(value)
+        return self._prepare(key, np.stack(rows))
+
+    def _noise(self, count: int) -> torch.Tensor:
+        shape = (count, *(self._noise_shape or ()))
+        if self.deterministic:
+            return torch.zeros(shape, device=self.device)
+        return torch.randn(shape, generator=self._generator).to(self.device)
+
+    def _outputs(self, outputs: Any, count: int) -> dict[str, np.ndarray]:
+        if isinstance(outputs, torch.Tensor):
+            outputs = (outputs,)
+        if not isinstance(outputs, tuple | list) or len(outputs) != len(self._output_keys):
+            got = (
+                f"{len(outputs)} outputs"
+                if isinstance(outputs, tuple | list)
+                else type(outputs).__name__
+            )
+            raise ConfigurationError(
+                f"{type(self).__name__}: the policy returned {got} in eval mode; the proxy "
+                f"expects one tensor per output key {list(self._output_keys)}"
+            )
+        arrays = {}
+        for key, output in zip(self._output_keys, outputs, strict=True):
+            array = torch.as_tensor(output).detach().cpu().numpy()
+            if array.ndim == 1:
+                array = array[:, None]
+            if array.shape[0] != count:
+                raise ConfigurationError(
+                    f"{type(self).__name__}: policy output '{key}' has shape {array.shape}; "
+                    f"expected a leading batch dimension of {count}"
+                )
+            arrays[key] = self._cast(key, array)
+        return arrays
+
+    def _cast(self, key: str, array: np.ndarray) -> np.ndarray:
+        if self.spaces is None or key != ACTIONS_KEY:
+            return array
+        space = self.spaces.actions
+        if isinstance(space, DiscreteSpace):
+            if array.shape[1:] != (1,):
+                raise ConfigurationError(
+                    f"{type(self).__name__}: for a discrete action space the policy must return "
+                    f"one action index per agent; it returned shape {array.shape} — use "
+                    "EpsilonGreedyAgentProxy for a network that returns one value per action"
+                )
+            return np.rint(array).astype(np.int64)
+        return array.astype(space.dtype, copy=False)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(inputs={list(self._input_keys)}, "
+            f"outputs={list(self._output_keys)}, deterministic={self.deterministic})"
+        )
+
+
+class FeatureAgentProxy(GenericAgentProxy):
+    """A policy reading one flat feature vector and returning ``"actions"``.
+
+    Args:
+        policy: The network, ``policy(obs)`` or ``policy(obs, epsilon)`` (see
+            :class:`GenericAgentProxy`).
+        device: Where the policy runs.
+        input_key: The observation key of the feature vector.
+        deterministic: Act with zero noise.
+        spaces: The MDP space to validate observations and cast actions with.
+        seed: Seeds the noise generator.
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: nn.Module,
+        device: torch.device | str,
+        input_key: str = "obs",
+        deterministic: bool = False,
+        spaces: MDPSpace | None = None,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(
+            policy=policy,
+            device=device,
+            input_keys=[input_key],
+            output_keys=[ACTIONS_KEY],
+            spaces=spaces,
+            deterministic=deterministic,
+            seed=seed,
+        )
+
+
+__all__ = ["ACTIONS_KEY", "FeatureAgentProxy", "GenericAgentProxy"]

@@ -1,0 +1,97 @@
+"""RandomAgentProxy: uniform random actions, for warm-up and ``emote collect --policy random``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from emote_core.errors import ConfigurationError
+from emote_core.proxies.base import acting_agents
+from emote_core.proxies.generic import ACTIONS_KEY
+from emote_core.spaces import BoxSpace, DiscreteSpace
+from emote_core.typing import AgentId, DictObservation, DictResponse
+
+
+def _bounds(action_space: Any) -> tuple[int | None, np.ndarray | None, np.ndarray | None, Any]:
+    """``(n, low, high, dtype)``: ``n`` for discrete spaces, bounds for boxes."""
+    from gymnasium import spaces as gym_spaces
+
+    if isinstance(action_space, gym_spaces.Discrete):
+        if int(action_space.start) != 0:
+            raise ConfigurationError(
+                f"RandomAgentProxy acts in Discrete spaces starting at 0 (as DictGymWrapper "
+                f"presents them); got start={action_space.start}"
+            )
+        return int(action_space.n), None, None, np.int64
+    if isinstance(action_space, DiscreteSpace):
+        return action_space.n, None, None, np.int64
+    if isinstance(action_space, gym_spaces.Box):
+        return None, action_space.low, action_space.high, action_space.dtype
+    if isinstance(action_space, BoxSpace):
+        return None, action_space.low, action_space.high, action_space.dtype
+    raise ConfigurationError(
+        f"RandomAgentProxy supports Box and Discrete action spaces; got {action_space!r}"
+    )
+
+
+class RandomAgentProxy:
+    """Acts uniformly at random within an action space.
+
+    Args:
+        action_space: The space agents act in — pass ``DictGymWrapper.single_action_space`` (a
+            ``[-1, 1]`` box when the wrapper rescales) or ``DictGymWrapper.spaces.actions``.
+            A gymnasium ``Box``/``Discrete`` or an emote ``BoxSpace``/``DiscreteSpace``; boxes
+            must be bounded.
+        seed: Seeds the draws; ``None`` draws from fresh entropy.
+
+    Raises:
+        ConfigurationError: If the space is of another kind or a box is unbounded.
+    """
+
+    def __init__(self, *, action_space: Any, seed: int | None = None) -> None:
+        n, low, high, dtype = _bounds(action_space)
+        self._box: tuple[np.ndarray, np.ndarray] | None = None  # (low, high - low)
+        if n is None:
+            if low is None or high is None:
+                low = high = np.full(1, np.inf)
+            low, high = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
+            if not np.all(np.isfinite(low) & np.isfinite(high)):
+                raise ConfigurationError(
+                    f"RandomAgentProxy draws uniform actions, which needs a bounded box; "
+                    f"{action_space!r} is unbounded"
+                )
+            self._box = (low, high - low)
+        self._n = n
+        self._dtype = np.dtype(dtype)
+        self._rng = np.random.default_rng(seed)
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        """No observation keys: random actions read nothing."""
+        return ()
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """``("actions",)``."""
+        return (ACTIONS_KEY,)
+
+    def __call__(
+        self, observations: Mapping[AgentId, DictObservation]
+    ) -> dict[AgentId, DictResponse]:
+        """Draws an action for every ``INITIAL`` and ``RUNNING`` observation."""
+        agents = acting_agents(observations)
+        if self._box is None:
+            actions = self._rng.integers(0, self._n or 1, size=(len(agents), 1), dtype=np.int64)
+        else:
+            low, width = self._box
+            unit = self._rng.random((len(agents), *low.shape))
+            actions = np.minimum(low + unit * width, low + width).astype(self._dtype)
+        return {
+            agent: DictResponse(list_data={ACTIONS_KEY: actions[row]})
+            for row, agent in enumerate(agents)
+        }
+
+
+__all__ = ["RandomAgentProxy"]

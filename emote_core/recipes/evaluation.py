@@ -1,0 +1,43 @@
+"""Evaluating an agent on a recipe's environment: returns over whole episodes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from emote_core.recipes.builders import make_env
+from emote_core.recipes.schema import Recipe
+
+
+def evaluate(agent: Any, recipe: Recipe, *, episodes: int, seed: int) -> dict[str, Any]:
+    """Runs ``agent`` on one environment for ``episodes`` whole episodes.
+
+    Returns:
+        ``{episodes, returns, lengths, mean_return, std_return, seed, env}``.
+    """
+    env = make_env(recipe, num_envs=1)
+    returns: list[float] = []
+    lengths: list[int] = []
+    try:
+        observations = env.reset(seed=seed)
+        while len(returns) < episodes:
+            observations = env.step(agent(observations))
+            for episode_return, length in env.drain_completed_episodes():
+                returns.append(float(episode_return))
+                lengths.append(int(length))
+    finally:
+        env.close()
+    returns, lengths = returns[:episodes], lengths[:episodes]
+    return {
+        "env": recipe.env.id,
+        "seed": seed,
+        "episodes": len(returns),
+        "returns": returns,
+        "lengths": lengths,
+        "mean_return": float(np.mean(returns)),
+        "std_return": float(np.std(returns)),
+    }
+
+
+__all__ = ["evaluate"]

@@ -1,0 +1,167 @@
+"""Assembling a training run from a recipe: table, networks, collector, losses, logs."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from emote_core.callback import Callback
+from emote_core.errors import ConfigurationError
+from emote_core.recipes.builders import (
+    Networks,
+    algorithm_callbacks,
+    make_agent,
+    make_env,
+    make_networks,
+    stores_spaces_match,
+)
+from emote_core.recipes.schema import Recipe
+from emote_core.runs import RunDirectory
+from emote_core.trainer import Trainer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainingRun:
+    """What :func:`build_training` assembled."""
+
+    trainer: Trainer
+    run: RunDirectory
+    table: Any
+    networks: Networks
+    env: Any | None
+    collector: Any | None
+    bp_steps: int
+
+
+def build_training(
+    recipe: Recipe,
+    *,
+    run: RunDirectory,
+    device: torch.device,
+    live: bool = True,
+    stores: Sequence[str | Path] = (),
+    resume: bool = False,
+    bp_steps: int | None = None,
+    terminal_log: bool = True,
+) -> TrainingRun:
+    """Builds every part of a training run described by ``recipe``.
+
+    Args:
+        recipe: The recipe.
+        run: The prepared run directory.
+        device: Where networks and the table live.
+        live: Collect experience while training (else train only from ``stores``).
+        stores: emote-memory stores to start the table from.
+        resume: Continue from the run's latest checkpoint.
+        bp_steps: Total updates of the run (the recipe's ``training.bp_steps`` by default).
+        terminal_log: Also log a line per log interval to the terminal (stderr).
+
+    Raises:
+        ConfigurationError: If the recipe, the stores and the mode do not fit together.
+    """
+    from torch.utils.tensorboard import SummaryWriter
+
+    from emote_core.callbacks.checkpointing import Checkpointer, CheckpointLoader
+    from emote_core.callbacks.generic import BackPropStepsTerminator, ScheduleStepper
+    from emote_core.callbacks.logging import TensorboardLogger, TerminalLogger
+    from emote_core.memory import DictObsMemoryTable, DictObsNStepMemoryTable, MemoryLoader
+    from emote_core.memory.formats.zarr_store import MemoryStore
+    from emote_core.memory.formats.zarr_store.tables import load_table
+
+    if not live and not stores:
+        raise ConfigurationError("--no-live trains from stored memory only: pass --memory STORE")
+    env = make_env(recipe)
+    spaces = env.spaces
+    opened = [MemoryStore(store) for store in stores]
+    stores_spaces_match(opened, spaces, recipe)
+    table_class = (
+        DictObsNStepMemoryTable if recipe.memory.rollout_length > 1 else DictObsMemoryTable
+    )
+    table = table_class(spaces=spaces, maxlen=recipe.memory.maxlen, device=device, seed=recipe.seed)
+    sources = [str(store) for store in stores]
+    if resume and recipe.memory.store_episodes and run.memory_export.exists():
+        sources.append(str(run.memory_export))
+    if sources:
+        loaded = load_table(table, sources)
+        log.info("memory: %d episodes (%d transitions) from %s", loaded, table.size(), sources)
+    loader = MemoryLoader(
+        table=table, rollout_count=recipe.memory.batch_size,
+        rollout_length=recipe.memory.rollout_length,
+    )  # fmt: skip
+    if not live and not loader.is_ready():
+        raise ConfigurationError(
+            f"the stores hold {table.size()} transitions in {table.episode_count} episodes; a "
+            f"batch needs {recipe.memory.batch_size} windows of {recipe.memory.rollout_length}"
+        )
+
+    networks = make_networks(recipe, spaces, device)
+    learning, epsilon = algorithm_callbacks(recipe, networks, spaces)
+    callbacks: list[Callback] = list(learning)
+    checkpointed: list[Callback] = list(learning)
+    if epsilon is not None:
+        stepper = ScheduleStepper(schedules={"epsilon": epsilon})
+        callbacks.append(stepper)
+        checkpointed.append(stepper)
+
+    collector = None
+    if live:
+        collector = _collector(recipe, env, networks, spaces, device, epsilon, run, table, loader)
+        callbacks.append(collector)
+        checkpointed.append(collector)
+    else:
+        env.close()
+        env = None
+
+    total = bp_steps if bp_steps is not None else recipe.training.bp_steps
+    loggables = [c for c in callbacks if hasattr(c, "scalar_logs")]
+    writer = SummaryWriter(log_dir=str(run.tensorboard))
+    interval = recipe.training.log_interval
+    callbacks += [
+        BackPropStepsTerminator(bp_steps=total),
+        TensorboardLogger(callbacks=loggables, writer=writer, log_interval=interval),
+        Checkpointer(
+            callbacks=checkpointed, run_dir=run.path,
+            checkpoint_interval=recipe.training.checkpoint_interval,
+        ),
+    ]  # fmt: skip
+    if terminal_log:
+        callbacks.append(TerminalLogger(callbacks=loggables, log_interval=interval))
+    if resume:
+        callbacks.append(CheckpointLoader(callbacks=checkpointed, run_dir=run.path))
+    trainer = Trainer(callbacks, loader)
+    return TrainingRun(trainer, run, table, networks, env, collector, total)
+
+
+def _collector(
+    recipe: Recipe, env: Any, networks: Networks, spaces: Any, device: torch.device,
+    epsilon: Any, run: RunDirectory, table: Any, loader: Any,
+) -> Any:  # fmt: skip
+    from emote_core.env import GymCollector, ThreadedGymCollector
+    from emote_core.memory.proxy import MemoryTableProxy
+    from emote_core.memory.wrappers import MemoryExporterProxyWrapper
+    from emote_core.proxies import RandomAgentProxy
+
+    memory: Any = MemoryTableProxy(table)
+    if recipe.memory.store_episodes:
+        memory = MemoryExporterProxyWrapper(
+            memory, target_memory_name="memory", inf_steps_per_memory_export=1_000,
+            experiment_root_path=run.path, min_time_per_export=0.0,
+        )  # fmt: skip
+    agent = make_agent(recipe, networks, spaces, device, epsilon=epsilon)
+    warmup_agent = RandomAgentProxy(action_space=env.single_action_space, seed=recipe.seed)
+    collector_class = ThreadedGymCollector if recipe.training.threaded else GymCollector
+    return collector_class(
+        env=env, agent=agent, memory=memory, warmup_steps=recipe.memory.warmup_steps,
+        inference_steps_per_batch=recipe.training.inference_steps_per_batch,
+        seed=recipe.seed, warmup_agent=warmup_agent, ready_check=loader,
+    )  # fmt: skip
+
+
+__all__ = ["TrainingRun", "build_training"]

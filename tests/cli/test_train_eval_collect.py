@@ -1,0 +1,130 @@
+"""`emote collect`, `emote train` and `emote eval` as a user runs them: real envs, real runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from emote_cli.app import app
+
+
+def run(runner: CliRunner, *args: str):
+    return runner.invoke(app, list(args))
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_sac_hit_the_middle_learns_within_2000_updates(runner: CliRunner, in_tmp: Path) -> None:
+    result = run(runner, "train", "sac_hit_the_middle", "--run-dir", "runs/htm", "--json", "-q")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["steps"] == 2_000
+    assert Path(summary["checkpoint"]).name == "checkpoint_2000.tar"
+    run_dir = in_tmp / "runs" / "htm"
+    assert (run_dir / "recipe.toml").is_file() and (run_dir / "run.json").is_file()
+    assert list((run_dir / "tensorboard").iterdir())
+
+    result = run(runner, "eval", "runs/htm", "--episodes", "10", "--min-return", "-5", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["episodes"] == 10 and len(report["returns"]) == 10
+    assert report["mean_return"] >= -5.0
+    assert json.loads((run_dir / "eval.json").read_text())["mean_return"] == report["mean_return"]
+
+
+def test_eval_exits_3_below_the_threshold_and_resume_continues(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    args = ("train", "sac_hit_the_middle", "--steps", "60", "--run-dir", "r", "-q", "--json")
+    assert run(runner, *args).exit_code == 0
+    result = run(runner, "eval", "r", "--episodes", "2", "--min-return", "1000")
+    assert result.exit_code == 3
+    assert "below --min-return" in result.stderr
+
+    again = run(runner, *args)
+    assert again.exit_code == 1 and "already exists; pass --resume" in again.stderr
+    resumed = run(runner, "train", "sac_hit_the_middle", "--steps", "90", "--run-dir", "r",
+                  "--resume", "-q", "--json")  # fmt: skip
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["steps"] == 90
+    starts = json.loads((in_tmp / "r" / "run.json").read_text())["starts"]
+    assert [s["resume"] for s in starts] == [False, True]
+
+
+def test_collect_then_train_offline_from_the_store(runner: CliRunner, in_tmp: Path) -> None:
+    result = run(runner, "collect", "sac_pendulum", "--out", "p.zarr", "--steps", "2000",
+                 "--envs", "2", "--json", "-q")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["episodes"] == 10 and summary["transitions"] == 2000
+    inspected = json.loads(run(runner, "memory", "inspect", "p.zarr", "--json").stdout)
+    assert inspected["end_states"]["INTERRUPTED"] == 10  # Pendulum's time limit
+    result = run(runner, "train", "sac_pendulum", "--memory", "p.zarr", "--no-live",
+                 "--steps", "50", "--run-dir", "off", "--json", "-q")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["steps"] == 50
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("train", "sac_pendulm"), "did you mean sac_pendulum"),
+        (
+            ("train", "sac_pendulum", "--set", "training.bp_step=3"),
+            "did you mean 'training.bp_steps'",
+        ),
+        (("train", "sac_pendulum", "--set", "env.id=Pendulum-v9"), "did you mean"),
+        (("train", "sac_pendulum", "--resume", "--run-dir", "nowhere"), "holds no run"),
+        (("train", "sac_pendulum", "--no-live"), "pass --memory STORE"),
+        (("eval", "missing-run"), "neither a checkpoint file nor a run directory"),
+        (("collect", "sac_pendulum", "--out", "x.zarr"), "exactly one of --episodes"),
+    ],
+)
+def test_bad_input_is_one_line_and_nothing_is_written(
+    runner: CliRunner, in_tmp: Path, args: tuple[str, ...], message: str
+) -> None:
+    result = run(runner, *args)
+    assert result.exit_code in (1, 2)
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (in_tmp / "runs").exists()
+
+
+def test_a_store_from_another_env_is_refused(runner: CliRunner, in_tmp: Path) -> None:
+    assert (
+        run(runner, "collect", "dqn_cartpole", "--out", "c.zarr", "--episodes", "2").exit_code == 0
+    )
+    result = run(
+        runner, "train", "sac_pendulum", "--memory", "c.zarr", "--no-live", "--run-dir", "w"
+    )
+    assert result.exit_code == 1
+    assert "collected on another env" in result.stderr
+
+
+def test_ctrl_c_checkpoints_and_exits_130(in_tmp: Path) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "emote_cli", "train", "sac_hit_the_middle", "--steps", "100000",
+         "--run-dir", "interrupted", "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list((in_tmp / "interrupted").glob("tensorboard/*")):
+        time.sleep(0.2)
+    time.sleep(3)  # let it train a little
+    process.send_signal(signal.SIGINT)
+    _, errors = process.communicate(timeout=120)
+    assert process.returncode == 130, errors.decode()
+    checkpoints = list((in_tmp / "interrupted" / "checkpoints").glob("checkpoint_*.tar"))
+    assert len(checkpoints) == 1

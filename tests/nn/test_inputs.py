@@ -1,0 +1,41 @@
+"""flatten_observation: the one tensor networks get from a dict observation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from emote_core.errors import ConfigurationError
+from emote_core.nn.inputs import flatten_observation, observation_dim
+from emote_core.spaces import BoxSpace, DictSpace
+
+
+def test_keys_are_flattened_and_joined_in_sorted_order_by_default() -> None:
+    observation = {"b": torch.ones(2, 2, 2), "a": torch.zeros(2, 3)}
+    flat = flatten_observation(observation)
+    assert flat.shape == (2, 7)
+    assert flat[:, :3].eq(0).all() and flat[:, 3:].eq(1).all()
+    chosen = flatten_observation(observation, ["b", "a"])
+    assert chosen[:, :4].eq(1).all() and chosen[:, 4:].eq(0).all()
+
+
+def test_a_single_image_key_passes_unflattened() -> None:
+    image = torch.rand(3, 8, 8, 1)
+    observation = {"image": image, "speed": torch.rand(3, 1)}
+    assert flatten_observation(observation, ["image"], flatten=False) is image
+    with pytest.raises(ConfigurationError, match="one observation entry"):
+        flatten_observation(observation, flatten=False)
+
+
+def test_missing_keys_name_what_is_there() -> None:
+    with pytest.raises(ConfigurationError, match=r"\['velocity'\].*\['obs'\]"):
+        flatten_observation({"obs": torch.zeros(1, 2)}, ["velocity"])
+    with pytest.raises(ConfigurationError, match="not the string"):
+        flatten_observation({"obs": torch.zeros(1, 2)}, "obs")
+
+
+def test_observation_dim_matches_the_flattened_width() -> None:
+    space = DictSpace({"a": BoxSpace(np.float32, (3,)), "b": BoxSpace(np.float32, (2, 2))})
+    assert observation_dim(space) == 7
+    assert observation_dim(space, ["b"]) == 4
