@@ -78,8 +78,12 @@ class LossCallback(LoggingMixin, Callback, ABC):
                 + "; a loss must return a scalar tensor"
             )
         loss.backward()
-        max_norm = self.max_grad_norm if self.max_grad_norm is not None else float("inf")
-        grad_norm = nn.utils.clip_grad_norm_(self.parameters, max_norm)
+        if self.max_grad_norm is not None:
+            grad_norm = nn.utils.clip_grad_norm_(self.parameters, self.max_grad_norm)
+        else:  # measure only: clipping to infinity would still rescale every gradient
+            grad_norm = nn.utils.get_total_norm(
+                [p.grad for p in self.parameters if p.grad is not None]
+            )
         self.optimizer.step()
         if self.lr_schedule is not None:
             self.lr_schedule.step()

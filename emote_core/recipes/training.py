@@ -6,11 +6,11 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from emote_core.callback import Callback
+from emote_core.callback import Callback, Order
 from emote_core.errors import ConfigurationError
 from emote_core.recipes.builders import (
     Networks,
@@ -25,6 +25,19 @@ from emote_core.runs import RunDirectory
 from emote_core.trainer import Trainer
 
 log = logging.getLogger(__name__)
+
+
+class FinalMemoryExport(Callback):
+    """Appends the episodes completed since the exporter's last export when training ends."""
+
+    order: ClassVar[int] = Order.CHECKPOINT
+
+    def __init__(self, *, exporter: Any, name: str = "final_memory_export") -> None:
+        super().__init__(name=name)
+        self.exporter = exporter
+
+    def end_training(self) -> None:
+        self.exporter.export()
 
 
 @dataclass
@@ -114,6 +127,8 @@ def build_training(
     if live:
         collector = _collector(recipe, env, networks, spaces, device, epsilon, run, table, loader)
         callbacks.append(collector)
+        if recipe.memory.store_episodes:
+            callbacks.append(FinalMemoryExport(exporter=collector.memory))
         checkpointed.append(collector)
     else:
         env.close()
@@ -164,4 +179,4 @@ def _collector(
     )  # fmt: skip
 
 
-__all__ = ["TrainingRun", "build_training"]
+__all__ = ["FinalMemoryExport", "TrainingRun", "build_training"]
