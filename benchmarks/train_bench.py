@@ -163,6 +163,46 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def collection_rates(env_id: str, num_envs: int, vector_steps: int) -> tuple[float, float]:
+    """Env steps/s: bare vector-env stepping with pre-drawn random actions, against emote's
+    collection path (wrapper, random agent proxy, sequence builder, Zarr store appends)."""
+    import tempfile
+
+    from emote_core.env import DictGymWrapper, GymCollector, make_vector_env
+    from emote_core.memory import DictObsMemoryTable, MemoryTableProxy
+    from emote_core.memory.formats.zarr_store.tables import StoreAppender
+    from emote_core.proxies import RandomAgentProxy
+
+    bare = make_vector_env(env_id, num_envs=num_envs)
+    bare.reset(seed=0)
+    actions = [bare.action_space.sample() for _ in range(vector_steps)]
+    started = time.perf_counter()
+    for action in actions:
+        bare.step(action)
+    bare_rate = vector_steps * num_envs / (time.perf_counter() - started)
+    bare.close()
+
+    env = DictGymWrapper(make_vector_env(env_id, num_envs=num_envs))
+    table = DictObsMemoryTable(spaces=env.spaces, maxlen=1_000_000)
+    proxy = MemoryTableProxy(table)
+    pending: list = []
+    proxy.episode_listeners.append(lambda *episode: pending.append(episode))
+    agent = RandomAgentProxy(action_space=env.single_action_space, seed=0)
+    collector = GymCollector(env=env, agent=agent, memory=proxy, seed=0)
+    with tempfile.TemporaryDirectory() as directory:
+        appender = StoreAppender(f"{directory}/collect.zarr", table)
+        started = time.perf_counter()
+        for _ in range(vector_steps // 100):
+            collector.collect(100)
+            if len(pending) >= 64:
+                appender.append(pending)
+                pending.clear()
+        appender.append(pending)
+        emote_rate = vector_steps * num_envs / (time.perf_counter() - started)
+    env.close()
+    return bare_rate, emote_rate
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--updates", type=int, default=1000, help="gradient steps per timing")
@@ -204,6 +244,13 @@ def main() -> None:
         sb3 = statistics.median(sb3_rates)
         print(f"  stable-baselines3 SAC.train:                   {sb3:8.1f} updates/s")
         print(f"  ratio emote / SB3: {emote / sb3:.2f} (target >= 1.5)")
+    print("collection with a random policy, env steps/s (bare vector env vs emote into a store)")
+    for env_id, num_envs in (("Pendulum-v1", 1), ("Pendulum-v1", 8), ("CartPole-v1", 8)):
+        bare, ours = collection_rates(env_id, num_envs, vector_steps=4_000 // num_envs * 2)
+        print(
+            f"  {env_id:<12} {num_envs} envs: bare {bare:9.0f}  emote {ours:9.0f}  "
+            f"ratio {ours / bare:.2f} (target >= 0.9)"
+        )
 
 
 if __name__ == "__main__":
