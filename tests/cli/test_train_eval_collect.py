@@ -75,6 +75,10 @@ def test_collect_then_train_offline_from_the_store(runner: CliRunner, in_tmp: Pa
                  "--steps", "50", "--run-dir", "off", "--json", "-q")  # fmt: skip
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["steps"] == 50
+    both = run(runner, "train", "sac_pendulum", "--memory", "p.zarr", "--steps", "20",
+               "--run-dir", "both", "--set", "memory.warmup_steps=0", "--json", "-q")  # fmt: skip
+    assert both.exit_code == 0, both.output  # starts from the store and keeps collecting
+    assert json.loads(both.stdout)["steps"] == 20
 
 
 @pytest.mark.parametrize(
