@@ -163,6 +163,11 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+FLUSH_BYTES = 16 << 20
+"""Pending episodes are committed to the store in batches of about this many bytes, as
+``emote collect`` does."""
+
+
 def collection_rates(env_id: str, num_envs: int, vector_steps: int) -> tuple[float, float]:
     """Env steps/s: bare vector-env stepping with pre-drawn random actions, against emote's
     collection path (wrapper, random agent proxy, sequence builder, Zarr store appends)."""
@@ -194,7 +199,7 @@ def collection_rates(env_id: str, num_envs: int, vector_steps: int) -> tuple[flo
         started = time.perf_counter()
         for _ in range(vector_steps // 100):
             collector.collect(100)
-            if len(pending) >= 64:
+            if sum(sum(v.nbytes for v in e[1].values()) for e in pending) >= FLUSH_BYTES:
                 appender.append(pending)
                 pending.clear()
         appender.append(pending)

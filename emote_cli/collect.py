@@ -22,8 +22,36 @@ from emote_cli._common import (
 
 __all__ = ["collect"]
 
-_BATCH_EPISODES = 64
+_FLUSH_BYTES = 16 << 20  # commit pending episodes in batches of about this many bytes
+_FLUSH_SECONDS = 10.0  # or at least this often, so a stopped run loses little
 _REPORT_SECONDS = 2.0
+
+
+class _Batches:
+    """Completed episodes waiting to be committed to the store in one append."""
+
+    def __init__(self, appender: Any) -> None:
+        self.appender = appender
+        self.pending: list[tuple[int, dict[str, Any], Any]] = []
+        self.bytes = 0
+        self.flushed_at = time.perf_counter()
+        self.episodes = 0
+        self.transitions = 0
+
+    def add(self, identity: int, sequence: dict[str, Any], end_state: Any) -> None:
+        self.pending.append((identity, sequence, end_state))
+        self.bytes += sum(value.nbytes for value in sequence.values())
+
+    def due(self) -> bool:
+        waited = time.perf_counter() - self.flushed_at
+        return bool(self.pending) and (self.bytes >= _FLUSH_BYTES or waited > _FLUSH_SECONDS)
+
+    def flush(self) -> None:
+        batch, self.pending, self.bytes = self.pending, [], 0
+        self.appender.append(batch)
+        self.episodes += len(batch)
+        self.transitions += sum(len(episode[1]["rewards"]) for episode in batch)
+        self.flushed_at = time.perf_counter()
 
 
 def collect(
@@ -81,18 +109,10 @@ def collect(
         table = DictObsMemoryTable(spaces=spaces, maxlen=max(200_000, loaded.memory.maxlen // 10))
         proxy = MemoryTableProxy(table)
         appender = StoreAppender(out, table, spaces=spaces.to_json(), shard=shard)
-        pending: list[tuple[int, dict[str, Any], Any]] = []
-        proxy.episode_listeners.append(lambda *episode: pending.append(episode))
+        batches = _Batches(appender)
+        proxy.episode_listeners.append(batches.add)
         collector = GymCollector(env=env, agent=agent, memory=proxy, seed=loaded.seed)
         console = stderr_console(quiet)
-        written = {"episodes": 0, "transitions": 0}
-
-        def flush() -> None:
-            batch = list(pending)
-            pending.clear()
-            appender.append(batch)
-            written["episodes"] += len(batch)
-            written["transitions"] += sum(len(e[1]["rewards"]) for e in batch)
 
         started = last_report = time.perf_counter()
         env_steps = 0
@@ -103,22 +123,22 @@ def collect(
                 or (steps is not None and env_steps < steps)
             ):  # fmt: skip
                 env_steps += collector.collect(1)
-                if len(pending) >= _BATCH_EPISODES:
-                    flush()
+                if batches.due():
+                    batches.flush()
                 if time.perf_counter() - last_report > _REPORT_SECONDS:
                     last_report = time.perf_counter()
                     console.print(f"{env_steps} env steps, {collector.completed_episodes} episodes")
         except KeyboardInterrupt:
             interrupted = True
         finally:
-            flush()
+            batches.flush()
             env.close()
         seconds = time.perf_counter() - started
         summary = {
             "store": out,
             "shard": shard,
-            "episodes": written["episodes"],
-            "transitions": written["transitions"],
+            "episodes": batches.episodes,
+            "transitions": batches.transitions,
             "env_steps": env_steps,
             "seconds": seconds,
             "env_steps_per_second": env_steps / seconds if seconds else None,
