@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -276,6 +276,12 @@ def _wrap_extra_hook(hook: str, function: Callable[..., Any]) -> Callable[..., A
     return select_and_call
 
 
+def repeated_names(callbacks: Iterable[Callback]) -> list[str]:
+    """The callback names that occur more than once (names key logs and checkpoints)."""
+    names = [c.name for c in callbacks]
+    return sorted({n for n in names if names.count(n) > 1})
+
+
 Callback._hook_plans = {hook: _HookPlan.of(getattr(Callback, hook)) for hook in LIFECYCLE_HOOKS}
 
 
@@ -293,4 +299,4 @@ class BatchCallback(Callback, ABC):
         """Returns a batch; parameters are selected by name from the keyword arguments given."""
 
 
-__all__ = ["LIFECYCLE_HOOKS", "BatchCallback", "Callback", "Order"]
+__all__ = ["LIFECYCLE_HOOKS", "BatchCallback", "Callback", "Order", "repeated_names"]

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from emote_core.callback import LIFECYCLE_HOOKS, Callback
+from emote_core.callback import LIFECYCLE_HOOKS, Callback, repeated_names
 from emote_core.errors import CallbackDefinitionError, ConfigurationError, MissingStateKeyError
 
 log = logging.getLogger(__name__)
@@ -73,8 +73,7 @@ class Trainer:
                     f"Trainer got {callback!r} ({type(callback).__name__}) among its callbacks; "
                     "every entry must be an emote_core.callback.Callback"
                 )
-        names = [c.name for c in callbacks]
-        duplicated = sorted({n for n in names if names.count(n) > 1})
+        duplicated = repeated_names(callbacks)
         if duplicated:
             raise CallbackDefinitionError(
                 f"callback names must be unique (they key logs and checkpoints); {duplicated} "

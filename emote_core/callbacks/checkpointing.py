@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Literal
 
 import torch
 
-from emote_core.callback import Callback, Order
+from emote_core.callback import Callback, Order, repeated_names
 from emote_core.errors import CheckpointError, ConfigurationError
 
 log = logging.getLogger(__name__)
@@ -78,8 +78,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _check_unique_names(callbacks: Sequence[Callback], owner: str) -> None:
-    names = [c.name for c in callbacks]
-    duplicated = sorted({n for n in names if names.count(n) > 1})
+    duplicated = repeated_names(callbacks)
     if duplicated:
         raise ConfigurationError(
             f"{owner}: callback names key checkpoint entries and must be unique; {duplicated} "

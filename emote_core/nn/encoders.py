@@ -73,11 +73,11 @@ class _ConvEncoder(nn.Module):
         input_shape: Sequence[int],
         channels: Sequence[int],
         kernels: Sequence[int],
-        strides: Sequence[int] | None,
-        padding: int,
-        channels_last: bool,
-        activation: Activation,
-        flatten: bool,
+        strides: Sequence[int] | None = None,
+        padding: int = 0,
+        channels_last: bool = True,
+        activation: Activation = nn.ReLU,
+        flatten: bool = True,
     ) -> None:
         super().__init__()
         owner = type(self).__name__
@@ -163,23 +163,6 @@ class Conv1dEncoder(_ConvEncoder):
     _conv = nn.Conv1d
     _spatial_dims = 1
 
-    def __init__(
-        self,
-        *,
-        input_shape: Sequence[int],
-        channels: Sequence[int],
-        kernels: Sequence[int],
-        strides: Sequence[int] | None = None,
-        padding: int = 0,
-        channels_last: bool = True,
-        activation: Activation = nn.ReLU,
-        flatten: bool = True,
-    ) -> None:
-        super().__init__(
-            input_shape=input_shape, channels=channels, kernels=kernels, strides=strides,
-            padding=padding, channels_last=channels_last, activation=activation, flatten=flatten,
-        )  # fmt: skip
-
 
 class Conv2dEncoder(_ConvEncoder):
     """A stack of 2-D convolutions for images.
@@ -201,23 +184,6 @@ class Conv2dEncoder(_ConvEncoder):
 
     _conv = nn.Conv2d
     _spatial_dims = 2
-
-    def __init__(
-        self,
-        *,
-        input_shape: Sequence[int],
-        channels: Sequence[int],
-        kernels: Sequence[int],
-        strides: Sequence[int] | None = None,
-        padding: int = 0,
-        channels_last: bool = True,
-        activation: Activation = nn.ReLU,
-        flatten: bool = True,
-    ) -> None:
-        super().__init__(
-            input_shape=input_shape, channels=channels, kernels=kernels, strides=strides,
-            padding=padding, channels_last=channels_last, activation=activation, flatten=flatten,
-        )  # fmt: skip
 
 
 __all__ = ["Activation", "Conv1dEncoder", "Conv2dEncoder", "MlpEncoder"]

@@ -17,25 +17,21 @@ import importlib
 import logging
 import os
 import zipfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from emote_core.errors import FormatError
-from emote_core.memory.formats.stored import EpisodeRecord, StoredTable
+from emote_core.memory.formats.stored import StoredTable
 from emote_core.memory.formats.summary import REWARD_COLUMNS
+from emote_core.memory.formats.zarr_store.tables import BATCH_BYTES
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
 """Called with (episodes written, episodes in all) while a target is written."""
-
-BATCH_BYTES = 64 << 20
-"""A Zarr target gets its episodes in appends of about this many bytes (one commit each)."""
 
 
 class Probe:
@@ -173,6 +169,7 @@ def _read_zip(location: str, kind: str, trust_pickle: bool) -> StoredTable:
 
 def _write_zarr(stored: StoredTable, destination: str, options: WriteOptions) -> None:
     from emote_core.memory.formats.zarr_store import ShardWriter, create_store, store_columns
+    from emote_core.memory.formats.zarr_store.tables import batches
 
     key = length_key(stored)
     first = stored.episodes[0] if stored.episodes else None
@@ -189,24 +186,11 @@ def _write_zarr(stored: StoredTable, destination: str, options: WriteOptions) ->
     )
     writer = ShardWriter(destination)
     written = 0
-    for batch in _batches(stored.episodes, BATCH_BYTES):
+    for batch in batches(stored.episodes, BATCH_BYTES):
         writer.append(batch)
         written += len(batch)
         if options.progress is not None and written < len(stored.episodes):
             options.progress(written, len(stored.episodes))
-
-
-def _batches(episodes: Sequence[EpisodeRecord], limit: int) -> Iterator[list[EpisodeRecord]]:
-    batch: list[EpisodeRecord] = []
-    size = 0
-    for episode in episodes:
-        batch.append(episode)
-        size += sum(np.asarray(value).nbytes for value in episode[1].values())
-        if size >= limit:
-            yield batch
-            batch, size = [], 0
-    if batch:
-        yield batch
 
 
 def _is_zarr(probe: Probe) -> bool:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from emote_core.memory.formats.stored import (
     ColumnSchema,
@@ -79,15 +81,22 @@ class StoreAppender:
 
     def append(self, episodes: Sequence[EpisodeRecord]) -> None:
         """Commits ``episodes`` in batches of about :data:`BATCH_BYTES`."""
-        batch: list[EpisodeRecord] = []
-        size = 0
-        for episode in episodes:
-            batch.append(episode)
-            size += sum(getattr(value, "nbytes", 0) for value in episode[1].values())
-            if size >= BATCH_BYTES:
-                self.writer.append(batch)
-                batch, size = [], 0
-        self.writer.append(batch)
+        for batch in batches(episodes, BATCH_BYTES):
+            self.writer.append(batch)
+
+
+def batches(episodes: Sequence[EpisodeRecord], limit: int) -> Iterator[list[EpisodeRecord]]:
+    """Consecutive runs of ``episodes`` holding about ``limit`` bytes each (one commit each)."""
+    batch: list[EpisodeRecord] = []
+    size = 0
+    for episode in episodes:
+        batch.append(episode)
+        size += sum(np.asarray(value).nbytes for value in episode[1].values())
+        if size >= limit:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
 
 
 def _exists(url: str) -> bool:
@@ -164,4 +173,4 @@ def load_table(table: ArrayMemoryTable, urls: Sequence[str | os.PathLike[str]]) 
     return len(kept)
 
 
-__all__ = ["BATCH_BYTES", "StoreAppender", "load_table", "save_table", "table_schemas"]
+__all__ = ["BATCH_BYTES", "StoreAppender", "batches", "load_table", "save_table", "table_schemas"]
