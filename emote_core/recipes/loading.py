@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import sys
 import tomllib
 import types
 import typing
@@ -20,9 +21,14 @@ RECIPE_SUFFIX = ".toml"
 
 
 def recipe_directories() -> list[Path]:
-    """Where recipe names are looked up: ``./recipes``, then the recipes shipped with emote."""
-    shipped = Path(__file__).resolve().parents[2] / "recipes"
-    return [Path.cwd() / "recipes", shipped]
+    """Where recipe names are looked up: ``./recipes``, then the recipes shipped with emote.
+
+    The shipped recipes are the source tree's ``recipes/`` in a checkout or an editable install,
+    and ``<prefix>/share/emote/recipes`` in an installed wheel.
+    """
+    source_tree = Path(__file__).resolve().parents[2] / "recipes"
+    installed = Path(sys.prefix) / "share" / "emote" / "recipes"
+    return [Path.cwd() / "recipes", source_tree, installed]
 
 
 def available_recipes() -> list[str]:

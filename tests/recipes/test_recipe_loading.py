@@ -76,3 +76,19 @@ def test_a_recipe_file_outside_the_recipes_folder_loads_by_path(tmp_path: Path) 
     recipe = load_recipe(path)
     assert recipe.name == "mine" and recipe.algorithm is Algorithm.DQN
     assert recipe.dqn.hidden_dims == [256, 256]  # defaults fill what the file leaves out
+
+
+def test_recipes_installed_with_a_wheel_are_found_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A wheel puts the shipped recipes under <prefix>/share/emote/recipes (pyproject data-files).
+    installed = tmp_path / "prefix" / "share" / "emote" / "recipes"
+    installed.mkdir(parents=True)
+    (installed / "wheel_only.toml").write_text('algorithm = "dqn"\n[env]\nid = "CartPole-v1"\n')
+    monkeypatch.setattr("sys.prefix", str(tmp_path / "prefix"))
+    monkeypatch.chdir(tmp_path)
+    assert "wheel_only" in available_recipes()
+    assert load_recipe("wheel_only").algorithm is Algorithm.DQN
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    data_files = pyproject["tool"]["setuptools"]["data-files"]
+    assert data_files == {"share/emote/recipes": ["recipes/*.toml"]}
