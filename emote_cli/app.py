@@ -21,7 +21,7 @@ from typing import Annotated
 
 import typer
 
-from emote_cli import collect, env, memory, train
+from emote_cli import collect, env, export, memory, train
 from emote_cli import eval as evaluate
 
 __all__ = ["app", "main"]
@@ -48,6 +48,7 @@ app.command("train")(train.train)
 app.command("eval")(evaluate.evaluate)
 app.command("env")(env.env)
 app.add_typer(memory.app, name="memory")
+app.add_typer(export.app, name="export")
 
 
 def _print_version(value: bool) -> None:

@@ -70,7 +70,9 @@ def collect(
     ] = None,
     policy: Annotated[
         str,
-        typer.Option("--policy", help="'random', or a checkpoint file / run directory."),
+        typer.Option(
+            "--policy", help="'random', a checkpoint file / run directory, or an .onnx policy."
+        ),
     ] = "random",
     seed: Annotated[int | None, typer.Option("--seed", help="Override the recipe's seed.")] = None,
     shard: Annotated[
@@ -102,6 +104,10 @@ def collect(
         spaces = env.spaces
         if policy == "random":
             agent: Any = RandomAgentProxy(action_space=env.single_action_space, seed=loaded.seed)
+        elif Path(policy).suffix.lower() == ".onnx":  # onnxruntime alone, sampling actions
+            from emote_core.proxies import OnnxAgentProxy
+
+            agent = OnnxAgentProxy(policy, deterministic=False, seed=loaded.seed, spaces=spaces)
         else:
             _, _, agent, _, _ = load_trained_agent(
                 Path(policy), device=resolve_device(device), deterministic=False

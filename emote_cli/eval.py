@@ -24,7 +24,11 @@ __all__ = ["evaluate"]
 
 def evaluate(
     target: Annotated[
-        Path, typer.Argument(help="A checkpoint file or a run directory.", show_default=False)
+        Path,
+        typer.Argument(
+            help="A checkpoint file, a run directory, or an exported .onnx policy.",
+            show_default=False,
+        ),
     ],
     recipe: Annotated[
         str | None, typer.Option("--recipe", help="The recipe (default: the run's recipe.toml).")
@@ -50,28 +54,37 @@ def evaluate(
 ) -> None:
     """Run a trained agent for whole episodes and report its returns (deterministic by default).
 
-    Writes eval.json into the run directory when given one.
+    Writes eval.json into the run directory when given one. An .onnx policy runs in onnxruntime
+    alone, on the environment of the recipe stored in it (or --recipe / --env).
     """
     setup_logging(quiet=quiet, debug=debug)
     with handle_errors(debug=debug):
         from dataclasses import replace
 
+        from emote_core.proxies.onnx_agent import OnnxAgentProxy, is_onnx_file
         from emote_core.recipes import load_recipe
         from emote_core.recipes.builders import load_trained_agent
         from emote_core.recipes.evaluation import evaluate as run_episodes
         from emote_core.runs import RunDirectory
         from emote_core.utils.devices import resolve_device
 
-        chosen = resolve_device(device)
-        loaded, _, agent, _, checkpoint = load_trained_agent(
-            target, device=chosen, recipe=load_recipe(recipe) if recipe else None,
-            deterministic=not stochastic,
-        )  # fmt: skip
+        extra = {}
+        if is_onnx_file(target):  # onnxruntime alone: no torch network is built
+            agent = OnnxAgentProxy(target, deterministic=not stochastic, seed=seed)
+            loaded = load_recipe(recipe) if recipe else agent.metadata.to_recipe(source=str(target))
+            checkpoint = agent.metadata.source_checkpoint or None
+            extra["policy"] = str(target)
+        else:
+            loaded, _, agent, _, checkpoint = load_trained_agent(
+                target, device=resolve_device(device),
+                recipe=load_recipe(recipe) if recipe else None, deterministic=not stochastic,
+            )  # fmt: skip
         if env_id is not None:
             loaded = replace(loaded, env=replace(loaded.env, id=env_id))
         report = run_episodes(agent, loaded, episodes=episodes or loaded.eval.episodes, seed=seed)
-        report["checkpoint"] = str(checkpoint)
+        report["checkpoint"] = str(checkpoint) if checkpoint is not None else None
         report["deterministic"] = not stochastic
+        report.update(extra)
         if target.is_dir():
             RunDirectory(target).write_eval(report)
         if json_output:

@@ -34,6 +34,10 @@ class StorageError(EmoteError):
     """A stored item (export, checkpoint file, handle) cannot be created, found or parsed."""
 
 
+class ExportError(EmoteError):
+    """A policy cannot be exported, or the exported file does not behave like the policy."""
+
+
 class TestCheckFailed(EmoteError):
     """A training-time check (final loss or reward) did not reach its threshold."""
 

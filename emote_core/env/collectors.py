@@ -25,7 +25,7 @@ from emote_core.callback import Callback, Order
 from emote_core.callbacks.logging_mixin import LoggingMixin
 from emote_core.env.dict_gym import DictGymWrapper
 from emote_core.errors import ConfigurationError
-from emote_core.memory.callbacks import ReadinessSource
+from emote_core.memory.callbacks import PendingExportProcessor, ReadinessSource
 from emote_core.memory.proxy import MemoryProxy
 from emote_core.proxies.base import AgentProxy
 from emote_core.trainer import TrainingShutdownException
@@ -65,6 +65,9 @@ class GymCollector(LoggingMixin, Callback):
             enter the table only once they end).
         default_window_length: How many recent episodes ``episode/reward``,
             ``episode/length`` and ``training/scaled_reward`` average over.
+        exporter: Served with ``process_pending_exports()`` while warm-up holds the training
+            thread, so export requests from other threads (an ONNX exporter's
+            ``export_threadsafe``) are answered before the first batch.
         name: The callback's name (keys its checkpoint entry).
 
     Raises:
@@ -85,6 +88,7 @@ class GymCollector(LoggingMixin, Callback):
         warmup_agent: AgentProxy | None = None,
         ready_check: ReadinessSource | None = None,
         default_window_length: int = 250,
+        exporter: PendingExportProcessor | None = None,
         name: str = "gym_collector",
     ) -> None:
         owner = type(self).__name__
@@ -98,6 +102,7 @@ class GymCollector(LoggingMixin, Callback):
         )
         self.seed = seed
         self.warmup_agent = warmup_agent
+        self.exporter = exporter
         self.ready_check = ready_check
         self.env_steps = 0
         """Environment steps collected (each vector step counts ``num_envs``)."""
@@ -195,6 +200,11 @@ class GymCollector(LoggingMixin, Callback):
             chunk = min(remaining, 100) if remaining else 1
             self.collect(chunk, agent=warmup_agent)
             remaining -= min(remaining, chunk)
+            self._serve_exports()
+
+    def _serve_exports(self) -> None:
+        if self.exporter is not None:
+            self.exporter.process_pending_exports()
 
     def _ready(self) -> bool:
         return self.ready_check is None or self.ready_check.is_ready()

@@ -20,7 +20,7 @@ from torch import nn
 from emote_core.env.collectors import GymCollector
 from emote_core.env.dict_gym import DictGymWrapper
 from emote_core.errors import ConfigurationError
-from emote_core.memory.callbacks import ReadinessSource
+from emote_core.memory.callbacks import PendingExportProcessor, ReadinessSource
 from emote_core.memory.proxy import MemoryProxy
 from emote_core.proxies.base import AgentProxy
 from emote_core.trainer import TrainingShutdownException
@@ -55,6 +55,8 @@ class ThreadedGymCollector(GymCollector):
         ready_check: Warm-up goes on past ``warmup_steps`` until ``ready_check.is_ready()``
             (pass the trainer's ``MemoryLoader``).
         default_window_length: How many recent episodes the episode logs average over.
+        exporter: Served while ``begin_training`` waits for the warm-up (see
+            :class:`~emote_core.env.collectors.GymCollector`).
         sync_every: Batches between policy syncs.
         free_running: Collect as fast as the thread runs; ``False`` keeps GymCollector's ratio of
             ``inference_steps_per_batch`` vector steps per batch, collected concurrently.
@@ -78,6 +80,7 @@ class ThreadedGymCollector(GymCollector):
         warmup_agent: AgentProxy | None = None,
         ready_check: ReadinessSource | None = None,
         default_window_length: int = 250,
+        exporter: PendingExportProcessor | None = None,
         sync_every: int = 1,
         free_running: bool = True,
         policy_attribute: str = "policy",
@@ -94,6 +97,7 @@ class ThreadedGymCollector(GymCollector):
             warmup_agent=warmup_agent,
             ready_check=ready_check,
             default_window_length=default_window_length,
+            exporter=exporter,
             name=name,
         )
         if isinstance(sync_every, bool) or not isinstance(sync_every, int) or sync_every < 1:
@@ -144,6 +148,7 @@ class ThreadedGymCollector(GymCollector):
         while not self._warmed_up.wait(_POLL_SECONDS):
             if shutdown_signal is not None and shutdown_signal.is_set():
                 raise TrainingShutdownException(f"shutdown requested during '{self.name}' warm-up")
+            self._serve_exports()
         self._raise_thread_error()
         self._log_finished()
 

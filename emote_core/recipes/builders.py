@@ -148,9 +148,13 @@ def make_agent(
     if len(keys) != 1:
         raise ConfigurationError(f"DQN recipes take one observation key; the env gives {keys}")
     assert isinstance(spaces.actions, DiscreteSpace)
+    if deterministic:
+        epsilon = 0.0
+    elif epsilon is None:  # acting outside training: explore as much as training ended with
+        epsilon = recipe.dqn.epsilon_end
     return EpsilonGreedyAgentProxy(
         q_network=networks.acting, device=device, num_actions=spaces.actions.n,
-        epsilon=0.0 if deterministic else epsilon, input_key=keys[0], seed=recipe.seed,
+        epsilon=epsilon, input_key=keys[0], seed=recipe.seed,
     )  # fmt: skip
 
 

@@ -216,10 +216,13 @@ def validate_recipe(recipe: Recipe, source: str = "recipe") -> None:
     for key, value in positive.items():
         if value < 1:
             raise ConfigurationError(f"{source}: '{key}' must be at least 1; got {value}")
-    if recipe.memory.warmup_steps < 0:
-        raise ConfigurationError(
-            f"{source}: 'memory.warmup_steps' must be >= 0; got {recipe.memory.warmup_steps}"
-        )
+    non_negative = {
+        "memory.warmup_steps": recipe.memory.warmup_steps,
+        "training.export_interval": recipe.training.export_interval,
+    }
+    for key, value in non_negative.items():
+        if value < 0:
+            raise ConfigurationError(f"{source}: '{key}' must be >= 0; got {value}")
     for name, value in (("sac.gamma", recipe.sac.gamma), ("dqn.gamma", recipe.dqn.gamma)):
         if not 0.0 <= value <= 1.0:
             raise ConfigurationError(f"{source}: '{name}' must be within [0, 1]; got {value}")

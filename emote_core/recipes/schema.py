@@ -61,6 +61,8 @@ class TrainingConfig:
     """Updates between checkpoints (a final one is always written)."""
     log_interval: int = 1_000
     """Updates between TensorBoard and terminal log lines."""
+    export_interval: int = 0
+    """Updates between ONNX exports of the policy into the run's ``exports/``; 0 exports none."""
     threaded: bool = False
     """Collect in a background thread instead of between updates."""
 

@@ -148,6 +148,21 @@ def build_training(
     ]  # fmt: skip
     if terminal_log:
         callbacks.append(TerminalLogger(callbacks=loggables, log_interval=interval))
+    if recipe.training.export_interval:
+        from emote_core.extra.onnx_exporter import OnnxExporter
+
+        bounds_env = env if env is not None else make_env(recipe, num_envs=1)
+        env_action_space = bounds_env.env.single_action_space  # the env's own action bounds
+        if bounds_env is not env:
+            bounds_env.close()
+        exporter = OnnxExporter(
+            network=networks.acting, algorithm=recipe.algorithm, spaces=spaces,
+            directory=run.exports, interval=recipe.training.export_interval, recipe=recipe,
+            env_action_space=env_action_space,
+        )  # fmt: skip
+        callbacks.append(exporter)
+        if collector is not None:  # requests from other threads are served during warm-up too
+            collector.exporter = exporter
     if resume:
         callbacks.append(CheckpointLoader(callbacks=checkpointed, run_dir=run.path))
     trainer = Trainer(callbacks, loader)

@@ -132,3 +132,18 @@ def test_ctrl_c_checkpoints_and_exits_130(in_tmp: Path) -> None:
     assert process.returncode == 130, errors.decode()
     checkpoints = list((in_tmp / "interrupted" / "checkpoints").glob("checkpoint_*.tar"))
     assert len(checkpoints) == 1
+
+
+def test_a_dqn_run_acts_with_exploration_when_asked_to_sample(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    trained = run(runner, "train", "dqn_cartpole", "--steps", "20", "--run-dir", "d", "-q",
+                  "--set", "memory.warmup_steps=64", "--set", "memory.batch_size=32")  # fmt: skip
+    assert trained.exit_code == 0, trained.output
+    sampled = run(runner, "eval", "d", "--stochastic", "--episodes", "2", "--json", "-q")
+    assert sampled.exit_code == 0, sampled.output
+    assert json.loads(sampled.stdout)["deterministic"] is False
+    collected = run(runner, "collect", "dqn_cartpole", "--policy", "d", "--out", "d.zarr",
+                    "--episodes", "2", "--json", "-q")  # fmt: skip
+    assert collected.exit_code == 0, collected.output
+    assert json.loads(collected.stdout)["episodes"] >= 2

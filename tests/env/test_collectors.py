@@ -335,3 +335,32 @@ def test_threaded_collector_can_keep_the_per_batch_ratio() -> None:
     logged = collector.scalar_logs["training/env_steps"]
     assert logged == collector.env_steps
     assert collector.scalar_logs["training/scaled_reward"] > -5
+
+
+class ExportRequests:
+    """Stands in for an ONNX exporter: records when the training thread serves its queue."""
+
+    def __init__(self, collector_steps) -> None:
+        self.collector_steps = collector_steps
+        self.served_at: list[tuple[int, int]] = []  # (thread id, collector env steps)
+
+    def process_pending_exports(self) -> None:
+        self.served_at.append((threading.get_ident(), self.collector_steps()))
+
+
+@pytest.mark.parametrize("threaded", [False, True])
+def test_warm_up_serves_export_requests_on_the_training_thread(threaded: bool) -> None:
+    wrapper = hit_the_middle(num_envs=2)
+    memory = memory_for(wrapper)
+    loader = MemoryLoader(table=memory.table, rollout_count=8, rollout_length=1)
+    kind = ThreadedGymCollector if threaded else GymCollector
+    extra = {"agent": FeatureAgentProxy(policy=Controller(), device="cpu", spaces=wrapper.spaces)}
+    if not threaded:
+        extra = {"agent": RandomAgentProxy(action_space=wrapper.single_action_space, seed=0)}
+    collector = kind(env=wrapper, memory=memory, warmup_steps=4_000, seed=0, **extra)
+    requests = ExportRequests(lambda: collector.env_steps)
+    collector.exporter = requests
+    Trainer([collector, BackPropStepsTerminator(bp_steps=1)], loader).train()
+    assert requests.served_at, "warm-up never served the exporter's queue"
+    assert {thread for thread, _ in requests.served_at} == {threading.get_ident()}
+    assert min(steps for _, steps in requests.served_at) < 4_000  # before warm-up was over

@@ -50,6 +50,7 @@ def test_overrides_use_toml_values_and_create_nothing_unknown() -> None:
         ("sac.learning_rate=fast", "'sac.learning_rate' must be a number; got 'fast'"),
         ("algorithm=sacc", "did you mean 'sac'"),
         ("training.bp_steps=0", "'training.bp_steps' must be at least 1"),
+        ("training.export_interval=-5", "'training.export_interval' must be >= 0; got -5"),
         ("memory.store_episodes=1", "'memory.store_episodes' must be true or false"),
         ("training.bp_steps", "--set takes KEY=VALUE"),
         ("sac.gamma=1.5", "'sac.gamma' must be within [0, 1]"),

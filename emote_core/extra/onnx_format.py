@@ -1,0 +1,238 @@
+"""The emote ONNX policy format: tensor names, metadata keys and the metadata an export carries.
+
+An exported policy is one self-contained ``.onnx`` file (no external-data sidecar):
+
+* inputs: one float32 tensor per observation key, named after the key, of shape
+  ``[batch, *key_shape]``; SAC policies also take ``epsilon`` of shape ``[batch, action_dim]``
+  (zeros act deterministically, standard-normal noise samples the policy);
+* outputs: ``actions``. For SAC, ``tanh(mean + std * epsilon)`` in ``[-1, 1]``: what emote's agent
+  proxies hand the environment wrapper, which maps ``[-1, 1]`` linearly onto the environment's
+  action bounds (``action_bounds`` in the metadata says how); for DQN, the greedy action index
+  (int64, ``[batch, 1]``) followed by ``q_values`` (``[batch, num_actions]``);
+* axis 0 of every input and output is the dynamic ``batch`` axis;
+* metadata props (all strings, JSON where structured) described by :class:`MetadataKey`.
+
+This module reads and writes the metadata; it imports neither torch nor onnx, so code that only
+runs exported policies stays light.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+from typing import Any
+
+from emote_core import __version__
+from emote_core.errors import ConfigurationError, FormatError
+from emote_core.recipes.schema import Algorithm, Recipe
+from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, space_from_json
+
+FORMAT_NAME = "emote-policy"
+"""The ``format`` metadata prop of every emote policy export."""
+EPSILON_INPUT = "epsilon"
+"""The noise input of stochastic (SAC) policies."""
+ACTIONS_OUTPUT = "actions"
+"""The output the environment acts with."""
+Q_VALUES_OUTPUT = "q_values"
+"""DQN's second output: one value per discrete action."""
+BATCH_AXIS = "batch"
+"""The name of the dynamic leading axis of every input and output."""
+ACTION_RESCALE = "env_action = low + (actions + 1) * (high - low) / 2"
+"""How an engine maps SAC's ``actions`` in ``[-1, 1]`` onto the environment's bounds."""
+
+
+class OnnxPolicyVersion(IntEnum):
+    """Versions of the emote policy export (its ``format_version`` metadata prop)."""
+
+    V1 = 1
+    """Inputs, outputs and metadata as described in this module's docstring."""
+    LATEST = V1
+
+
+class MetadataKey(StrEnum):
+    """The metadata props emote writes into every export."""
+
+    FORMAT = "format"
+    FORMAT_VERSION = "format_version"
+    EMOTE_VERSION = "emote_version"
+    ALGORITHM = "algorithm"
+    RECIPE = "recipe"
+    """The recipe's name."""
+    RECIPE_TOML = "recipe_toml"
+    """The resolved recipe as TOML: ``emote eval policy.onnx`` rebuilds the environment from it."""
+    OBSERVATION_SPACE = "observation_space"
+    """JSON: the dict space of observations, one entry per observation input."""
+    ACTION_SPACE = "action_space"
+    """JSON: the action space as the policy acts in it (``[-1, 1]`` boxes for SAC)."""
+    ACTION_BOUNDS = "action_bounds"
+    """JSON: the environment's own bounds: ``{low, high, rescale}`` for boxes, ``{n, start}`` for
+    discrete actions."""
+    INPUT_NAMES = "input_names"
+    OUTPUT_NAMES = "output_names"
+    TRAINING_STEP = "training_step"
+    """The ``bp_step`` the weights come from."""
+    SOURCE_CHECKPOINT = "source_checkpoint"
+    SOURCE_CHECKPOINT_SHA256 = "source_checkpoint_sha256"
+    OPSET = "opset"
+
+
+@dataclass(frozen=True)
+class PolicyMetadata:
+    """The metadata of one export, as :meth:`to_props` writes and :meth:`from_props` reads it.
+
+    Attributes:
+        algorithm: The algorithm that trained the policy.
+        observation_space: The observation entries the policy reads, by key.
+        action_space: The actions as the policy produces them.
+        action_bounds: The environment's action bounds (see :attr:`MetadataKey.ACTION_BOUNDS`).
+        input_names: The graph's inputs, in order.
+        output_names: The graph's outputs, in order.
+        recipe: The recipe's name ("" when exported outside a recipe).
+        recipe_toml: The resolved recipe ("" when none).
+        training_step: The update the weights come from.
+        source_checkpoint: The checkpoint file exported ("" for exports made during training).
+        source_checkpoint_sha256: Its sha256 ("" when none).
+        opset: The default-domain opset of the file.
+        emote_version: The emote that wrote the file.
+        extra: Further props (``OnnxExporter.add_metadata``), written as given.
+    """
+
+    algorithm: Algorithm
+    observation_space: DictSpace
+    action_space: BoxSpace
+    action_bounds: dict[str, Any]
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    recipe: str = ""
+    recipe_toml: str = ""
+    training_step: int = 0
+    source_checkpoint: str = ""
+    source_checkpoint_sha256: str = ""
+    opset: int = 0
+    emote_version: str = __version__
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def observation_keys(self) -> tuple[str, ...]:
+        """The observation inputs (every input but ``epsilon``), in graph order."""
+        return tuple(name for name in self.input_names if name != EPSILON_INPUT)
+
+    @property
+    def stochastic(self) -> bool:
+        """Whether the graph takes ``epsilon`` noise."""
+        return EPSILON_INPUT in self.input_names
+
+    @property
+    def discrete(self) -> bool:
+        """Whether actions are discrete indices."""
+        return isinstance(self.action_space, DiscreteSpace)
+
+    def to_props(self) -> dict[str, str]:
+        """The metadata props to write: every value a string, structured ones as JSON."""
+        props = {
+            MetadataKey.FORMAT: FORMAT_NAME,
+            MetadataKey.FORMAT_VERSION: str(int(OnnxPolicyVersion.LATEST)),
+            MetadataKey.EMOTE_VERSION: self.emote_version,
+            MetadataKey.ALGORITHM: str(self.algorithm),
+            MetadataKey.RECIPE: self.recipe,
+            MetadataKey.RECIPE_TOML: self.recipe_toml,
+            MetadataKey.OBSERVATION_SPACE: json.dumps(self.observation_space.to_json()),
+            MetadataKey.ACTION_SPACE: json.dumps(self.action_space.to_json()),
+            MetadataKey.ACTION_BOUNDS: json.dumps(self.action_bounds),
+            MetadataKey.INPUT_NAMES: json.dumps(list(self.input_names)),
+            MetadataKey.OUTPUT_NAMES: json.dumps(list(self.output_names)),
+            MetadataKey.TRAINING_STEP: str(int(self.training_step)),
+            MetadataKey.SOURCE_CHECKPOINT: self.source_checkpoint,
+            MetadataKey.SOURCE_CHECKPOINT_SHA256: self.source_checkpoint_sha256,
+            MetadataKey.OPSET: str(int(self.opset)),
+        }
+        return {**self.extra, **{str(key): value for key, value in props.items()}}
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, str], *, source: str) -> PolicyMetadata:
+        """Reads the metadata of an export.
+
+        Args:
+            props: The file's metadata props.
+            source: Names the file in error messages.
+
+        Raises:
+            FormatError: If the file is not an emote policy export, is from a newer emote, or a
+                prop is malformed.
+        """
+        if props.get(MetadataKey.FORMAT) != FORMAT_NAME:
+            raise FormatError(
+                f"'{source}' is not an emote policy export (its metadata has no "
+                f"format={FORMAT_NAME!r}); export policies with `emote export onnx`"
+            )
+        try:
+            version = int(props[MetadataKey.FORMAT_VERSION])
+            if version > OnnxPolicyVersion.LATEST:
+                raise FormatError(
+                    f"'{source}' has format_version {version}; this emote reads up to "
+                    f"{int(OnnxPolicyVersion.LATEST)} — upgrade emote"
+                )
+            observation_space = space_from_json(json.loads(props[MetadataKey.OBSERVATION_SPACE]))
+            action_space = space_from_json(json.loads(props[MetadataKey.ACTION_SPACE]))
+            if not isinstance(observation_space, DictSpace) or isinstance(action_space, DictSpace):
+                raise FormatError(f"'{source}' has malformed observation or action spaces")
+            known = {str(key) for key in MetadataKey}
+            return cls(
+                algorithm=Algorithm(props[MetadataKey.ALGORITHM]),
+                observation_space=observation_space,
+                action_space=action_space,
+                action_bounds=json.loads(props[MetadataKey.ACTION_BOUNDS]),
+                input_names=tuple(json.loads(props[MetadataKey.INPUT_NAMES])),
+                output_names=tuple(json.loads(props[MetadataKey.OUTPUT_NAMES])),
+                recipe=props.get(MetadataKey.RECIPE, ""),
+                recipe_toml=props.get(MetadataKey.RECIPE_TOML, ""),
+                training_step=int(props.get(MetadataKey.TRAINING_STEP, "0")),
+                source_checkpoint=props.get(MetadataKey.SOURCE_CHECKPOINT, ""),
+                source_checkpoint_sha256=props.get(MetadataKey.SOURCE_CHECKPOINT_SHA256, ""),
+                opset=int(props.get(MetadataKey.OPSET, "0")),
+                emote_version=props.get(MetadataKey.EMOTE_VERSION, ""),
+                extra={k: v for k, v in props.items() if k not in known},
+            )
+        except (KeyError, ValueError, TypeError, ConfigurationError) as error:
+            raise FormatError(
+                f"'{source}' has malformed emote policy metadata: {error!r}; re-export it with "
+                "`emote export onnx`"
+            ) from error
+
+    def to_recipe(self, *, source: str) -> Recipe:
+        """The recipe the policy was trained with, from :attr:`recipe_toml`.
+
+        Raises:
+            ConfigurationError: If the export carries no recipe (pass one explicitly) or it does
+                not load.
+        """
+        from emote_core.recipes.loading import recipe_from_dict
+
+        if not self.recipe_toml:
+            raise ConfigurationError(
+                f"'{source}' carries no recipe in its metadata; pass --recipe R (or --env ID) "
+                "to say where to run it"
+            )
+        try:
+            data = tomllib.loads(self.recipe_toml)
+        except tomllib.TOMLDecodeError as error:
+            raise ConfigurationError(
+                f"the recipe inside '{source}' is not valid TOML: {error}"
+            ) from error
+        return recipe_from_dict(data, source=f"{source} (recipe_toml)")
+
+
+__all__ = [
+    "ACTIONS_OUTPUT",
+    "ACTION_RESCALE",
+    "BATCH_AXIS",
+    "EPSILON_INPUT",
+    "FORMAT_NAME",
+    "Q_VALUES_OUTPUT",
+    "MetadataKey",
+    "OnnxPolicyVersion",
+    "PolicyMetadata",
+]
