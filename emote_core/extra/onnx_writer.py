@@ -176,6 +176,10 @@ def export_policy(
         raise ExportError(f"cannot write '{destination}': '{directory}' {reason}")
     temporary = directory / f".{destination.name}.{uuid.uuid4().hex[:8]}.tmp"
     try:
+        temporary.touch(exist_ok=False)  # fails early, and plainly, where files cannot be made
+    except OSError as error:
+        raise ExportError(f"cannot write '{destination}': {error.strerror or error}") from error
+    try:
         report = write_policy(graph, temporary, opset=opset, metadata=metadata)
         os.replace(temporary, destination)
     finally:

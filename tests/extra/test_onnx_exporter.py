@@ -164,6 +164,9 @@ def test_existing_and_unwritable_destinations(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match="is not an existing directory"):
         export_sac(tmp_path / "a_file" / "policy.onnx")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "policy.onnx"]
+    if Path("/proc/self").is_dir():  # a directory that looks writable to root but makes no files
+        with pytest.raises(ExportError, match=r"^cannot write '/proc/policy.onnx': "):
+            export_sac(Path("/proc/policy.onnx"))
 
 
 def test_an_observation_key_named_epsilon_is_refused() -> None:
