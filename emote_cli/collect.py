@@ -25,6 +25,7 @@ __all__ = ["collect"]
 _FLUSH_BYTES = 16 << 20  # commit pending episodes in batches of about this many bytes
 _FLUSH_SECONDS = 10.0  # or at least this often, so a stopped run loses little
 _REPORT_SECONDS = 2.0
+_STEPS_PER_CALL = 64  # vector steps per collector call with --steps
 
 
 class _Batches:
@@ -91,8 +92,8 @@ def collect(
     with handle_errors(debug=debug):
         if (episodes is None) == (steps is None):
             abort("pass exactly one of --episodes N or --steps N", ExitCode.USAGE)
-        from emote_core.env import GymCollector
-        from emote_core.memory import DictObsMemoryTable, MemoryTableProxy
+        from emote_core.env import BatchGymCollector
+        from emote_core.memory import DictObsMemoryTable
         from emote_core.memory.formats.zarr_store.tables import StoreAppender
         from emote_core.proxies import RandomAgentProxy
         from emote_core.recipes import load_recipe
@@ -112,12 +113,13 @@ def collect(
             _, _, agent, _, _ = load_trained_agent(
                 Path(policy), device=resolve_device(device), deterministic=False
             )
-        table = DictObsMemoryTable(spaces=spaces, maxlen=max(200_000, loaded.memory.maxlen // 10))
-        proxy = MemoryTableProxy(table)
-        appender = StoreAppender(out, table, spaces=spaces.to_json(), shard=shard)
+        # The table only gives the store its columns: episodes go from the collector to the store.
+        schema = DictObsMemoryTable(spaces=spaces, maxlen=1_000)
+        appender = StoreAppender(out, schema, spaces=spaces.to_json(), shard=shard)
         batches = _Batches(appender)
-        proxy.episode_listeners.append(batches.add)
-        collector = GymCollector(env=env, agent=agent, memory=proxy, seed=loaded.seed)
+        collector = BatchGymCollector(
+            env=env, agent=agent, on_episode=batches.add, seed=loaded.seed
+        )
         console = stderr_console(quiet)
 
         started = last_report = time.perf_counter()
@@ -128,7 +130,11 @@ def collect(
                 (episodes is not None and collector.completed_episodes < episodes)
                 or (steps is not None and env_steps < steps)
             ):  # fmt: skip
-                env_steps += collector.collect(1)
+                # --steps: whole chunks of vector steps; --episodes: one at a time, to stop on time.
+                vector_steps = 1
+                if steps is not None:
+                    vector_steps = min(_STEPS_PER_CALL, -(-(steps - env_steps) // env.num_envs))
+                env_steps += collector.collect(vector_steps)
                 if batches.due():
                     batches.flush()
                 if time.perf_counter() - last_report > _REPORT_SECONDS:
@@ -137,6 +143,7 @@ def collect(
         except KeyboardInterrupt:
             interrupted = True
         finally:
+            collector.cut()  # the episodes finished since the last cut
             batches.flush()
             env.close()
         seconds = time.perf_counter() - started

@@ -5,6 +5,7 @@ Importing this package registers ``emote/HitTheMiddle-v0`` with gymnasium.
 
 from __future__ import annotations
 
+from emote_core.env.batch_collector import BatchGymCollector
 from emote_core.env.collectors import GymCollector
 from emote_core.env.dict_gym import DictGymWrapper, make_vector_env
 from emote_core.env.frames import FrameStack, LazyFrames, ScaledFloatFrame, WarpFrame
@@ -14,6 +15,7 @@ from emote_core.env.threaded_collector import ThreadedGymCollector
 
 __all__ = [
     "HIT_THE_MIDDLE_ID",
+    "BatchGymCollector",
     "DictGymWrapper",
     "FrameStack",
     "GymCollector",

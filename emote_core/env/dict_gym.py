@@ -248,7 +248,7 @@ class DictGymWrapper:
             state = EpisodeState.from_gymnasium(
                 terminated=bool(terminated[slot]), truncated=bool(truncated[slot])
             )
-            final = self._final_observation(infos, slot)
+            final = self.final_observation(infos, slot)
             result[agent] = DictObservation(state, final, {REWARD_KEY: reward})
             self.completed_episodes.append((float(self._returns[slot]), int(self._lengths[slot])))
             self._returns[slot] = 0.0
@@ -282,7 +282,7 @@ class DictGymWrapper:
                     f"discrete actions must be one integer per agent (shape (1,)); got shapes "
                     f"{sorted({np.shape(a) for a in per_slot})}"
                 )
-            return stacked[:, 0] + self._action_offset
+            return self.env_actions(stacked)
         space = self.env.single_action_space
         try:
             stacked = np.asarray(per_slot).reshape((self.num_envs, *space.shape))
@@ -291,12 +291,25 @@ class DictGymWrapper:
                 f"actions must have the action space's shape {space.shape}; got shapes "
                 f"{sorted({np.shape(a) for a in per_slot})}"
             ) from error
+        return self.env_actions(stacked)
+
+    def env_actions(self, actions: np.ndarray) -> np.ndarray:
+        """Every slot's action as the vector environment takes it.
+
+        Args:
+            actions: ``(num_envs, *action shape)`` in the agents' action space
+                (:attr:`single_action_space`): ``[-1, 1]`` boxes are clipped and mapped onto the
+                environment's bounds; discrete indices (``(num_envs, 1)`` or ``(num_envs,)``) get
+                the space's ``start`` added.
+        """
+        if self._discrete:
+            return actions.reshape(self.num_envs) + self._action_offset
         if self._rescale is not None:
             half_range, middle = self._rescale
             # ufuncs rather than np.clip: this runs every step and np.clip's dispatch is slow.
-            clipped = np.minimum(np.maximum(stacked, -1.0), 1.0)
-            stacked = clipped * half_range + middle
-        return stacked.astype(space.dtype, copy=False)
+            clipped = np.minimum(np.maximum(actions, -1.0), 1.0)
+            actions = clipped * half_range + middle
+        return actions.astype(self.env.single_action_space.dtype, copy=False)
 
     def _response_error(self, responses: Mapping[AgentId, DictResponse]) -> ConfigurationError:
         for agent in self._agents:
@@ -314,19 +327,31 @@ class DictGymWrapper:
                 )
         return ConfigurationError("DictGymWrapper.step could not read the responses' actions")
 
-    def _split(self, observations: Any) -> list[dict[str, np.ndarray]]:
-        """Per-slot observation dicts (views into the step's arrays)."""
+    def observation_batch(self, observations: Any) -> dict[str, np.ndarray]:
+        """The vector environment's observations as ``{key: (num_envs, ...)}`` arrays.
+
+        The arrays are the step's own (copied when the environment reuses its buffers), so they
+        may be kept.
+        """
         if self._dict_observations:
-            batch = {
+            return {
                 k: np.array(v, copy=True) if self._copy_observations else np.asarray(v)
                 for k, v in observations.items()
             }
-            return [{k: v[slot] for k, v in batch.items()} for slot in range(self.num_envs)]
         array = np.array(observations, copy=True) if self._copy_observations else observations
-        key = self.observation_key
-        return [{key: array[slot]} for slot in range(self.num_envs)]
+        return {self.observation_key: array}
 
-    def _final_observation(self, infos: Mapping[str, Any], slot: int) -> dict[str, np.ndarray]:
+    def _split(self, observations: Any) -> list[dict[str, np.ndarray]]:
+        """Per-slot observation dicts (views into the step's arrays)."""
+        batch = self.observation_batch(observations)
+        return [{k: v[slot] for k, v in batch.items()} for slot in range(self.num_envs)]
+
+    def final_observation(self, infos: Mapping[str, Any], slot: int) -> dict[str, np.ndarray]:
+        """A copy of the true final observation of ``slot``'s episode, which ended in this step.
+
+        Raises:
+            ConfigurationError: If the environment did not report it.
+        """
         final = infos.get("final_obs")
         mask = infos.get("_final_obs")
         if final is None or mask is None or not mask[slot]:

@@ -82,16 +82,27 @@ class RandomAgentProxy:
     ) -> dict[AgentId, DictResponse]:
         """Draws an action for every ``INITIAL`` and ``RUNNING`` observation."""
         agents = acting_agents(observations)
-        if self._box is None:
-            actions = self._rng.integers(0, self._n or 1, size=(len(agents), 1), dtype=np.int64)
-        else:
-            low, width = self._box
-            unit = self._rng.random((len(agents), *low.shape))
-            actions = np.minimum(low + unit * width, low + width).astype(self._dtype)
+        actions = self._draw(len(agents))
         return {
             agent: DictResponse(list_data={ACTIONS_KEY: actions[row]})
             for row, agent in enumerate(agents)
         }
+
+    def act_batch(self, observations: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Actions for a batch of agents at once: one row per row of the observation arrays.
+
+        Draws what :meth:`__call__` would draw for as many agents (``(B, 1)`` int64 indices, or
+        ``(B, *shape)`` box actions).
+        """
+        count = len(next(iter(observations.values()))) if observations else 0
+        return self._draw(count)
+
+    def _draw(self, count: int) -> np.ndarray:
+        if self._box is None:
+            return self._rng.integers(0, self._n or 1, size=(count, 1), dtype=np.int64)
+        low, width = self._box
+        unit = self._rng.random((count, *low.shape))
+        return np.minimum(low + unit * width, low + width).astype(self._dtype)
 
 
 __all__ = ["RandomAgentProxy"]

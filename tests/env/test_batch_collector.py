@@ -1,0 +1,93 @@
+"""BatchGymCollector stores exactly what GymCollector + MemoryTableProxy store, faster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from emote_core.env import BatchGymCollector, DictGymWrapper, GymCollector, make_vector_env
+from emote_core.errors import ConfigurationError
+from emote_core.memory import DictObsMemoryTable, MemoryTableProxy
+from emote_core.proxies import RandomAgentProxy
+from emote_core.typing import EpisodeState
+
+
+def per_agent_episodes(env_id: str, num_envs: int, steps: int) -> list[tuple]:
+    env = DictGymWrapper(make_vector_env(env_id, num_envs=num_envs))
+    proxy = MemoryTableProxy(DictObsMemoryTable(spaces=env.spaces, maxlen=100_000))
+    episodes: list[tuple] = []
+    proxy.episode_listeners.append(lambda *episode: episodes.append(episode))
+    agent = RandomAgentProxy(action_space=env.single_action_space, seed=3)
+    GymCollector(env=env, agent=agent, memory=proxy, seed=11).collect(steps)
+    env.close()
+    return episodes
+
+
+def batch_episodes(env_id: str, num_envs: int, steps: int, agent_kind: str) -> list[tuple]:
+    env = DictGymWrapper(make_vector_env(env_id, num_envs=num_envs))
+    episodes: list[tuple] = []
+    random_agent = RandomAgentProxy(action_space=env.single_action_space, seed=3)
+    agent: Any = random_agent
+    if agent_kind == "per-agent":  # an agent proxy without act_batch
+
+        class PerAgentOnly:
+            def __call__(self, observations):
+                return random_agent(observations)
+
+        agent = PerAgentOnly()
+    collector = BatchGymCollector(
+        env=env, agent=agent, seed=11, chunk_steps=7,
+        on_episode=lambda *episode: episodes.append(episode),
+    )  # fmt: skip
+    # Uneven calls: episodes and chunks straddle the calls' boundaries.
+    for count in (1, 5, steps - 6):
+        collector.collect(count)
+    collector.cut()
+    assert collector.completed_episodes == len(episodes)
+    assert collector.env_steps == steps * num_envs
+    env.close()
+    return episodes
+
+
+@pytest.mark.parametrize(
+    ("env_id", "num_envs", "steps"),
+    [
+        ("CartPole-v1", 1, 300),  # discrete actions, TERMINAL endings
+        ("CartPole-v1", 4, 200),
+        ("emote/HitTheMiddle-v0", 3, 100),  # box actions rescaled, INTERRUPTED endings
+        ("Pendulum-v1", 2, 450),  # 200-step time limit, episodes span many chunks
+    ],
+)
+@pytest.mark.parametrize("agent_kind", ["act_batch", "per-agent"])
+def test_episodes_equal_the_per_agent_path(
+    env_id: str, num_envs: int, steps: int, agent_kind: str
+) -> None:
+    expected = per_agent_episodes(env_id, num_envs, steps)
+    got = batch_episodes(env_id, num_envs, steps, agent_kind)
+    assert len(expected) >= 2
+    assert [(i, s) for i, _, s in got] == [(i, s) for i, _, s in expected]
+    for (_, sequence, _), (_, reference, _) in zip(got, expected, strict=True):
+        assert sorted(sequence) == sorted(reference)
+        for key, values in reference.items():
+            assert sequence[key].dtype == values.dtype, key
+            np.testing.assert_array_equal(sequence[key], values, err_msg=key)
+    states = {state for _, _, state in got}
+    assert states <= {EpisodeState.TERMINAL, EpisodeState.INTERRUPTED}
+
+
+def test_collect_episodes_and_settings() -> None:
+    env = DictGymWrapper(make_vector_env("CartPole-v1", num_envs=2))
+    seen: list[int] = []
+    collector = BatchGymCollector(
+        env=env, agent=RandomAgentProxy(action_space=env.single_action_space, seed=0), seed=0,
+        on_episode=lambda identity, sequence, state: seen.append(len(sequence["rewards"])),
+    )  # fmt: skip
+    collector.collect_episodes(5)
+    assert 5 <= collector.completed_episodes <= 6
+    collector.cut()
+    assert len(seen) == collector.completed_episodes and all(n >= 1 for n in seen)
+    with pytest.raises(ConfigurationError, match="chunk_steps must be a positive integer"):
+        BatchGymCollector(env=env, agent=None, on_episode=print, chunk_steps=0)
+    env.close()
