@@ -42,6 +42,15 @@ def train(
         Path | None, typer.Option("--run-dir", help="Run directory (runs/<recipe>-<time>).")
     ] = None,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda[:n].")] = "auto",
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            "--threads",
+            min=1,
+            help="CPU threads for torch (default: torch's choice). 1 keeps training fast when "
+            "other processes busy the cores.",
+        ),
+    ] = None,
     resume: Annotated[
         bool, typer.Option("--resume", help="Continue the run from its latest checkpoint.")
     ] = False,
@@ -96,6 +105,8 @@ def train(
         created = not path.exists()
         run = prepare_run(path, recipe=loaded, command=sys.argv, resume=resume, force=force)
         torch.manual_seed(loaded.seed)
+        if threads is not None:
+            torch.set_num_threads(threads)
         try:
             setup = build_training(
                 loaded, run=run, device=chosen, live=live, stores=memory or [], resume=resume,
@@ -121,6 +132,7 @@ def train(
             "checkpoint": str(checkpoint) if checkpoint else None,
             "seconds": time.perf_counter() - started,
             "device": str(chosen),
+            "threads": torch.get_num_threads(),
             "interrupted": interrupted(),
         }
         if json_output:

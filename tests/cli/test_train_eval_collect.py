@@ -147,3 +147,18 @@ def test_a_dqn_run_acts_with_exploration_when_asked_to_sample(
                     "--episodes", "2", "--json", "-q")  # fmt: skip
     assert collected.exit_code == 0, collected.output
     assert json.loads(collected.stdout)["episodes"] >= 2
+
+
+def test_threads_sets_torchs_cpu_threads(runner: CliRunner, in_tmp: Path) -> None:
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        args = ("--threads", "1", "--run-dir", "t", "--set", "memory.warmup_steps=64")
+        result = run(runner, "train", "sac_hit_the_middle", "--steps", "5", *args, "--json", "-q")
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["threads"] == 1
+    finally:
+        torch.set_num_threads(before)
+    bad = run(runner, "train", "sac_hit_the_middle", "--threads", "0", "--run-dir", "t0")
+    assert bad.exit_code == 2 and not (in_tmp / "t0").exists()
