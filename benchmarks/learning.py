@@ -5,9 +5,10 @@ figure printed is the mean deterministic return over the recipe's eval episodes,
 recipe's target and the rl-baselines3-zoo figure where one exists. Minutes per recipe on a CPU.
 
 Run: ``python benchmarks/learning.py [RECIPE ...]`` (default: sac_hit_the_middle, sac_pendulum,
-dqn_cartpole; add sac_lunar_lander for about an hour on a CPU, or on a GPU machine). ``offline`` as a name runs the offline check
-instead: ``emote collect`` 50k random Pendulum steps, ``emote train --memory STORE --no-live``, the
-Q loss's trend read back from TensorBoard, and ``emote eval`` beside a random policy's return.
+dqn_cartpole; add sac_lunar_lander for about an hour on a CPU, or on a GPU machine). ``offline``
+as a name runs the offline check instead: ``emote collect`` 50k random Pendulum steps,
+``emote train --memory STORE --no-live``, the Q loss's trend read back from TensorBoard, and
+``emote eval`` beside a random policy's return.
 """
 
 from __future__ import annotations

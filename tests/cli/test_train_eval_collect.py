@@ -162,3 +162,28 @@ def test_threads_sets_torchs_cpu_threads(runner: CliRunner, in_tmp: Path) -> Non
         torch.set_num_threads(before)
     bad = run(runner, "train", "sac_hit_the_middle", "--threads", "0", "--run-dir", "t0")
     assert bad.exit_code == 2 and not (in_tmp / "t0").exists()
+
+
+@pytest.mark.parametrize("recipe", ["sac_hit_the_middle", "sac_pendulum", "dqn_cartpole",
+                                    "sac_lunar_lander"])  # fmt: skip
+def test_every_shipped_recipe_trains_evaluates_and_exports(
+    runner: CliRunner, in_tmp: Path, recipe: str
+) -> None:
+    import torch
+
+    from emote_core.recipes import available_recipes
+
+    assert recipe in available_recipes()
+    tiny = ("--set", "memory.warmup_steps=300", "--set", "memory.batch_size=16", "--threads", "1")
+    before = torch.get_num_threads()
+    try:
+        trained = run(runner, "train", recipe, "--steps", "3", "--run-dir", "r", *tiny, "-q")
+    finally:
+        torch.set_num_threads(before)
+    assert trained.exit_code == 0, trained.output
+    evaluated = run(runner, "eval", "r", "--episodes", "1", "--json", "-q")
+    assert evaluated.exit_code == 0, evaluated.output
+    assert json.loads(evaluated.stdout)["episodes"] == 1
+    exported = run(runner, "export", "onnx", "r", "--out", "p.onnx", "--json", "-q")
+    assert exported.exit_code == 0, exported.output
+    assert json.loads(exported.stdout)["max_abs_diff"] <= 1e-5

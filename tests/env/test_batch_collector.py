@@ -58,6 +58,7 @@ def batch_episodes(env_id: str, num_envs: int, steps: int, agent_kind: str) -> l
         ("CartPole-v1", 4, 200),
         ("emote/HitTheMiddle-v0", 3, 100),  # box actions rescaled, INTERRUPTED endings
         ("Pendulum-v1", 2, 450),  # 200-step time limit, episodes span many chunks
+        pytest.param("LunarLander-v3", 8, 4_000, marks=pytest.mark.slow, id="lunar-slow"),
     ],
 )
 @pytest.mark.parametrize("agent_kind", ["act_batch", "per-agent"])
