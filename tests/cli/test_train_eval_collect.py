@@ -187,3 +187,10 @@ def test_every_shipped_recipe_trains_evaluates_and_exports(
     exported = run(runner, "export", "onnx", "r", "--out", "p.onnx", "--json", "-q")
     assert exported.exit_code == 0, exported.output
     assert json.loads(exported.stdout)["max_abs_diff"] <= 1e-5
+    for policy in ("r", "p.onnx"):  # the trained checkpoint, then its export
+        collected = run(runner, "collect", recipe, "--policy", policy, "--out", "c.zarr",
+                        "--episodes", "1", "--json", "-q")  # fmt: skip
+        assert collected.exit_code == 0, collected.output
+    stored = run(runner, "memory", "inspect", "c.zarr", "--json")
+    assert stored.exit_code == 0, stored.output
+    assert json.loads(stored.stdout)["episodes"] >= 2
