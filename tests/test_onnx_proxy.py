@@ -135,3 +135,27 @@ def test_files_that_are_not_emote_exports_are_refused(tmp_path: Path, sac_export
     onnx.save(model, str(tmp_path / "future.onnx"))
     with pytest.raises(FormatError, match="format_version 99; this emote reads up to 1"):
         OnnxAgentProxy(tmp_path / "future.onnx")
+
+
+def test_act_batch_acts_as_the_per_agent_call_for_torch_and_onnx(sac_export) -> None:
+    policy, path = sac_export
+    seen = step(9)
+    batch = {
+        key: np.stack([seen[a].array_data[key] for a in sorted(seen)]) for key in ("pos", "grid")
+    }
+
+    def torch_proxy() -> MultiKeyAgentProxy:
+        return MultiKeyAgentProxy(policy=policy, device="cpu", input_keys=["pos", "grid"],
+                                  spaces=SPACES, seed=5)  # fmt: skip
+
+    for make in (torch_proxy, lambda: OnnxAgentProxy(path, deterministic=False, seed=5)):
+        per_agent, batched = make(), make()
+        for _ in range(2):  # the noise streams stay in step call after call
+            expected = actions_of(per_agent(seen))
+            got = batched.act_batch(batch)
+            assert got.dtype == expected.dtype
+            np.testing.assert_array_equal(got, expected)
+        with pytest.raises(ConfigurationError, match="'grid'"):
+            batched.act_batch({"pos": batch["pos"]})
+        with pytest.raises(ConfigurationError, match="rows of shape"):
+            batched.act_batch({"pos": batch["pos"][:, :2], "grid": batch["grid"]})

@@ -127,17 +127,52 @@ class GenericAgentProxy:
         if not agents:
             return {}
         batches = {key: self._stack(key, agents, observations) for key in self._input_keys}
-        inputs = self._inputs(batches)
-        with inference_mode_of(self.policy):
-            if self._takes_epsilon:
-                outputs = self.policy(*inputs, epsilon=self._noise(len(agents)))
-            else:
-                outputs = self.policy(*inputs)
-        arrays = self._outputs(outputs, len(agents))
+        arrays = self._act(batches, len(agents))
         return {
             agent: DictResponse(list_data={key: arrays[key][row] for key in self._output_keys})
             for row, agent in enumerate(agents)
         }
+
+    def act_batch(self, observations: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The ``"actions"`` output for a batch: ``{key: (B, ...)}`` in, ``(B, ...)`` out.
+
+        Acts exactly as :meth:`__call__` on the same rows would (the same noise draws).
+
+        Raises:
+            ConfigurationError: If an input key is missing or (with ``spaces``) a row has the
+                wrong shape, or the policy has no ``"actions"`` output.
+        """
+        if ACTIONS_KEY not in self._output_keys:
+            raise ConfigurationError(
+                f"{type(self).__name__}.act_batch returns '{ACTIONS_KEY}'; this proxy's outputs "
+                f"are {list(self._output_keys)}"
+            )
+        batches = {}
+        for key in self._input_keys:
+            if key not in observations:
+                raise ConfigurationError(
+                    f"{type(self).__name__}: the observations have no '{key}' (they have "
+                    f"{sorted(observations)}); the policy reads {list(self._input_keys)}"
+                )
+            batch = np.asarray(observations[key])
+            expected = self._expected_shapes.get(key)
+            if expected is not None and batch.shape[1:] != expected:
+                raise ConfigurationError(
+                    f"{type(self).__name__}: observation '{key}' has rows of shape "
+                    f"{batch.shape[1:]}; the observation space says {expected}"
+                )
+            batches[key] = self._prepare(key, batch)
+        count = len(next(iter(observations.values())))
+        return self._act(batches, count)[ACTIONS_KEY]
+
+    def _act(self, batches: dict[str, torch.Tensor], count: int) -> dict[str, np.ndarray]:
+        inputs = self._inputs(batches)
+        with inference_mode_of(self.policy):
+            if self._takes_epsilon:
+                outputs = self.policy(*inputs, epsilon=self._noise(count))
+            else:
+                outputs = self.policy(*inputs)
+        return self._outputs(outputs, count)
 
     # Steps subclasses adapt.
 

@@ -130,19 +130,45 @@ class OnnxAgentProxy:
         if not agents:
             return {}
         feed = {key: self._stack(key, agents, observations) for key in self._keys}
+        actions = self._run(feed, len(agents))
+        return {
+            agent: DictResponse(list_data={ACTIONS_OUTPUT: actions[row]})
+            for row, agent in enumerate(agents)
+        }
+
+    def act_batch(self, observations: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Actions for a batch, ``{key: (B, ...)}`` in, ``(B, ...)`` out, as :meth:`__call__`.
+
+        Raises:
+            ConfigurationError: If a key the policy reads is missing or has rows of another shape.
+        """
+        feed = {}
+        for key in self._keys:
+            if key not in observations:
+                raise ConfigurationError(
+                    f"the observations have no '{key}' (they have {sorted(observations)}); "
+                    f"policy '{self.path}' reads {list(self._keys)}"
+                )
+            batch = np.asarray(observations[key], dtype=np.float32)
+            if batch.shape[1:] != self._shapes[key]:
+                raise ConfigurationError(
+                    f"observation '{key}' has rows of shape {batch.shape[1:]}; policy "
+                    f"'{self.path}' reads {self._shapes[key]} — run it on the environment it was "
+                    "trained on"
+                )
+            feed[key] = batch
+        return self._run(feed, len(next(iter(feed.values()))))
+
+    def _run(self, feed: dict[str, np.ndarray], count: int) -> np.ndarray:
         if self.metadata.stochastic:
-            shape = (len(agents), *self._action_shape)
+            shape = (count, *self._action_shape)
             feed[EPSILON_INPUT] = (
                 np.zeros(shape, dtype=np.float32)
                 if self.deterministic
                 else self._rng.standard_normal(shape, dtype=np.float32)
             )
         (actions,) = self.session.run([ACTIONS_OUTPUT], feed)
-        actions = np.asarray(actions).astype(self._action_dtype, copy=False)
-        return {
-            agent: DictResponse(list_data={ACTIONS_OUTPUT: actions[row]})
-            for row, agent in enumerate(agents)
-        }
+        return np.asarray(actions).astype(self._action_dtype, copy=False)
 
     def _stack(
         self, key: str, agents: list[AgentId], observations: Mapping[AgentId, DictObservation]
