@@ -196,9 +196,11 @@ class ShardWriter:
             shape=(0, *shape),
             dtype=dtype,
             chunks=(rows, *shape) if shape else (rows,),
-            # zstd inside Blosc with byte shuffling: measured here, float observations shrank to
-            # 0.78 of raw (0.92 with plain zstd) and decoded faster.
-            compressors=BloscCodec(cname="zstd", clevel=1, shuffle="shuffle"),
+            # lz4 inside Blosc with byte shuffling. Measured here on 1M x 32 float32 columns
+            # against Blosc-zstd level 1: random-walk observations shrank to 0.76 of raw (zstd
+            # 0.80), random floats to 0.94 (0.93); writing took 0.21-0.30 s (0.31-0.33) and
+            # reading 0.12-0.13 s (0.14-0.20). Plain zstd gave 0.92 on the random walk.
+            compressors=BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"),
             fill_value=0,
         )
 
