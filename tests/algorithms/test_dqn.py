@@ -114,16 +114,6 @@ def test_q_loss_reads_the_taken_actions() -> None:
     assert loss.scalar_logs["training/q_prediction"] == pytest.approx(2.5)
 
 
-@pytest.fixture
-def one_torch_thread():
-    """Small networks train fastest on one thread, and do not stall when other work shares the
-    cores (several threads contending for two cores made this test ten times slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_dqn_learns_the_better_arm_of_a_bandit(one_torch_thread: None) -> None:
     table = DictObsMemoryTable(spaces=SPACES, maxlen=10_000, seed=0)
     rng = np.random.default_rng(0)

@@ -204,16 +204,6 @@ def bandit_table(episodes: int = 1000, seed: int = 0) -> DictObsMemoryTable:
     return table
 
 
-@pytest.fixture
-def one_torch_thread():
-    """Small networks train fastest on one thread, and do not stall when other work shares the
-    cores (several threads contending for two cores made this test ten times slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_sac_learns_the_best_action_of_a_continuous_bandit(one_torch_thread: None) -> None:
     callbacks, parts = sac_callbacks()
     loader = MemoryLoader(table=bandit_table(), rollout_count=64, rollout_length=1)

@@ -149,17 +149,13 @@ def test_a_dqn_run_acts_with_exploration_when_asked_to_sample(
     assert json.loads(collected.stdout)["episodes"] >= 2
 
 
-def test_threads_sets_torchs_cpu_threads(runner: CliRunner, in_tmp: Path) -> None:
-    import torch
-
-    before = torch.get_num_threads()
-    try:
-        args = ("--threads", "1", "--run-dir", "t", "--set", "memory.warmup_steps=64")
-        result = run(runner, "train", "sac_hit_the_middle", "--steps", "5", *args, "--json", "-q")
-        assert result.exit_code == 0, result.output
-        assert json.loads(result.stdout)["threads"] == 1
-    finally:
-        torch.set_num_threads(before)
+def test_threads_sets_torchs_cpu_threads(
+    runner: CliRunner, in_tmp: Path, restore_torch_threads: None
+) -> None:
+    args = ("--threads", "1", "--run-dir", "t", "--set", "memory.warmup_steps=64")
+    result = run(runner, "train", "sac_hit_the_middle", "--steps", "5", *args, "--json", "-q")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["threads"] == 1
     bad = run(runner, "train", "sac_hit_the_middle", "--threads", "0", "--run-dir", "t0")
     assert bad.exit_code == 2 and not (in_tmp / "t0").exists()
 
@@ -167,19 +163,13 @@ def test_threads_sets_torchs_cpu_threads(runner: CliRunner, in_tmp: Path) -> Non
 @pytest.mark.parametrize("recipe", ["sac_hit_the_middle", "sac_pendulum", "dqn_cartpole",
                                     "sac_lunar_lander"])  # fmt: skip
 def test_every_shipped_recipe_trains_evaluates_and_exports(
-    runner: CliRunner, in_tmp: Path, recipe: str
+    runner: CliRunner, in_tmp: Path, recipe: str, restore_torch_threads: None
 ) -> None:
-    import torch
-
     from emote_core.recipes import available_recipes
 
     assert recipe in available_recipes()
     tiny = ("--set", "memory.warmup_steps=300", "--set", "memory.batch_size=16", "--threads", "1")
-    before = torch.get_num_threads()
-    try:
-        trained = run(runner, "train", recipe, "--steps", "3", "--run-dir", "r", *tiny, "-q")
-    finally:
-        torch.set_num_threads(before)
+    trained = run(runner, "train", recipe, "--steps", "3", "--run-dir", "r", *tiny, "-q")
     assert trained.exit_code == 0, trained.output
     evaluated = run(runner, "eval", "r", "--episodes", "1", "--json", "-q")
     assert evaluated.exit_code == 0, evaluated.output

@@ -30,16 +30,6 @@ def test_discrete_q_gives_one_value_per_action() -> None:
     assert q(torch.randn(5, 4)).shape == (5, 3)
 
 
-@pytest.fixture
-def one_torch_thread():
-    """Small networks train fastest on one thread, and do not stall when other work shares the
-    cores (several threads contending for two cores made this test ten times slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_q_fits_a_function_of_the_action(one_torch_thread: None) -> None:
     """A user-visible property: the critic can represent a reward that depends on the action."""
     torch.manual_seed(0)
