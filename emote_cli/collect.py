@@ -96,6 +96,7 @@ def collect(
         from emote_core.memory import DictObsMemoryTable
         from emote_core.memory.formats.zarr_store.tables import StoreAppender
         from emote_core.proxies import RandomAgentProxy
+        from emote_core.proxies.onnx_agent import OnnxAgentProxy, is_onnx_file
         from emote_core.recipes import load_recipe
         from emote_core.recipes.builders import load_trained_agent, make_env
         from emote_core.utils.devices import resolve_device
@@ -105,9 +106,7 @@ def collect(
         spaces = env.spaces
         if policy == "random":
             agent: Any = RandomAgentProxy(action_space=env.single_action_space, seed=loaded.seed)
-        elif Path(policy).suffix.lower() == ".onnx":  # onnxruntime alone, sampling actions
-            from emote_core.proxies import OnnxAgentProxy
-
+        elif is_onnx_file(policy):  # onnxruntime alone, sampling actions
             agent = OnnxAgentProxy(policy, deterministic=False, seed=loaded.seed, spaces=spaces)
         else:
             _, _, agent, _, _ = load_trained_agent(

@@ -92,6 +92,7 @@ def build_training(
         raise ConfigurationError("--no-live trains from stored memory only: pass --memory STORE")
     env = make_env(recipe)
     spaces = env.spaces
+    env_action_space = env.env.single_action_space  # the env's own bounds, for ONNX metadata
     opened = [MemoryStore(store) for store in stores]
     stores_spaces_match(opened, spaces, recipe)
     table_class = (
@@ -151,10 +152,6 @@ def build_training(
     if recipe.training.export_interval:
         from emote_core.extra.onnx_exporter import OnnxExporter
 
-        bounds_env = env if env is not None else make_env(recipe, num_envs=1)
-        env_action_space = bounds_env.env.single_action_space  # the env's own action bounds
-        if bounds_env is not env:
-            bounds_env.close()
         exporter = OnnxExporter(
             network=networks.acting, algorithm=recipe.algorithm, spaces=spaces,
             directory=run.exports, interval=recipe.training.export_interval, recipe=recipe,
