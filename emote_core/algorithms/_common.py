@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -12,6 +12,24 @@ from torch import Tensor, nn
 
 from emote_core.errors import ConfigurationError
 from emote_core.utils.gamma_matrix import discount, make_gamma_matrix
+
+
+def key_list(observation_keys: Sequence[str] | None) -> list[str] | None:
+    """The observation keys a network reads, as a list (``None``: all, sorted)."""
+    return list(observation_keys) if observation_keys is not None else None
+
+
+def target_states(targets: Mapping[str, nn.Module]) -> dict[str, Any]:
+    """Checkpoint entries ``<name>_state_dict`` for target networks by name."""
+    return {f"{name}_state_dict": network.state_dict() for name, network in targets.items()}
+
+
+def load_target_states(state_dict: Mapping[str, Any], targets: Mapping[str, nn.Module]) -> None:
+    """Restores the target networks whose ``<name>_state_dict`` entries are present."""
+    for name, network in targets.items():
+        key = f"{name}_state_dict"
+        if key in state_dict:
+            network.load_state_dict(state_dict[key])
 
 
 def check_number(owner: str, what: str, value: Any, low: float, high: float) -> float:

@@ -25,7 +25,10 @@ from emote_core.algorithms._common import (
     TargetFollower,
     check_number,
     check_positive_int,
+    key_list,
+    load_target_states,
     prepare_target,
+    target_states,
     window_count,
     window_ends,
     window_starts,
@@ -110,7 +113,7 @@ class QTarget(LoggingMixin, Callback):
         self.target_update_interval = target_update_interval
         self.tau = tau
         self.double_dqn = double_dqn
-        self.observation_keys = list(observation_keys) if observation_keys is not None else None
+        self.observation_keys = key_list(observation_keys)
         self.use_masks = use_masks
 
     def begin_batch(
@@ -147,9 +150,7 @@ class QTarget(LoggingMixin, Callback):
 
     def state_dict(self) -> dict[str, Any]:
         """The target network's weights and the logs."""
-        state = super().state_dict()
-        state["q_target_state_dict"] = self.q_target_network.state_dict()
-        return state
+        return {**super().state_dict(), **target_states({"q_target": self.q_target_network})}
 
     def load_state_dict(
         self,
@@ -160,8 +161,8 @@ class QTarget(LoggingMixin, Callback):
     ) -> None:
         """Restores the target network (with ``load_network``) and the logs."""
         super().load_state_dict(state_dict, load_network, load_optimizer, load_hparams)
-        if load_network and "q_target_state_dict" in state_dict:
-            self.q_target_network.load_state_dict(state_dict["q_target_state_dict"])
+        if load_network:
+            load_target_states(state_dict, {"q_target": self.q_target_network})
 
 
 class QLoss(LossCallback):
@@ -201,7 +202,7 @@ class QLoss(LossCallback):
         )  # fmt: skip
         self.q_network = q
         self.huber = huber
-        self.observation_keys = list(observation_keys) if observation_keys is not None else None
+        self.observation_keys = key_list(observation_keys)
 
     def loss(self, observation: dict[str, Tensor], actions: Tensor, q_target: Tensor) -> Tensor:
         """The Huber (or squared) error between ``Q(s)[a]`` and ``q_target``."""

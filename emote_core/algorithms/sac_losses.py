@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from emote_core.algorithms._common import frozen, sample_policy, window_starts
+from emote_core.algorithms._common import frozen, key_list, sample_policy, window_starts
 from emote_core.algorithms.sac_targets import check_ln_alpha
 from emote_core.callbacks.loss import LossCallback
 from emote_core.errors import ConfigurationError
@@ -21,10 +21,6 @@ POLICY_LOG_PROBS_KEY = "policy_log_probs"
 """Where :class:`PolicyLoss` leaves its batch's log-probabilities for :class:`AlphaLoss`."""
 POLICY_LOG_PROBS_STEP_KEY = "policy_log_probs_step"
 """The ``bp_step`` those log-probabilities belong to (older ones are not reused)."""
-
-
-def _keys(observation_keys: Sequence[str] | None) -> list[str] | None:
-    return list(observation_keys) if observation_keys is not None else None
 
 
 class QLoss(LossCallback):
@@ -62,7 +58,7 @@ class QLoss(LossCallback):
             max_grad_norm=max_grad_norm, data_group=data_group, **kwargs,
         )  # fmt: skip
         self.q_network = q
-        self.observation_keys = _keys(observation_keys)
+        self.observation_keys = key_list(observation_keys)
 
     def loss(self, observation: dict[str, Tensor], actions: Tensor, q_target: Tensor) -> Tensor:
         """``mean((q(s, a) - q_target)^2)``."""
@@ -119,7 +115,7 @@ class PolicyLoss(LossCallback):
         self.ln_alpha = check_ln_alpha(name, ln_alpha)
         self.q1, self.q2 = q1, q2
         self._q_parameters = [*q1.parameters(), *q2.parameters()]
-        self.observation_keys = _keys(observation_keys)
+        self.observation_keys = key_list(observation_keys)
         self._log_probs: Tensor | None = None
 
     def loss(self, observation: dict[str, Tensor]) -> Tensor:
@@ -233,7 +229,7 @@ class AlphaLoss(LossCallback):
         self.action_dim = action_dim
         self.target_entropy = target_entropy
         self.max_ln_alpha = math.log(max_alpha) if max_alpha is not None else None
-        self.observation_keys = _keys(observation_keys)
+        self.observation_keys = key_list(observation_keys)
         self.reuse_policy_log_probs = reuse_policy_log_probs
 
     @property

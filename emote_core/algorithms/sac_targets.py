@@ -12,8 +12,11 @@ from emote_core.algorithms._common import (
     NStepTarget,
     TargetFollower,
     check_number,
+    key_list,
+    load_target_states,
     prepare_target,
     sample_policy,
+    target_states,
     window_count,
     window_ends,
 )
@@ -112,7 +115,7 @@ class QTarget(LoggingMixin, Callback):
         self.q1, self.q2 = q1, q2
         self.q1_target, self.q2_target = q1_target, q2_target
         self._followers = (TargetFollower(q1_target, q1), TargetFollower(q2_target, q2))
-        self.observation_keys = list(observation_keys) if observation_keys is not None else None
+        self.observation_keys = key_list(observation_keys)
         self.use_masks = use_masks
 
     @property
@@ -163,10 +166,7 @@ class QTarget(LoggingMixin, Callback):
 
     def state_dict(self) -> dict[str, Any]:
         """The target networks' weights and the logs."""
-        state = super().state_dict()
-        state["q1_target_state_dict"] = self.q1_target.state_dict()
-        state["q2_target_state_dict"] = self.q2_target.state_dict()
-        return state
+        return {**super().state_dict(), **target_states(self._targets())}
 
     def load_state_dict(
         self,
@@ -178,12 +178,10 @@ class QTarget(LoggingMixin, Callback):
         """Restores the target networks (with ``load_network``) and the logs."""
         super().load_state_dict(state_dict, load_network, load_optimizer, load_hparams)
         if load_network:
-            for key, network in (
-                ("q1_target_state_dict", self.q1_target),
-                ("q2_target_state_dict", self.q2_target),
-            ):
-                if key in state_dict:
-                    network.load_state_dict(state_dict[key])
+            load_target_states(state_dict, self._targets())
+
+    def _targets(self) -> dict[str, nn.Module]:
+        return {"q1_target": self.q1_target, "q2_target": self.q2_target}
 
 
 __all__ = ["QTarget", "check_ln_alpha"]
