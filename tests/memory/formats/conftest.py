@@ -108,3 +108,12 @@ def snapshot(table: ArrayMemoryTable) -> list[tuple[int, dict[str, list[Any]], s
 @pytest.fixture
 def table_snapshot() -> Callable[[ArrayMemoryTable], list[Any]]:
     return snapshot
+
+
+@pytest.fixture
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private Minari root, also as MINARI_DATASETS_PATH for plain minari calls."""
+    path = tmp_path / "datasets"
+    path.mkdir()
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(path))
+    return path
