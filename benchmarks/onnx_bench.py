@@ -26,9 +26,9 @@ import numpy as np
 import onnxruntime
 import torch
 
-from emote_core.extra.onnx_policy import policy_graph, policy_metadata
-from emote_core.extra.onnx_writer import export_policy
 from emote_core.nn import GaussianMlpPolicy
+from emote_core.onnx.graph import policy_graph, policy_metadata
+from emote_core.onnx.writer import export_policy
 from emote_core.recipes.schema import Algorithm
 from emote_core.spaces import BoxSpace, DictSpace, MDPSpace
 

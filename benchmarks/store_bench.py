@@ -23,14 +23,14 @@ from pathlib import Path
 import numpy as np
 
 from emote_core.memory.columns import Column, VirtualColumn
-from emote_core.memory.formats.stored import ColumnSchema
-from emote_core.memory.formats.summary import bytes_on_disk
-from emote_core.memory.formats.zarr_store import ShardWriter, create_store, store_columns
-from emote_core.memory.formats.zarr_store.tables import BATCH_BYTES, load_table
-from emote_core.memory.formats.zarr_store.verify import verify_store
 from emote_core.memory.mappers import NextElementMapper, SyntheticDones, SyntheticMasks
 from emote_core.memory.strategies import FifoEjectionStrategy, UniformSampleStrategy
 from emote_core.memory.table import ArrayMemoryTable
+from emote_core.stores.stored import ColumnSchema
+from emote_core.stores.summary import bytes_on_disk
+from emote_core.stores.zarr_store import ShardWriter, create_store, store_columns
+from emote_core.stores.zarr_store.tables import BATCH_BYTES, load_table
+from emote_core.stores.zarr_store.verify import verify_store
 from emote_core.typing import EpisodeState
 
 TRANSITIONS, LENGTH, OBS, ACT = 1_000_000, 1_000, 32, 2

@@ -177,8 +177,8 @@ def collection_rates(env_id: str, num_envs: int, vector_steps: int) -> dict[str,
 
     from emote_core.env import DictGymWrapper, GymCollector, make_vector_env
     from emote_core.memory import DictObsMemoryTable, MemoryTableProxy
-    from emote_core.memory.formats.zarr_store.tables import StoreAppender
     from emote_core.proxies import RandomAgentProxy
+    from emote_core.stores.zarr_store.tables import StoreAppender
 
     bare = make_vector_env(env_id, num_envs=num_envs)
     bare.reset(seed=0)

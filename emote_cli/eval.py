@@ -61,7 +61,7 @@ def evaluate(
     with handle_errors(debug=debug):
         from dataclasses import replace
 
-        from emote_core.proxies.onnx_agent import OnnxAgentProxy, is_onnx_file
+        from emote_core.onnx.agent import OnnxAgentProxy, is_onnx_file
         from emote_core.recipes import load_recipe
         from emote_core.recipes.builders import load_trained_agent
         from emote_core.recipes.evaluation import evaluate as run_episodes

@@ -10,7 +10,6 @@ from torch import nn
 
 from emote_core.env import DictGymWrapper, make_vector_env
 from emote_core.errors import ConfigurationError
-from emote_core.extra.schedules import LinearSchedule
 from emote_core.memory.proxy import MemoryProxy as MemoryProxyFromMemory
 from emote_core.nn.inputs import flatten_observation
 from emote_core.proxies import (
@@ -23,6 +22,7 @@ from emote_core.proxies import (
     RandomAgentProxy,
     VisionAgentProxy,
 )
+from emote_core.schedules import LinearSchedule
 from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, MDPSpace
 from emote_core.typing import DictObservation, EpisodeState
 

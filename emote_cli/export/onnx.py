@@ -58,7 +58,7 @@ def onnx(
     """
     setup_logging(quiet=quiet, debug=debug)
     with handle_errors(debug=debug):
-        from emote_core.extra.onnx_writer import DEFAULT_OPSET, SUPPORTED_OPSETS
+        from emote_core.onnx.writer import DEFAULT_OPSET, SUPPORTED_OPSETS
 
         chosen = DEFAULT_OPSET if opset is None else opset
         if chosen not in SUPPORTED_OPSETS:
@@ -67,7 +67,7 @@ def onnx(
                 f"{SUPPORTED_OPSETS.stop - 1} (default {DEFAULT_OPSET})",
                 ExitCode.USAGE,
             )
-        from emote_core.extra.onnx_exporter import export_checkpoint
+        from emote_core.onnx.exporter import export_checkpoint
         from emote_core.recipes import load_recipe
 
         report = export_checkpoint(

@@ -51,8 +51,8 @@ def verify(
     setup_logging(quiet=quiet, debug=debug)
     with handle_errors(debug=debug):
         from emote_core.errors import FormatError
-        from emote_core.memory.formats.sources import detect_format
-        from emote_core.memory.formats.zarr_store.verify import verify_store
+        from emote_core.stores.sources import detect_format
+        from emote_core.stores.zarr_store.verify import verify_store
 
         try:
             found = detect_format(store)

@@ -14,8 +14,8 @@ from emote_core.algorithms._common import frozen, key_list, sample_policy, windo
 from emote_core.algorithms.sac_targets import check_ln_alpha
 from emote_core.callbacks.loss import LossCallback
 from emote_core.errors import ConfigurationError
-from emote_core.extra.schedules import BPStepScheduler
 from emote_core.nn.inputs import flatten_observation
+from emote_core.schedules import BPStepScheduler
 
 POLICY_LOG_PROBS_KEY = "policy_log_probs"
 """Where :class:`PolicyLoss` leaves its batch's log-probabilities for :class:`AlphaLoss`."""

@@ -42,7 +42,7 @@ class ScheduleStepper(Callback):
     """Steps value schedules (an exploration rate, say) once per training step; checkpointed.
 
     Args:
-        schedules: Named schedules (``emote_core.extra.schedules.BPStepScheduler``).
+        schedules: Named schedules (``emote_core.schedules.BPStepScheduler``).
         name: Unique name.
     """
 

@@ -2,7 +2,7 @@
 
 :class:`GymCollector` collects on the training thread: ``warmup_steps`` environment steps in
 ``begin_training``, then ``inference_steps_per_batch`` vector steps before every batch.
-:class:`~emote_core.env.threaded.ThreadedGymCollector` collects in a thread of its own.
+:class:`~emote_core.env.threaded_collector.ThreadedGymCollector` collects in a thread of its own.
 
 Both log, through :class:`~emote_core.callbacks.logging_mixin.LoggingMixin`:
 
@@ -244,16 +244,6 @@ class GymCollector(LoggingMixin, Callback):
             f"{type(self).__name__}(name={self.name!r}, num_envs={self.env.num_envs}, "
             f"env_steps={self.env_steps})"
         )
-
-
-def __getattr__(name: str) -> Any:
-    # ThreadedGymCollector lives in its own module (it builds on GymCollector); it is also
-    # reachable from here, where users look for collectors.
-    if name == "ThreadedGymCollector":
-        from emote_core.env.threaded_collector import ThreadedGymCollector
-
-        return ThreadedGymCollector
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -364,10 +363,6 @@ class MemoryTableProxy:
     def resize(self, maxlen: int) -> None:
         """Changes the table's ``maxlen`` (see :meth:`ArrayMemoryTable.resize`)."""
         self._table.resize(maxlen)
-
-    def store(self, path: str | os.PathLike[str], version: Any = None) -> None:
-        """Writes the table to ``path`` (see :meth:`ArrayMemoryTable.store`)."""
-        self._table.store(path, version)
 
     def __repr__(self) -> str:
         return (

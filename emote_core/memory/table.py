@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -422,31 +421,6 @@ class ArrayMemoryTable:
             data[column.name] = self._tag_values[column.name][slot].copy()
         end = EpisodeState.TERMINAL if self.index.terminal[slot] else EpisodeState.INTERRUPTED
         return int(self.index.ids[slot]), data, end
-
-    @_synchronized
-    def store(self, path: str | os.PathLike[str], version: Any = None) -> None:
-        """Writes the table to ``path`` in upstream emote's zip layout (V1 unless ``version``).
-
-        Raises:
-            FormatError: If ``version`` cannot be written.
-        """
-        from emote_core.memory.formats import TableSerializationVersion, store_table
-
-        store_table(self, path, TableSerializationVersion.LATEST if version is None else version)
-
-    @_synchronized
-    def restore(self, path: str | os.PathLike[str], override_version: Any = None) -> None:
-        """Replaces the table's content with a stored table (V1 or Legacy zip, detected).
-
-        On any error the table is left as it was.
-
-        Raises:
-            FormatError: If the file is damaged, of an unknown version, or its columns differ.
-            UnsafePickleError: If a Legacy zip's pickles name anything outside the allowlist.
-        """
-        from emote_core.memory.formats import restore_table
-
-        restore_table(self, path, override_version)
 
     def nbytes(self) -> int:
         """Bytes allocated for stored columns (CPU pages count only once written)."""

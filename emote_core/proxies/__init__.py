@@ -12,7 +12,6 @@ from emote_core.proxies.base import AgentProxy, MemoryProxy, acting_agents
 from emote_core.proxies.epsilon_greedy import EpsilonGreedyAgentProxy, ScheduledValue
 from emote_core.proxies.generic import ACTIONS_KEY, FeatureAgentProxy, GenericAgentProxy
 from emote_core.proxies.multi_key import MultiKeyAgentProxy
-from emote_core.proxies.onnx_agent import OnnxAgentProxy
 from emote_core.proxies.random_agent import RandomAgentProxy
 from emote_core.proxies.vision import VisionAgentProxy
 
@@ -24,7 +23,6 @@ __all__ = [
     "GenericAgentProxy",
     "MemoryProxy",
     "MultiKeyAgentProxy",
-    "OnnxAgentProxy",
     "RandomAgentProxy",
     "ScheduledValue",
     "VisionAgentProxy",

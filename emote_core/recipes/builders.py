@@ -266,7 +266,7 @@ def algorithm_callbacks(
         return callbacks, None
     from emote_core.algorithms.dqn import QLoss as DqnLoss
     from emote_core.algorithms.dqn import QTarget as DqnTarget
-    from emote_core.extra.schedules import LinearSchedule
+    from emote_core.schedules import LinearSchedule
 
     config = recipe.dqn
     assert networks.q is not None

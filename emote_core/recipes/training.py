@@ -85,8 +85,8 @@ def build_training(
     from emote_core.callbacks.generic import BackPropStepsTerminator, ScheduleStepper
     from emote_core.callbacks.logging import TensorboardLogger, TerminalLogger
     from emote_core.memory import DictObsMemoryTable, DictObsNStepMemoryTable, MemoryLoader
-    from emote_core.memory.formats.zarr_store import MemoryStore
-    from emote_core.memory.formats.zarr_store.tables import load_table
+    from emote_core.stores.zarr_store import MemoryStore
+    from emote_core.stores.zarr_store.tables import load_table
 
     if not live and not stores:
         raise ConfigurationError("--no-live trains from stored memory only: pass --memory STORE")
@@ -150,7 +150,7 @@ def build_training(
     if terminal_log:
         callbacks.append(TerminalLogger(callbacks=loggables, log_interval=interval))
     if recipe.training.export_interval:
-        from emote_core.extra.onnx_exporter import OnnxExporter
+        from emote_core.onnx.exporter import OnnxExporter
 
         exporter = OnnxExporter(
             network=networks.acting, algorithm=recipe.algorithm, spaces=spaces,
@@ -172,8 +172,8 @@ def _collector(
 ) -> Any:  # fmt: skip
     from emote_core.env import GymCollector, ThreadedGymCollector
     from emote_core.memory.proxy import MemoryTableProxy
-    from emote_core.memory.wrappers import MemoryExporterProxyWrapper
     from emote_core.proxies import RandomAgentProxy
+    from emote_core.stores.memory_export import MemoryExporterProxyWrapper
 
     memory: Any = MemoryTableProxy(table)
     if recipe.memory.store_episodes:

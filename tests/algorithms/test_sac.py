@@ -15,11 +15,11 @@ from emote_core.callback import Order
 from emote_core.callbacks.checkpointing import Checkpointer, CheckpointLoader
 from emote_core.callbacks.generic import BackPropStepsTerminator
 from emote_core.errors import ConfigurationError, MissingStateKeyError
-from emote_core.extra.schedules import LinearSchedule
 from emote_core.memory.builders import DictObsMemoryTable, DictObsNStepMemoryTable
 from emote_core.memory.loaders import MemoryLoader
 from emote_core.nn.action_value import ActionValueMlp
 from emote_core.nn.policies import GaussianMlpPolicy
+from emote_core.schedules import LinearSchedule
 from emote_core.spaces import BoxSpace, DictSpace, MDPSpace
 from emote_core.trainer import Trainer
 from emote_core.typing import EpisodeState

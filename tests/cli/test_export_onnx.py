@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 import emote_core.recipes.builders
 from emote_cli.app import app
-from emote_core.extra.onnx_policy import PolicyGraph
+from emote_core.onnx.graph import PolicyGraph
 
 
 def run(runner: CliRunner, *args: str):

@@ -14,13 +14,13 @@ from typer.testing import CliRunner
 
 from emote_cli._common import ExitCode
 from emote_cli.app import app
-from emote_core.memory.formats.convert import convert, write_target
-from emote_core.memory.formats.stored import ColumnSchema, StoredTable
+from emote_core.stores.convert import convert, write_target
+from emote_core.stores.stored import ColumnSchema, StoredTable
 from emote_core.typing import EpisodeState
 
 ROOT = Path(__file__).parents[2]
 UPSTREAM_V1 = ROOT.parent / "shared" / "fixtures" / "upstream" / "emote-export-v1.zip"
-LEGACY_ZIPS = sorted((ROOT / "tests" / "memory" / "formats" / "data").glob("*.zip"))
+LEGACY_ZIPS = sorted((ROOT / "tests" / "stores" / "upstream" / "data").glob("*.zip"))
 
 
 @pytest.fixture
@@ -78,8 +78,8 @@ def test_the_real_legacy_zips_report_their_four_episodes(runner, path):
     assert report["columns"]["terminal"]["kind"] == "TagColumn"
 
 
-PEER_DATA = ROOT / "tests" / "memory" / "formats" / "peers" / "data"
-MINARI_DATA = ROOT / "tests" / "memory" / "formats" / "minari_data"
+PEER_DATA = ROOT / "tests" / "stores" / "peers" / "data"
+MINARI_DATA = ROOT / "tests" / "stores" / "peers" / "minari_data"
 # (format, episodes, transitions, TERMINAL, INTERRUPTED); where the peer's buffer kept every step
 # these are the counts of the env recording beside each file (see that folder's README).
 PEER_COUNTS = {

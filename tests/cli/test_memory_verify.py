@@ -12,11 +12,11 @@ from typer.testing import CliRunner
 
 from emote_cli._common import ExitCode
 from emote_cli.app import app
-from emote_core.memory.formats.convert import source_sha256, write_target
-from emote_core.memory.formats.stored import ColumnSchema, StoredTable
+from emote_core.stores.convert import source_sha256, write_target
+from emote_core.stores.stored import ColumnSchema, StoredTable
 
 ROOT = Path(__file__).parents[2]
-LEGACY_ZIP = sorted((ROOT / "tests" / "memory" / "formats" / "data").glob("*.zip"))[0]
+LEGACY_ZIP = sorted((ROOT / "tests" / "stores" / "upstream" / "data").glob("*.zip"))[0]
 
 
 def _store(path: Path, episodes: int = 30, length: int = 40) -> Path:

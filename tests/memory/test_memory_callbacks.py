@@ -1,4 +1,4 @@
-"""MemoryImporterCallback and MemoryWarmup in a real Trainer, with collector threads."""
+"""MemoryWarmup in a real Trainer, with collector threads."""
 
 from __future__ import annotations
 
@@ -7,18 +7,15 @@ import threading
 import time
 
 import numpy as np
-import pytest
 
-from emote_core.callback import Callback, Order
-from emote_core.errors import CheckpointError
-from emote_core.memory.callbacks import MemoryImporterCallback, MemoryWarmup
+from emote_core.callback import Callback
+from emote_core.memory.callbacks import MemoryWarmup
 from emote_core.memory.columns import Column, VirtualColumn
 from emote_core.memory.loaders import MemoryLoader
 from emote_core.memory.mappers import NextElementMapper, SyntheticMasks
 from emote_core.memory.proxy import MemoryTableProxy
 from emote_core.memory.strategies import FifoEjectionStrategy, UniformSampleStrategy
 from emote_core.memory.table import ArrayMemoryTable
-from emote_core.memory.wrappers import MemoryExporterProxyWrapper
 from emote_core.trainer import Trainer
 from emote_core.typing import DictObservation, DictResponse, EpisodeState
 
@@ -52,13 +49,6 @@ def feed_episode(proxy, agent: int, length: int, end=TERMINAL, base: float = 0.0
     for t in range(1, length):
         proxy.add({agent: observation(RUNNING, t)}, response)
     proxy.add({agent: observation(end, length)}, {})
-
-
-def formats_or_skip() -> None:
-    try:
-        from emote_core.memory.formats import restore_table, store_table  # noqa: F401
-    except ImportError:
-        pytest.skip("emote_core.memory.formats (the V1 zip writer) is not available yet")
 
 
 class SizeAtBatches(Callback):
@@ -141,60 +131,3 @@ def test_warmup_honours_its_own_shutdown_function_and_serves_pending_exports():
     stopped = MemoryWarmup(loader=ReadyOnThirdCall(), shutdown_signal=lambda: True)
     state = Trainer([stopped], [{"batch_size": 1}]).train()
     assert state["bp_step"] == 0
-
-
-def test_importer_fails_clearly_when_the_export_is_missing(tmp_path):
-    table = make_table()
-    importer = MemoryImporterCallback(
-        memory=table, target_memory_name="replay", experiment_load_dir=tmp_path
-    )
-    assert importer.order == Order.DATA
-    with pytest.raises(CheckpointError, match=r"replay.*replay_export") as caught:
-        Trainer([importer], [{"batch_size": 1}]).train()
-    assert str(tmp_path) in str(caught.value) and table.size() == 0
-
-
-def test_exported_memory_is_restored_by_the_importer_in_the_next_run(tmp_path):
-    formats_or_skip()
-    table = make_table()
-    exporter = MemoryExporterProxyWrapper(
-        MemoryTableProxy(table),
-        target_memory_name="replay",
-        inf_steps_per_memory_export=5,
-        experiment_root_path=tmp_path,
-        min_time_per_export=0.0,
-    )
-    feed_episode(exporter, agent=0, length=4, base=0.0)  # 4 agent steps
-    feed_episode(exporter, agent=1, length=2, base=100.0)  # exported at its INITIAL (step 5)
-    assert exporter.export_count == 1 and table.episode_count == 2
-
-    fresh = make_table()
-    importer = MemoryImporterCallback(
-        memory=fresh, target_memory_name="replay", experiment_load_dir=tmp_path
-    )
-    Trainer([importer], [{"batch_size": 1}]).train()
-    # The export is the table as it was at step 5: the first episode only.
-    [(identity, data, end)] = list(fresh.episodes())
-    [(identity_, data_, end_), _] = list(table.episodes())
-    assert (identity, end) == (identity_, end_) and fresh.size() == 4
-    for key in ("obs", "actions", "rewards"):
-        np.testing.assert_array_equal(data[key], data_[key])
-    batch = fresh.sample_by_index([identity], [0], 4)
-    np.testing.assert_array_equal(batch["masks"].numpy()[:, 0], [1, 1, 1, 0])
-
-
-def test_importer_reads_an_override_file_name(tmp_path):
-    formats_or_skip()
-    table = make_table()
-    proxy = MemoryTableProxy(table)
-    feed_episode(proxy, agent=0, length=3)
-    proxy.store(tmp_path / "hand_made")
-
-    fresh = make_table()
-    MemoryImporterCallback(
-        memory=fresh,
-        target_memory_name="replay",
-        experiment_load_dir=tmp_path,
-        load_fname_override="hand_made",
-    ).restore_state()
-    assert fresh.size() == 3 and fresh.episode_count == 1

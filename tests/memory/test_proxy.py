@@ -228,7 +228,7 @@ def test_identities_skip_past_episodes_already_in_the_table():
     assert [identity for identity, _, _ in table.episodes()] == [0, 1, 2, 3, 4]
 
 
-def test_size_resize_store_and_timers_reach_the_table(tmp_path, monkeypatch):
+def test_size_resize_and_timers_reach_the_table():
     table = make_table(maxlen=100)
     proxy = MemoryTableProxy(table)
     for _ in range(5):
@@ -236,10 +236,6 @@ def test_size_resize_store_and_timers_reach_the_table(tmp_path, monkeypatch):
     assert proxy.size() == 50
     proxy.resize(20)
     assert table.maxlen == 20 and proxy.size() == 20 and table.episode_count == 2
-    stored = []
-    monkeypatch.setattr(table, "store", lambda path, version=None: stored.append(path))
-    proxy.store(tmp_path / "memory")
-    assert stored == [tmp_path / "memory"]
     stats = proxy.timers.stats()
     assert stats["add"]["count"] == 5 * 11 and stats["completed"]["count"] == 5
 

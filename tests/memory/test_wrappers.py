@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,13 +15,13 @@ from emote_core.callbacks.logging import TensorboardLogger
 from emote_core.callbacks.testing import FinalRewardTestCheck
 from emote_core.errors import ConfigurationError, TestCheckFailed
 from emote_core.memory.columns import Column, VirtualColumn
-from emote_core.memory.formats.zarr_store import MemoryStore
 from emote_core.memory.logging_wrapper import LoggingProxyWrapper
 from emote_core.memory.mappers import NextElementMapper
 from emote_core.memory.proxy import MemoryProxy, MemoryTableProxy
 from emote_core.memory.strategies import FifoEjectionStrategy, UniformSampleStrategy
 from emote_core.memory.table import ArrayMemoryTable
-from emote_core.memory.wrappers import MemoryExporterProxyWrapper, MemoryTableProxyWrapper
+from emote_core.memory.wrappers import MemoryTableProxyWrapper
+from emote_core.stores.memory_export import MemoryExporterProxyWrapper
 from emote_core.trainer import Trainer, TrainingShutdownException
 from emote_core.typing import DictObservation, DictResponse, EpisodeState, MetaData
 
@@ -97,13 +96,11 @@ def test_stacked_wrappers_behave_like_the_proxy(tmp_path):
         _ = wrapper.no_such_thing
 
 
-def test_table_proxy_wrapper_forwards_the_table_api(tmp_path, monkeypatch):
+def test_table_proxy_wrapper_forwards_the_table_api():
     table = make_table()
     wrapper = MemoryTableProxyWrapper(MemoryTableProxy(table))
-    stored = []
-    monkeypatch.setattr(table, "store", lambda path, version=None: stored.append(path))
-    wrapper.store(tmp_path / "x")
-    assert stored == [tmp_path / "x"]
+    wrapper.resize(5)
+    assert table.maxlen == 5
     feed_episode(wrapper, 0, [1.0, 2.0])
     assert wrapper.size() == 2 and table.episode_count == 1
 
@@ -193,74 +190,6 @@ def test_tensorboard_logger_writes_the_wrapper_logs(tmp_path):
 def test_logging_wrapper_rejects_a_bad_cycle():
     with pytest.raises(ConfigurationError, match="cycle_in_steps"):
         LoggingProxyWrapper(MemoryTableProxy(make_table()), cycle_in_steps=0)
-
-
-def test_exporter_exports_every_n_agent_steps_and_at_most_once_per_min_time(tmp_path, monkeypatch):
-    table = make_table()
-    clock = Clock()
-    exporter = MemoryExporterProxyWrapper(
-        MemoryTableProxy(table),
-        target_memory_name="replay",
-        inf_steps_per_memory_export=4,
-        experiment_root_path=tmp_path / "run",
-        min_time_per_export=10.0,
-        clock=clock,
-    )
-    exports: list[tuple[Path, int]] = []
-    export = exporter.export
-
-    def recording_export() -> Path:  # records what the store holds after each export
-        path = export()
-        exports.append((path, MemoryStore(path).transition_count))
-        return path
-
-    monkeypatch.setattr(exporter, "export", recording_export)
-    exporter.add({0: obs(INITIAL), 1: obs(INITIAL)}, {0: act(), 1: act()})  # 2 agent steps
-    exporter.add({0: obs(RUNNING, 1.0)}, {0: act()})  # 3
-    exporter.add({0: obs(TERMINAL, 1.0)}, {})  # final observations take no action: still 3
-    assert exports == []
-    exporter.add({1: obs(RUNNING, 1.0)}, {1: act()})  # 4: the first export is due
-    assert exports == [(tmp_path / "run" / "replay_export", 2)]
-    assert (tmp_path / "run").is_dir()
-
-    for _ in range(6):  # 6 more steps, but within min_time_per_export of the first export
-        exporter.add({1: obs(RUNNING, 1.0)}, {1: act()})
-    assert len(exports) == 1
-    clock.now += 10.0
-    exporter.add({1: obs(RUNNING, 1.0)}, {1: act()})
-    assert len(exports) == 2 and exporter.export_count == 2
-    clock.now += 100.0
-    for _ in range(3):  # time has passed, but only 3 steps since the last export
-        exporter.add({1: obs(RUNNING, 1.0)}, {1: act()})
-    assert len(exports) == 2
-    exporter.add({1: obs(INTERRUPTED, 1.0)}, {})
-    exporter.add({1: obs(INITIAL)}, {1: act()})
-    assert len(exports) == 3 and exports[-1][1] == 2 + 12  # both finished episodes
-    assert MemoryStore(exports[-1][0]).episode_count == 2  # appended, never rewritten
-    assert proxy_timer_count(exporter, "export") == 3
-
-
-def proxy_timer_count(wrapper: MemoryTableProxyWrapper, name: str) -> int:
-    return int(wrapper.timers.stats()[name]["count"])
-
-
-def test_exporter_rejects_bad_settings(tmp_path):
-    proxy = MemoryTableProxy(make_table())
-    with pytest.raises(ConfigurationError, match="inf_steps_per_memory_export"):
-        MemoryExporterProxyWrapper(
-            proxy,
-            target_memory_name="m",
-            inf_steps_per_memory_export=0,
-            experiment_root_path=tmp_path,
-        )
-    with pytest.raises(ConfigurationError, match="min_time_per_export"):
-        MemoryExporterProxyWrapper(
-            proxy,
-            target_memory_name="m",
-            inf_steps_per_memory_export=1,
-            experiment_root_path=tmp_path,
-            min_time_per_export=-1,
-        )
 
 
 def test_a_logger_in_the_training_thread_reads_while_a_collector_thread_adds(tmp_path):

@@ -17,6 +17,7 @@ from emote_core.memory.strategies import (
     UniformSampleStrategy,
 )
 from emote_core.memory.table import ArrayMemoryTable
+from emote_core.stores.upstream import restore_table, store_table
 
 STEPS_PER_ID = 1000
 
@@ -176,11 +177,11 @@ def test_draw_counts_survive_a_table_store_and_restore(tmp_path: Path) -> None:
     add_episode(table, 1, 10)
     add_episode(table, 2, 4)
     sample(table, 100, 1)
-    table.store(tmp_path / "memory.zip")
+    store_table(table, tmp_path / "memory.zip")
 
     restored_sampler = CoverageBasedSampleStrategy(alpha=1.0)
     restored = make_table(restored_sampler)
-    restored.restore(tmp_path / "memory.zip")
+    restore_table(restored, tmp_path / "memory.zip")
     assert restored_sampler.state() == sampler.state()
     assert sum(sampler.state()["drawn"].values()) == 100
 

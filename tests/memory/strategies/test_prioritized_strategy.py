@@ -13,11 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from emote_core.errors import ConfigurationError, SamplingError
-from emote_core.extra.schedules import LinearSchedule
 from emote_core.memory.columns import Column, VirtualColumn
 from emote_core.memory.mappers import NextElementMapper
 from emote_core.memory.strategies import FifoEjectionStrategy, PrioritizedSampleStrategy
 from emote_core.memory.table import IMPORTANCE_WEIGHTS_KEY, ArrayMemoryTable
+from emote_core.schedules import LinearSchedule
+from emote_core.stores.upstream import restore_table, store_table
 
 STEPS_PER_ID = 1000
 EPSILON = 1e-6
@@ -308,11 +309,11 @@ def test_priorities_survive_a_table_store_and_restore(tmp_path: Path) -> None:
     add_episode(table, -5, 4)
     add_episode(table, 3, 3)
     set_priorities(table, -5, [1.0, 9.0, 0.0, 4.0])
-    table.store(tmp_path / "memory.zip")
+    store_table(table, tmp_path / "memory.zip")
 
     restored_sampler = PrioritizedSampleStrategy(alpha=0.5, epsilon=EPSILON)
     restored = make_table(restored_sampler)
-    restored.restore(tmp_path / "memory.zip")
+    restore_table(restored, tmp_path / "memory.zip")
     assert stored(restored_sampler) == stored(sampler)
 
 

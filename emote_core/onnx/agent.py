@@ -1,0 +1,201 @@
+"""OnnxAgentProxy: acting with an exported policy file through onnxruntime, without torch models.
+
+The proxy reads what it needs from the file's metadata (observation keys and shapes, the action
+space; see :mod:`emote_core.onnx.format`) and maps observations to actions exactly as the
+torch proxies do: one float32 batch per observation key, ``epsilon`` zeros for deterministic
+acting or standard-normal noise for stochastic acting, and the ``actions`` output handed to the
+environment wrapper as it is (SAC actions in ``[-1, 1]``, which ``DictGymWrapper`` rescales to the
+environment's bounds; DQN action indices of shape ``(1,)``).
+
+Stochastic noise comes from a numpy generator, so a stochastic ONNX agent and a stochastic torch
+agent with the same seed draw different noise; deterministic agents act identically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from emote_core.errors import ConfigurationError, FormatError
+from emote_core.onnx.format import ACTIONS_OUTPUT, EPSILON_INPUT, PolicyMetadata
+from emote_core.proxies.base import acting_agents
+from emote_core.spaces import DiscreteSpace, MDPSpace
+from emote_core.typing import AgentId, DictObservation, DictResponse
+
+
+def is_onnx_file(path: str | Path) -> bool:
+    """Whether ``path`` names an ONNX file (by its ``.onnx`` suffix)."""
+    return Path(path).suffix.lower() == ".onnx"
+
+
+class OnnxAgentProxy:
+    """Acts for many agents with one onnxruntime call on an emote policy export.
+
+    Args:
+        path: The ``.onnx`` file written by ``emote export onnx`` or ``OnnxExporter``.
+        deterministic: Feed zero noise (the mean action); else standard-normal noise. Ignored by
+            DQN exports, which act greedily.
+        seed: Seeds the noise; ``None`` draws from fresh entropy.
+        spaces: When given, the environment's MDP space is checked against the file's up front
+            (observation keys and shapes, action shape).
+        threads: onnxruntime's intra-op threads; one is fastest for small batches.
+
+    Raises:
+        ConfigurationError: If the file does not exist or does not fit ``spaces``.
+        FormatError: If it is not a loadable emote policy export.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        deterministic: bool = True,
+        seed: int | None = None,
+        spaces: MDPSpace | None = None,
+        threads: int = 1,
+    ) -> None:
+        import onnxruntime
+
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise ConfigurationError(f"ONNX policy '{self.path}' does not exist")
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        try:
+            self.session = onnxruntime.InferenceSession(
+                str(self.path), options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as error:  # onnxruntime raises its own untyped errors for bad files
+            first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise FormatError(f"onnxruntime cannot load '{self.path}': {first}") from error
+        self.metadata = PolicyMetadata.from_props(
+            self.session.get_modelmeta().custom_metadata_map, source=str(self.path)
+        )
+        self.deterministic = bool(deterministic)
+        self._rng = np.random.default_rng(seed)
+        self._keys = self.metadata.observation_keys
+        self._shapes = {key: self.metadata.observation_space[key].shape for key in self._keys}
+        self._action_shape = tuple(self.metadata.action_space.shape)
+        self._action_dtype = self.metadata.action_space.dtype
+        if spaces is not None:
+            self.check_spaces(spaces)
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        """The observation keys the policy reads."""
+        return self._keys
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """``("actions",)``."""
+        return (ACTIONS_OUTPUT,)
+
+    def check_spaces(self, spaces: MDPSpace) -> None:
+        """Checks that an environment gives what the policy reads and takes what it produces.
+
+        Raises:
+            ConfigurationError: Naming the mismatch.
+        """
+        given = {key: space.shape for key, space in spaces.state.spaces.items()}
+        wanted = dict(self._shapes)
+        if any(given.get(key) != shape for key, shape in wanted.items()):
+            raise ConfigurationError(
+                f"policy '{self.path}' reads observations {wanted}; the environment gives "
+                f"{given} — run it on the environment it was trained on"
+            )
+        discrete = isinstance(spaces.actions, DiscreteSpace)
+        mismatch = discrete != self.metadata.discrete or (
+            tuple(spaces.actions.shape) != self._action_shape
+            or (discrete and spaces.actions.n != self.metadata.action_space.n)  # type: ignore[attr-defined]
+        )
+        if mismatch:
+            raise ConfigurationError(
+                f"policy '{self.path}' acts in {self.metadata.action_space.to_json()}; the "
+                f"environment takes {spaces.actions.to_json()}"
+            )
+
+    def __call__(
+        self, observations: Mapping[AgentId, DictObservation]
+    ) -> dict[AgentId, DictResponse]:
+        """Responds to every ``INITIAL`` and ``RUNNING`` observation.
+
+        Raises:
+            ConfigurationError: If an observation lacks a key the policy reads or has another
+                shape.
+        """
+        agents = acting_agents(observations)
+        if not agents:
+            return {}
+        feed = {key: self._stack(key, agents, observations) for key in self._keys}
+        actions = self._run(feed, len(agents))
+        return {
+            agent: DictResponse(list_data={ACTIONS_OUTPUT: actions[row]})
+            for row, agent in enumerate(agents)
+        }
+
+    def act_batch(self, observations: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Actions for a batch, ``{key: (B, ...)}`` in, ``(B, ...)`` out, as :meth:`__call__`.
+
+        Raises:
+            ConfigurationError: If a key the policy reads is missing or has rows of another shape.
+        """
+        feed = {}
+        for key in self._keys:
+            if key not in observations:
+                raise ConfigurationError(
+                    f"the observations have no '{key}' (they have {sorted(observations)}); "
+                    f"policy '{self.path}' reads {list(self._keys)}"
+                )
+            batch = np.asarray(observations[key], dtype=np.float32)
+            if batch.shape[1:] != self._shapes[key]:
+                raise ConfigurationError(
+                    f"observation '{key}' has rows of shape {batch.shape[1:]}; policy "
+                    f"'{self.path}' reads {self._shapes[key]} — run it on the environment it was "
+                    "trained on"
+                )
+            feed[key] = batch
+        return self._run(feed, len(next(iter(feed.values()))))
+
+    def _run(self, feed: dict[str, np.ndarray], count: int) -> np.ndarray:
+        if self.metadata.stochastic:
+            shape = (count, *self._action_shape)
+            feed[EPSILON_INPUT] = (
+                np.zeros(shape, dtype=np.float32)
+                if self.deterministic
+                else self._rng.standard_normal(shape, dtype=np.float32)
+            )
+        (actions,) = self.session.run([ACTIONS_OUTPUT], feed)
+        return np.asarray(actions).astype(self._action_dtype, copy=False)
+
+    def _stack(
+        self, key: str, agents: list[AgentId], observations: Mapping[AgentId, DictObservation]
+    ) -> np.ndarray:
+        rows = []
+        for agent in agents:
+            data = observations[agent].array_data
+            if key not in data:
+                raise ConfigurationError(
+                    f"the observation of agent {agent} has no '{key}' (it has {sorted(data)}); "
+                    f"policy '{self.path}' reads {list(self._keys)}"
+                )
+            value = np.asarray(data[key])
+            if value.shape != self._shapes[key]:
+                raise ConfigurationError(
+                    f"observation '{key}' of agent {agent} has shape {value.shape}; policy "
+                    f"'{self.path}' reads {self._shapes[key]} — run it on the environment it was "
+                    "trained on"
+                )
+            rows.append(value)
+        return np.stack(rows).astype(np.float32, copy=False)
+
+    def __repr__(self) -> str:
+        return (
+            f"OnnxAgentProxy({str(self.path)!r}, inputs={list(self._keys)}, "
+            f"deterministic={self.deterministic})"
+        )
+
+
+__all__ = ["OnnxAgentProxy", "is_onnx_file"]

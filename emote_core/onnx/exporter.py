@@ -1,0 +1,311 @@
+"""Exporting trained policies to ONNX: from checkpoints (``emote export onnx``) and during training.
+
+:func:`export_checkpoint` exports the acting network of a checkpoint or of a run's latest one;
+:class:`OnnxExporter` is the callback that exports periodically, and on request from other
+threads, into a run's ``exports/`` directory. Both write through
+:mod:`emote_core.onnx.writer` (opset check, ``onnx.checker``, onnxruntime parity), in the
+layout :mod:`emote_core.onnx.format` describes.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import threading
+from collections.abc import Mapping
+from concurrent import futures
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+from torch import nn
+
+from emote_core.callback import Callback, Order
+from emote_core.errors import ConfigurationError, ExportError
+from emote_core.onnx.format import MetadataKey
+from emote_core.onnx.graph import policy_graph, policy_metadata
+from emote_core.onnx.storage import CRUDStorage, StorageItem, StorageItemHandle
+from emote_core.onnx.writer import (
+    DEFAULT_OPSET,
+    SUPPORTED_OPSETS,
+    ExportReport,
+    check_opset,
+    export_policy,
+    write_policy,
+)
+from emote_core.recipes.schema import Algorithm, Recipe
+from emote_core.spaces import MDPSpace
+
+log = logging.getLogger(__name__)
+
+
+def export_checkpoint(
+    target: str | Path,
+    out: str | Path,
+    *,
+    opset: int = DEFAULT_OPSET,
+    recipe: Recipe | str | Path | None = None,
+    force: bool = False,
+) -> ExportReport:
+    """Exports the acting network of a checkpoint, or of a run directory's latest checkpoint.
+
+    Args:
+        target: A checkpoint file or a run directory.
+        out: The ``.onnx`` file to write.
+        opset: The default-domain opset (see :data:`SUPPORTED_OPSETS`).
+        recipe: The run's recipe; the run's ``recipe.toml`` when omitted.
+        force: Replace an existing ``out``.
+
+    Raises:
+        CheckpointError: If there is no checkpoint, or it holds no acting network that fits.
+        ExportError: If ``out`` exists (without ``force``) or cannot be written, or the export
+            fails its checks.
+    """
+    import torch
+
+    from emote_core.callbacks.checkpointing import load_checkpoint
+    from emote_core.recipes.builders import load_trained_agent, make_env
+
+    check_opset(opset)
+    out = Path(out)
+    if out.exists() and not force:  # before loading anything
+        raise ExportError(f"'{out}' already exists; pass --force to replace it")
+    loaded, networks, _, spaces, checkpoint = load_trained_agent(
+        Path(target), device=torch.device("cpu"), recipe=recipe
+    )
+    step = int(load_checkpoint(checkpoint).get("bp_step", 0))
+    env = make_env(loaded, num_envs=1)
+    env_action_space = env.env.single_action_space  # the env's own bounds, before rescaling
+    env.close()
+    graph = policy_graph(networks.acting, algorithm=loaded.algorithm, spaces=spaces)
+    metadata = policy_metadata(
+        graph, recipe=loaded, env_action_space=env_action_space, training_step=step,
+        checkpoint=checkpoint,
+    )  # fmt: skip
+    return export_policy(graph, out, opset=opset, metadata=metadata, force=force)
+
+
+@dataclass
+class _Request:
+    metadata: dict[str, str]
+    future: futures.Future[StorageItem]
+
+
+class OnnxExporter(Callback):
+    """Exports the acting network to ONNX every ``interval`` updates, and whenever asked.
+
+    Exports are the items of a :class:`CRUDStorage` in ``directory`` (``policy_<n>.onnx``); each
+    is checked and parity-tested like ``emote export onnx`` output and records the update it was
+    taken at.
+
+    Threads: :meth:`export` reads the network the losses update, so it runs on the training
+    thread. Other threads call :meth:`export_threadsafe`, which queues a request and waits for it.
+    The training thread serves requests when training begins, after every batch, and when it
+    ends; while something holds training back before the first batch, that waiting loop serves
+    them through :meth:`process_pending_exports` (pass this callback as
+    ``MemoryWarmup(exporter=...)``). Once training has ended, requests run on the calling thread.
+
+    Args:
+        network: The acting network (the SAC policy, or DQN's Q network).
+        algorithm: Which of the two it is.
+        spaces: The MDP space it acts in (``DictGymWrapper.spaces``).
+        directory: Where exports go (a run's ``exports/``).
+        interval: Updates between periodic exports; ``None`` exports only on request.
+        recipe: The run's recipe, recorded in every export so it can be evaluated alone.
+        env_action_space: The environment's own action space (its bounds are recorded).
+        opset: The default-domain opset.
+        prefix: File names are ``<prefix><handle>.onnx``.
+        max_exports: Keep at most this many exports, deleting the oldest.
+        name: The callback's name.
+
+    Raises:
+        ConfigurationError: If the opset is not supported or ``max_exports`` is not positive.
+        CallbackDefinitionError: If ``interval`` is not a positive integer or ``None``.
+    """
+
+    order: ClassVar[int] = Order.CHECKPOINT
+
+    def __init__(
+        self,
+        *,
+        network: nn.Module,
+        algorithm: Algorithm,
+        spaces: MDPSpace,
+        directory: str | Path,
+        interval: int | None = None,
+        recipe: Recipe | None = None,
+        env_action_space: Any = None,
+        opset: int = DEFAULT_OPSET,
+        prefix: str = "policy_",
+        max_exports: int | None = None,
+        name: str = "onnx_exporter",
+    ) -> None:
+        super().__init__(name=name, cycle=interval)
+        self.network = network
+        self.algorithm = Algorithm(algorithm)
+        self.spaces = spaces
+        self.recipe = recipe
+        self.env_action_space = env_action_space
+        self.opset = check_opset(opset)
+        self.storage = CRUDStorage(
+            directory, prefix=prefix, extension="onnx", max_items=max_exports
+        )
+        self.last_report: ExportReport | None = None
+        """The report of the latest export (its ``out`` is the stored file)."""
+        self._metadata: dict[str, str] = {}
+        self._requests: collections.deque[_Request] = collections.deque()
+        self._state_lock = threading.Lock()  # guards _metadata, _requests and _closed
+        self._export_lock = threading.Lock()  # one trace at a time
+        self._training_thread: int | None = None
+        self._closed = False
+        self._bp_step = 0
+
+    # Exporting.
+
+    def add_metadata(self, key: str, value: Any) -> None:
+        """Records ``key`` in every later export; non-string values are written as JSON.
+
+        Raises:
+            ConfigurationError: If ``key`` is one emote writes itself.
+        """
+        if key in {str(k) for k in MetadataKey}:
+            raise ConfigurationError(
+                f"metadata key '{key}' is written by emote itself; choose another key"
+            )
+        with self._state_lock:
+            self._metadata[key] = value if isinstance(value, str) else json.dumps(value)
+
+    def export(self, metadata: Mapping[str, Any] | None = None) -> StorageItem:
+        """Exports the network now; call this on the training thread.
+
+        Args:
+            metadata: Props for this export only, on top of :meth:`add_metadata`'s.
+
+        Returns:
+            The stored export.
+
+        Raises:
+            ExportError: If the export fails its checks (nothing is stored).
+        """
+        with self._state_lock:
+            extra = dict(self._metadata)
+        for key, value in (metadata or {}).items():
+            extra[key] = value if isinstance(value, str) else json.dumps(value)
+        with self._export_lock:
+            graph = policy_graph(self.network, algorithm=self.algorithm, spaces=self.spaces)
+            described = policy_metadata(
+                graph, recipe=self.recipe, env_action_space=self.env_action_space,
+                training_step=self._bp_step,
+            )  # fmt: skip
+            described = replace(described, extra=extra)
+            reports: list[ExportReport] = []
+            item = self.storage.create_with_saver(
+                lambda path: reports.append(
+                    write_policy(graph, path, opset=self.opset, metadata=described)
+                )
+            )
+            self.last_report = replace(reports[0], out=item.filepath)
+        log.info(
+            "exported the policy at update %d to %s (max abs diff %.2g)",
+            self._bp_step, item.filepath, self.last_report.max_abs_diff,
+        )  # fmt: skip
+        return item
+
+    def export_threadsafe(
+        self, metadata: Mapping[str, Any] | None = None, *, timeout: float | None = None
+    ) -> StorageItem:
+        """Exports from any thread: queued for the training thread, which serves it soon.
+
+        Args:
+            metadata: Props for this export only.
+            timeout: Seconds to wait; ``None`` waits as long as it takes.
+
+        Returns:
+            The stored export.
+
+        Raises:
+            ExportError: If the export fails, or is not served within ``timeout``.
+        """
+        if threading.get_ident() == self._training_thread:
+            return self.export(metadata)
+        request = _Request(dict(metadata or {}), futures.Future())
+        with self._state_lock:
+            closed = self._closed
+            if not closed:
+                self._requests.append(request)
+        if closed:  # nothing changes the weights any more
+            return self.export(metadata)
+        try:
+            return request.future.result(timeout)
+        except futures.TimeoutError:
+            request.future.cancel()
+            raise ExportError(
+                f"'{self.name}' did not serve the export request within {timeout} s; the "
+                "training thread serves requests after every batch — is training running?"
+            ) from None
+
+    def process_pending_exports(self) -> None:
+        """Serves the requests queued by :meth:`export_threadsafe` (on the training thread)."""
+        while True:
+            with self._state_lock:
+                if not self._requests:
+                    return
+                request = self._requests.popleft()
+            if not request.future.set_running_or_notify_cancel():
+                continue  # the caller gave up waiting
+            try:
+                request.future.set_result(self.export(request.metadata))
+            except Exception as error:  # the requester gets the error, training goes on
+                request.future.set_exception(error)
+
+    # Storage.
+
+    def items(self) -> list[StorageItem]:
+        """The stored exports, oldest first."""
+        return self.storage.items()
+
+    def get(self, handle: StorageItemHandle) -> StorageItem | None:
+        """The export with ``handle``, or ``None``."""
+        return self.storage.get(handle)
+
+    def latest(self) -> StorageItem | None:
+        """The newest export, or ``None``."""
+        return self.storage.latest()
+
+    def delete(self, handle: StorageItemHandle) -> bool:
+        """Deletes an export; whether there was one."""
+        return self.storage.delete(handle)
+
+    # Hooks.
+
+    def begin_training(self, bp_step: int = 0) -> None:
+        """Notes the training thread and serves requests made before training began."""
+        self._training_thread = threading.get_ident()
+        self._bp_step = bp_step
+        with self._state_lock:
+            self._closed = False
+        self.process_pending_exports()
+
+    def end_batch(self, bp_step: int) -> None:
+        """Serves the queued requests with this update's weights."""
+        self._bp_step = bp_step
+        self.process_pending_exports()
+
+    def end_cycle(self, bp_step: int) -> None:
+        """The periodic export."""
+        self._bp_step = bp_step
+        self.export()
+
+    def end_training(self) -> None:
+        """Serves the last requests; later ones run on their own threads."""
+        with self._state_lock:
+            self._closed = True
+        self.process_pending_exports()
+        self._training_thread = None
+
+    def __repr__(self) -> str:
+        return f"OnnxExporter(name={self.name!r}, directory={self.storage.directory!r})"
+
+
+__all__ = ["SUPPORTED_OPSETS", "OnnxExporter", "export_checkpoint"]

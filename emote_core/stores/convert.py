@@ -1,0 +1,264 @@
+"""Converting memories: hash a source, read it, write a target safely.
+
+:func:`convert` reads a source and writes a target under a temporary name in the destination's
+directory, renamed into place only when complete: a failure leaves no partial destination and
+no temporary files, and an existing destination is replaced only with ``force``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from emote_core.errors import FormatError, StorageError
+from emote_core.stores.sources import (
+    Progress,
+    WriteOptions,
+    _lookup,
+    length_key,
+    read_source,
+)
+from emote_core.stores.stored import StoredTable
+
+log = logging.getLogger(__name__)
+# Hashing sources.
+
+
+def source_sha256(location: str) -> tuple[str | None, str]:
+    """The sha256 of a source, and what was hashed.
+
+    A file's hash is that of its bytes. A directory's is the sha256 over its files in sorted
+    order of their relative POSIX paths, each contributing its path (UTF-8), a NUL byte, its size
+    as 8 little-endian bytes and its content; the same tree hashes the same wherever it lies.
+
+    Returns:
+        ``(hex digest, "file" | "directory")``, or ``(None, reason)`` where nothing local can be
+        hashed (a URL, a dataset id).
+    """
+    path = Path(location)
+    if "://" in location or not path.exists():
+        return None, "not hashed: the source is not a local file or directory"
+    digest = hashlib.sha256()
+    if path.is_file():
+        _hash_file(digest, path)
+        return digest.hexdigest(), "file"
+    files = sorted((f.relative_to(path).as_posix(), f) for f in path.rglob("*") if f.is_file())
+    for relative, file in files:
+        digest.update(relative.encode() + b"\0" + file.stat().st_size.to_bytes(8, "little"))
+        _hash_file(digest, file)
+    return digest.hexdigest(), "directory"
+
+
+def _local_path(location: str, name: str) -> str:
+    """Where a source lies on this machine: a Minari dataset id resolves under Minari's root."""
+    if name == "minari" and not Path(location).exists():
+        from emote_core.stores.peers.minari_io import datasets_root
+
+        return str(datasets_root() / location)
+    return location
+
+
+def _hash_file(digest: Any, path: Path) -> None:
+    with path.open("rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+
+
+# Converting.
+
+
+def convert(
+    source: str | os.PathLike[str],
+    destination: str | os.PathLike[str],
+    *,
+    source_format: str | None = None,
+    target_format: str = "zarr",
+    trust_pickle: bool = False,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Reads ``source`` and writes it to ``destination`` in ``target_format``, atomically.
+
+    The target is written under a temporary name in the destination's directory and renamed
+    into place when complete. It records where it came from: ``{"format", "sha256", "path"}``
+    (see :func:`source_sha256`).
+
+    Args:
+        source: Any source :func:`read_source` reads.
+        destination: The file or store to write (a dataset id for dataset targets).
+        source_format: Read the source as this format instead of detecting it.
+        target_format: A name from :func:`target_formats`.
+        trust_pickle: Unpickle without restrictions (runs the file's code).
+        force: Replace an existing destination.
+        progress: Called with (episodes written, episodes in all) while writing.
+
+    Returns:
+        The summary: ``source``, ``source_format``, ``source_sha256``, ``destination``,
+        ``target_format``, ``episodes``, ``transitions`` and ``seconds``.
+
+    Raises:
+        FormatError: If a format is unknown, the source cannot be read, or the destination
+            exists without ``force``.
+        StorageError: If the destination cannot be written.
+    """
+    started = time.perf_counter()
+    source_text, target_text = os.fspath(source), os.fspath(destination)
+    target = _lookup(target_format, "target")
+    if target.target != "dataset":
+        _check_destination(source_text, target_text, force)
+    name, stored = read_source(source_text, source_format=source_format, trust_pickle=trust_pickle)
+    log.info("read %d episodes from '%s' (%s)", len(stored.episodes), source_text, name)
+    sha256, hashed = source_sha256(_local_path(source_text, name))
+    origin: dict[str, Any] = {"format": name, "sha256": sha256, "sha256_of": hashed}
+    origin["path"] = source_text if "://" in source_text else os.path.abspath(source_text)
+    write_target(stored, target_text, target.name, source=origin, force=force, progress=progress)
+    key = length_key(stored)
+    return {
+        "source": source_text,
+        "source_format": name,
+        "source_sha256": sha256,
+        "destination": target_text,
+        "target_format": target.name,
+        "episodes": len(stored.episodes),
+        "transitions": int(sum(len(data[key]) for _, data, _ in stored.episodes)),
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def write_target(
+    stored: StoredTable,
+    destination: str | os.PathLike[str],
+    target_format: str = "zarr",
+    *,
+    source: dict[str, Any] | None = None,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> None:
+    """Writes ``stored`` to ``destination`` in ``target_format``, all or nothing.
+
+    Files and stores are written under a temporary name in the destination's directory and
+    renamed into place when complete; on any failure neither a partial destination nor
+    temporary files remain, and an existing destination is left as it was.
+
+    Args:
+        stored: What to write (any reader's output).
+        destination: The file or store (a dataset id for dataset targets).
+        target_format: A name from :func:`target_formats`.
+        source: Where ``stored`` came from, recorded in the target where the format has room.
+        force: Replace an existing destination.
+        progress: Called with (episodes written, episodes in all) while writing.
+
+    Raises:
+        FormatError: If the format is unknown, the destination exists without ``force``, or an
+            episode does not fit the target.
+        StorageError: If the destination cannot be written.
+    """
+    target = _lookup(target_format, "target")
+    text = os.fspath(destination)
+    write = target.write
+    if write is None:  # pragma: no cover - _lookup returns only formats with a writer
+        raise FormatError(f"'{target.name}' cannot be written")
+    origin = dict(source or {"format": stored.format, "sha256": None, "path": stored.source})
+    options = WriteOptions(origin, force, progress)
+    if progress is not None:
+        progress(0, len(stored.episodes))
+    if target.target == "dataset":
+        write(stored, text, options)
+    else:
+        _check_destination(None, text, force)
+        with _temporary_sibling(Path(text), target.target) as temporary:
+            write(stored, str(temporary), options)
+            _move_into_place(temporary, Path(text), force)
+    if progress is not None:
+        progress(len(stored.episodes), len(stored.episodes))
+
+
+def _check_destination(source: str | None, destination: str, force: bool) -> None:
+    if "://" in destination:
+        raise FormatError(
+            f"convert writes local files and directories; '{destination}' is a URL — convert "
+            "to a local path, then copy it"
+        )
+    target = Path(destination)
+    if target.exists() or target.is_symlink():
+        same = source is not None and "://" not in source
+        if same and target.resolve() == Path(str(source)).resolve():
+            raise FormatError(f"source and destination are the same ('{destination}')")
+        if not force:
+            raise FormatError(f"destination '{destination}' exists; pass --force to replace it")
+    if not target.parent.is_dir():
+        raise StorageError(
+            f"cannot write '{destination}': directory '{target.parent}' does not exist"
+        )
+
+
+@contextmanager
+def _temporary_sibling(destination: Path, kind: str) -> Iterator[Path]:
+    """A fresh temporary name next to ``destination``, removed on exit if still there."""
+    prefix = f".emote-tmp-{os.getpid()}-"
+    try:
+        if kind == "directory":
+            path = Path(tempfile.mkdtemp(dir=destination.parent, prefix=prefix))
+        else:
+            # The destination's name ends the temporary one, so writers that add a suffix
+            # (numpy's savez adds ".npz") see the one they expect.
+            handle, name = tempfile.mkstemp(
+                dir=destination.parent, prefix=prefix, suffix=f"-{destination.name}"
+            )
+            os.close(handle)
+            path = Path(name)
+    except OSError as error:
+        raise StorageError(f"cannot write '{destination}' ({error})") from error
+    try:
+        yield path
+    finally:
+        _remove(path)
+
+
+def _default_permissions(path: Path) -> None:
+    """Gives a finished temporary file or directory the mode a plain create would have had."""
+    umask = os.umask(0)
+    os.umask(umask)
+    path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists() or path.is_symlink():
+        path.unlink(missing_ok=True)
+
+
+def _move_into_place(temporary: Path, destination: Path, force: bool) -> None:
+    """Renames the finished ``temporary`` to ``destination``; an old one is removed only after."""
+    try:
+        _default_permissions(temporary)
+        if not (destination.exists() or destination.is_symlink()):
+            os.rename(temporary, destination)
+            return
+        if not force:
+            raise FormatError(f"destination '{destination}' exists; pass --force to replace it")
+        if temporary.is_file() and destination.is_file():
+            os.replace(temporary, destination)
+            return
+        old = destination.with_name(f".emote-old-{os.getpid()}-{destination.name}")
+        os.rename(destination, old)
+        try:
+            os.rename(temporary, destination)
+        except BaseException:
+            os.rename(old, destination)
+            raise
+        _remove(old)
+    except OSError as error:
+        raise StorageError(f"cannot move the result into '{destination}' ({error})") from error
+
+
+__all__ = ["convert", "source_sha256", "write_target"]

@@ -1,0 +1,216 @@
+"""Run memory on disk: a proxy wrapper that appends live episodes to a store, and the callback
+that reads such an export (or an upstream memory zip) back into a table before training."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from emote_core.callback import Callback, Order
+from emote_core.errors import CheckpointError, ConfigurationError
+from emote_core.memory.proxy import MemoryProxy
+from emote_core.memory.wrappers import MemoryTableProxyWrapper, agent_steps
+from emote_core.typing import AgentId, DictObservation, DictResponse, EpisodeState
+from emote_core.utils import BlockTimers
+
+if TYPE_CHECKING:
+    from emote_core.memory.table import ArrayMemoryTable
+    from emote_core.stores.zarr_store.tables import StoreAppender
+
+log = logging.getLogger(__name__)
+
+
+def export_path(directory: str | os.PathLike[str], target_memory_name: str) -> Path:
+    """Where :class:`MemoryExporterProxyWrapper` writes a memory."""
+    return Path(directory) / f"{target_memory_name}_export"
+
+
+class MemoryImporterCallback(Callback):
+    """Fills a table from an earlier run's export before training starts (``restore_state``).
+
+    Reads ``<experiment_load_dir>/<target_memory_name>_export`` (or ``load_fname_override``): an
+    emote-memory store (the newest episodes that fit the table) or an upstream V1/Legacy zip;
+    either replaces whatever the table held.
+
+    Args:
+        memory: The table to fill.
+        target_memory_name: The memory's name, as given to the exporter.
+        experiment_load_dir: The directory of the earlier run's export.
+        load_fname_override: A file name (inside ``experiment_load_dir``) or path to read instead.
+        name: The callback's name.
+    """
+
+    order = Order.DATA
+
+    def __init__(
+        self,
+        *,
+        memory: ArrayMemoryTable,
+        target_memory_name: str,
+        experiment_load_dir: str | os.PathLike[str],
+        load_fname_override: str | os.PathLike[str] | None = None,
+        name: str = "memory_importer",
+    ) -> None:
+        super().__init__(name=name)
+        self.memory = memory
+        self.target_memory_name = target_memory_name
+        if load_fname_override is None:
+            self.path = export_path(experiment_load_dir, target_memory_name)
+        else:
+            self.path = Path(experiment_load_dir) / load_fname_override
+
+    def restore_state(self) -> None:
+        """Restores the table from the export.
+
+        Raises:
+            CheckpointError: If the export is missing.
+            FormatError: If it is damaged or its columns differ from the table's.
+        """
+        candidates = (self.path, self.path.with_name(self.path.name + ".zip"))
+        if self.path.is_dir():  # an emote-memory store, as MemoryExporterProxyWrapper writes
+            from emote_core.stores.zarr_store.tables import load_table
+
+            load_table(self.memory, [self.path])
+            log.info("loaded memory '%s' from store %s", self.target_memory_name, self.path)
+            return
+        if not any(path.exists() for path in candidates):
+            raise CheckpointError(
+                f"memory importer '{self.name}' found no export of memory "
+                f"'{self.target_memory_name}' at {self.path} (or {candidates[1].name}); check "
+                "experiment_load_dir and target_memory_name, or pass load_fname_override"
+            )
+        from emote_core.stores.upstream import restore_table
+
+        restore_table(self.memory, self.path)
+        log.info(
+            "restored memory '%s' from %s: %d episodes, %d transitions",
+            self.target_memory_name,
+            self.path,
+            self.memory.episode_count,
+            self.memory.size(),
+        )
+
+
+class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
+    """Appends completed episodes to the store ``<root>/<name>_export`` now and then.
+
+    The export is an emote-memory Zarr store that grows incrementally: after every
+    ``inf_steps_per_memory_export`` agent steps (observations that got an action), and no sooner
+    than ``min_time_per_export`` seconds after the previous export, the episodes completed since
+    the last export are appended and committed (never a full rewrite), from the thread that calls
+    :meth:`add`. An existing store there is appended to (a resumed run). A later run reads it
+    back with :class:`~emote_core.stores.memory_export.MemoryImporterCallback`.
+
+    Args:
+        inner: The wrapped proxy.
+        target_memory_name: The memory's name; the export is ``<name>_export``.
+        inf_steps_per_memory_export: Agent steps between exports.
+        experiment_root_path: The directory of the export (created when missing).
+        min_time_per_export: The fewest seconds between two exports.
+        clock: The time source, in seconds (for tests).
+
+    Raises:
+        ConfigurationError: If the step count is not positive or the time is negative.
+    """
+
+    def __init__(
+        self,
+        inner: MemoryProxy,
+        *,
+        target_memory_name: str,
+        inf_steps_per_memory_export: int,
+        experiment_root_path: str | os.PathLike[str],
+        min_time_per_export: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if (
+            isinstance(inf_steps_per_memory_export, bool)
+            or not isinstance(inf_steps_per_memory_export, int)
+            or inf_steps_per_memory_export < 1
+        ):
+            raise ConfigurationError(
+                f"inf_steps_per_memory_export must be a positive integer; got "
+                f"{inf_steps_per_memory_export!r}"
+            )
+        if min_time_per_export < 0:
+            raise ConfigurationError(
+                f"min_time_per_export must be >= 0 seconds; got {min_time_per_export!r}"
+            )
+        super().__init__(inner)
+        self.target_memory_name = target_memory_name
+        self.inf_steps_per_memory_export = inf_steps_per_memory_export
+        self.min_time_per_export = float(min_time_per_export)
+        self.export_path = export_path(experiment_root_path, target_memory_name)
+        self._clock = clock
+        self._steps_since_export = 0
+        self._last_export_time: float | None = None
+        self.export_count = 0
+        """Exports written so far."""
+        listeners = getattr(self.unwrapped, "episode_listeners", None)
+        if listeners is None:
+            raise ConfigurationError(
+                "MemoryExporterProxyWrapper needs a MemoryTableProxy at the bottom of the wrapper "
+                f"stack (it listens for completed episodes); got {type(self.unwrapped).__name__}"
+            )
+        listeners.append(self._completed)
+        self._pending: list[tuple[int, dict[str, Any], EpisodeState]] = []
+        self._appender: StoreAppender | None = None
+
+    def _completed(self, identity: int, sequence: dict[str, Any], end_state: EpisodeState) -> None:
+        self._pending.append((identity, sequence, end_state))
+
+    def add(
+        self,
+        observations: Mapping[AgentId, DictObservation],
+        responses: Mapping[AgentId, DictResponse],
+    ) -> None:
+        """Passes the step on, then exports the table when an export is due."""
+        self._inner.add(observations, responses)
+        self._steps_since_export += agent_steps(observations)
+        if self._steps_since_export < self.inf_steps_per_memory_export:
+            return
+        now = self._clock()
+        last = self._last_export_time
+        if last is not None and now - last < self.min_time_per_export:
+            return
+        self.export()
+        self._last_export_time = now
+
+    def export(self) -> Path:
+        """Appends the episodes completed since the last export now; restarts the step count.
+
+        Returns:
+            The store's path.
+        """
+        self.export_path.parent.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        timers = getattr(self._inner, "timers", None)
+        if isinstance(timers, BlockTimers):
+            with timers.scope("export"):
+                self._append_pending()
+        else:
+            self._append_pending()
+        self._steps_since_export = 0
+        self.export_count += 1
+        log.info(
+            "exported memory '%s' to %s in %.2f s",
+            self.target_memory_name,
+            self.export_path,
+            time.perf_counter() - started,
+        )
+        return self.export_path
+
+    def _append_pending(self) -> None:
+        from emote_core.stores.zarr_store.tables import StoreAppender
+
+        if self._appender is None:
+            self._appender = StoreAppender(self.export_path, self.table)
+        pending, self._pending = self._pending, []
+        self._appender.append(pending)
+
+
+__all__ = ["MemoryExporterProxyWrapper", "MemoryImporterCallback", "export_path"]

@@ -1,0 +1,109 @@
+"""Telling the peers' files apart without loading them.
+
+Nothing here unpickles: pickles are inspected opcode by opcode (:func:`pickletools.genops` only
+parses), zips by their member names, ``.npy`` members not at all, ``.csv`` files by their header.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickletools
+import zipfile
+from pathlib import Path
+
+from emote_core.stores.peers.sb3 import SB3_FORMAT
+from emote_core.stores.peers.skrl import PRIMARY_OBSERVATIONS, SKRL_FORMAT
+from emote_core.stores.peers.tmrl import TMRL_FORMAT
+
+_SB3_MODULE = "stable_baselines3.common.buffers"
+_PEEK_OPCODES = 200
+_STRINGS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING"}
+_FRAMING = {"PROTO", "FRAME"}
+
+
+def _peek_pickle(stream: io.BufferedIOBase) -> tuple[list[str], str | None, set[str]]:
+    """The first two opcodes after the framing, the first global (``module.name``), strings."""
+    first: list[str] = []
+    found, strings = None, set()
+    recent: list[str] = []
+    try:
+        for count, (opcode, argument, _) in enumerate(pickletools.genops(stream)):
+            if count >= _PEEK_OPCODES:
+                break
+            if opcode.name in _FRAMING:
+                continue
+            if len(first) < 2:
+                first.append(opcode.name)
+            if opcode.name in _STRINGS and isinstance(argument, str):
+                recent.append(argument)
+                strings.add(argument)
+            elif opcode.name == "GLOBAL" and isinstance(argument, str):
+                found = found or argument.replace(" ", ".")
+            elif opcode.name == "STACK_GLOBAL" and len(recent) >= 2:
+                found = found or f"{recent[-2]}.{recent[-1]}"
+    except (ValueError, EOFError):  # a truncated pickle: judge by what was seen
+        pass
+    return first, found, strings
+
+
+def _has_skrl_names(names: set[str]) -> bool:
+    pairs = any(n in names and f"next_{n}" in names for n in PRIMARY_OBSERVATIONS)
+    return pairs and "rewards" in names and "actions" in names
+
+
+def _zip_format(path: Path) -> str | None:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = archive.namelist()
+            if members and all(name.endswith(".npy") for name in members):
+                return SKRL_FORMAT if _has_skrl_names({n[:-4] for n in members}) else None
+            pickles = [name for name in members if name.endswith("/data.pkl")]
+            if len(pickles) != 1:
+                return None  # emote's own zips, or other archives
+            with archive.open(pickles[0]) as member:
+                _, _, strings = _peek_pickle(member)
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError):
+        return None
+    return SKRL_FORMAT if _has_skrl_names(strings) else None
+
+
+def _csv_format(head: bytes) -> str | None:
+    line = head.split(b"\n", 1)[0].strip().decode("utf-8", errors="replace")
+    fields = [field.strip() for field in line.split(",")]
+    if not fields or not all("." in field for field in fields):
+        return None
+    return SKRL_FORMAT if _has_skrl_names({f.rsplit(".", 1)[0] for f in fields}) else None
+
+
+def detect_peer_format(path: str | os.PathLike[str]) -> str | None:
+    """Which peer wrote ``path``, judged from its content (and, for text, its header).
+
+    Returns:
+        ``"sb3-replay-buffer"`` (a pickle whose first global is an SB3 buffer class),
+        ``"tmrl-dataset"`` (a pickle of a list: its content is checked when read),
+        ``"skrl-memory"`` (an ``.npz``, ``torch.save`` zip or ``.csv`` holding ``rewards``,
+        ``actions`` and an observation/next-observation pair), or ``None`` for anything else,
+        including missing, empty and emote's own files.
+    """
+    resolved = Path(path)
+    try:
+        with resolved.open("rb") as file:
+            head = file.read(4096)
+            if not head:
+                return None
+            if head[:1] == b"\x80":
+                file.seek(0)
+                first, found, _ = _peek_pickle(file)
+                if found is not None and found.startswith(f"{_SB3_MODULE}."):
+                    return SB3_FORMAT
+                top_list = first[:1] == ["EMPTY_LIST"] or first == ["MARK", "LIST"]
+                return TMRL_FORMAT if top_list else None
+    except OSError:
+        return None
+    if head.startswith(b"PK"):
+        return _zip_format(resolved)
+    return _csv_format(head)
+
+
+__all__ = ["detect_peer_format"]

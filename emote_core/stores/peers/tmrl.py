@@ -1,0 +1,183 @@
+"""tmrl ``data.pkl`` datasets (the ``dataset_path`` of tmrl's memories) as episodes.
+
+The file is a pickled list of seven per-entry lists, as tmrl's ``GenericTorchMemory`` keeps them:
+actions, observations, rewards, terminated, truncated, infos and dones. Entry ``i`` holds the
+action that led to observation ``i`` and its reward. Entry 0 and every entry after a done are
+resets: their observation starts an episode and their action and reward are placeholders (tmrl's
+worker writes the env's default action, or ``None``, and ``0.0``). An episode runs from a reset
+to the next done: TERMINAL where ``terminated`` is set, INTERRUPTED where only ``truncated`` is
+(time limits and the worker's step cap); entries after the last done form an unfinished
+INTERRUPTED episode. A reset with no step after it holds no transition and is left out.
+
+tmrl trims the oldest entries when its memory is full, so entry 0 may lie mid-episode; it is
+still read as the start of an episode (its own action and reward belong to a transition whose
+first observation is gone).
+
+Observations are often tuples of arrays (speed, lidar, images...). When every part is numeric
+and all parts share one dtype, the parts are flattened and joined into one ``obs`` vector per
+entry (``metadata["observation_parts"]`` lists each part's shape and dtype, in order, to split
+it again). Otherwise each part becomes its own column ``obs_0``, ``obs_1``, ... A plain array
+observation is column ``obs`` with its own shape.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from emote_core.errors import FormatError
+from emote_core.stores.peers.streams import (
+    ACTIONS_KEY,
+    OBS_KEY,
+    REWARDS_KEY,
+    EnvStream,
+    end_codes,
+    peer_table,
+    read_source,
+    rewards_column,
+    rows_flat,
+)
+from emote_core.stores.safe_pickle import safe_loads
+from emote_core.stores.stored import StoredTable
+
+log = logging.getLogger(__name__)
+
+TMRL_FORMAT = "tmrl-dataset"
+"""The format name of tmrl ``data.pkl`` datasets."""
+
+TMRL_LISTS = ("actions", "observations", "rewards", "terminated", "truncated", "infos", "dones")
+"""The seven per-entry lists of a dataset, in file order."""
+
+
+def _numeric(values: list[Any], what: str, source: str) -> np.ndarray:
+    try:
+        array = np.asarray(values)
+    except (ValueError, TypeError) as error:
+        raise FormatError(f"{source}: {what} do not form one array ({error})") from error
+    if array.dtype.kind not in "biuf":
+        raise FormatError(
+            f"{source}: {what} have dtype {array.dtype} (or differ in shape); expected numbers of "
+            "one shape per entry"
+        )
+    return array
+
+
+def _observation_columns(observations: list[Any], source: str) -> tuple[dict, dict[str, Any]]:
+    """Observation column -> ``(entries, ...)`` array, and what to record about the parts."""
+    first = observations[0]
+    if not isinstance(first, tuple | list):
+        return {OBS_KEY: _numeric(observations, "observations", source)}, {}
+    parts = len(first)
+    if parts == 0 or any(not isinstance(o, tuple | list) or len(o) != parts for o in observations):
+        raise FormatError(
+            f"{source}: observations are tuples of differing lengths; expected {parts} parts in "
+            "every entry"
+        )
+    arrays = [
+        _numeric([o[i] for o in observations], f"observation part {i}", source)
+        for i in range(parts)
+    ]
+    described = [{"shape": list(a.shape[1:]), "dtype": a.dtype.str} for a in arrays]
+    if len({a.dtype for a in arrays}) == 1:
+        joined = np.concatenate([rows_flat(a) for a in arrays], axis=1)
+        return {OBS_KEY: joined}, {"observation_parts": described, "observation_flattened": True}
+    columns = {f"{OBS_KEY}_{i}": array for i, array in enumerate(arrays)}
+    return columns, {"observation_parts": described, "observation_flattened": False}
+
+
+def _actions(actions: list[Any], starts: np.ndarray, source: str) -> np.ndarray:
+    """The actions of the non-reset entries; reset placeholders (maybe ``None``) are skipped."""
+    taken = [a for a, start in zip(actions, starts, strict=True) if not start]
+    if not taken:
+        return np.zeros((0, 1), dtype=np.float32)
+    array = _numeric(taken, "actions", source)
+    return array.reshape(len(array), 1) if array.ndim == 1 else array
+
+
+def split_tmrl_lists(lists: Sequence[Sequence[Any]], *, source: str) -> tuple[EnvStream, dict]:
+    """The dataset's entries as one stream of transitions (entry ``i - 1`` -> entry ``i``).
+
+    Returns:
+        The stream and metadata about the observation parts.
+
+    Raises:
+        FormatError: If the lists differ in length or hold values that are not numbers.
+    """
+    lengths = {name: len(values) for name, values in zip(TMRL_LISTS, lists, strict=True)}
+    if len(set(lengths.values())) != 1:
+        raise FormatError(f"{source}: the seven lists differ in length: {lengths}")
+    entries = lengths["actions"]
+    actions, observations, rewards, terminated, truncated, _, dones = lists
+    dones_array = np.asarray([bool(d) for d in dones], dtype=bool)
+    starts = np.zeros(entries, dtype=bool)
+    if entries:
+        starts[0] = True
+        starts[1:] = dones_array[:-1]
+    columns, info = _observation_columns(list(observations), source)
+    # Transition t goes from entry t to entry t + 1 when entry t + 1 is not a reset.
+    steps = np.flatnonzero(~starts[1:]) if entries else np.zeros(0, dtype=np.int64)
+    targets = steps + 1
+    taken = _actions(list(actions), starts, source)
+    reward_values = _numeric([rewards[i] for i in targets], "rewards", source)
+    term = np.asarray([bool(terminated[i]) for i in targets], dtype=bool)
+    trunc = np.asarray([bool(truncated[i]) for i in targets], dtype=bool)
+    ended = dones_array[targets] | term | trunc
+    stream = EnvStream(
+        observations={key: array[steps] for key, array in columns.items()},
+        next_observations={key: array[targets] for key, array in columns.items()},
+        steps={
+            ACTIONS_KEY: taken,
+            REWARDS_KEY: rewards_column(reward_values, len(targets), source=source),
+        },
+        ends=end_codes(ended & term, ended & ~term),
+    )
+    info["entries"] = entries
+    info["empty_resets_skipped"] = int(
+        np.sum(starts & np.append(starts[1:], True)) if entries else 0
+    )
+    return stream, info
+
+
+def read_tmrl_dataset(path: str | os.PathLike[str], *, trust_pickle: bool = False) -> StoredTable:
+    """Reads a tmrl ``data.pkl`` dataset as episodes, through the restricted unpickler.
+
+    Args:
+        path: The ``data.pkl`` file.
+        trust_pickle: Unpickle without restrictions (runs the file's code): only for files
+            whose origin the user vouches for.
+
+    Returns:
+        Columns ``obs`` (or ``obs_0``, ``obs_1``, ...; ``N + 1`` rows per episode), ``actions``
+        and ``rewards`` (float32, ``(1,)``); ``metadata`` with the entry count and the
+        observation parts. ``spaces`` is ``None`` (the file records none).
+
+    Raises:
+        UnsafePickleError: The pickle names a global outside the allowlist; nothing ran.
+        FormatError: The file is missing, empty, damaged or not a tmrl dataset.
+    """
+    source = f"tmrl dataset '{path}'"
+    _, data = read_source(path, "tmrl dataset")
+    if trust_pickle:
+        log.warning("unpickling %s without restrictions (--trust-pickle): it may run code", path)
+    lists = safe_loads(data, trust=trust_pickle)
+    if (
+        not isinstance(lists, list | tuple)
+        or len(lists) != len(TMRL_LISTS)
+        or not all(isinstance(values, list | tuple) for values in lists)
+    ):
+        shape = f"{len(lists)} items" if isinstance(lists, list | tuple) else type(lists).__name__
+        raise FormatError(
+            f"{source} holds {shape}; a tmrl dataset is a list of seven lists "
+            f"({', '.join(TMRL_LISTS)}), as GenericTorchMemory keeps them"
+        )
+    if not lists[0]:
+        raise FormatError(f"{source} holds seven empty lists: the dataset has no entries")
+    stream, info = split_tmrl_lists(lists, source=source)
+    return peer_table(source=source, format=TMRL_FORMAT, streams=[stream], metadata=info)
+
+
+__all__ = ["TMRL_FORMAT", "TMRL_LISTS", "read_tmrl_dataset", "split_tmrl_lists"]

@@ -1,0 +1,105 @@
+"""What `emote memory inspect` reports about any memory source, computed one way for all."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from emote_core.stores.stored import ColumnSchema, StoredTable
+from emote_core.typing import EpisodeState
+
+REWARD_COLUMNS = ("rewards", "reward", "rew")
+"""Column names whose per-episode sum is an episode's return, first match wins."""
+
+
+def reward_column(names: Sequence[str] | set[str]) -> str | None:
+    """The column holding rewards among ``names`` (``None`` when there is none)."""
+    return next((name for name in REWARD_COLUMNS if name in names), None)
+
+
+def episode_returns(stored: StoredTable) -> np.ndarray:
+    """Each episode's return (sum of its rewards); NaN when the source has no reward column."""
+    reward = reward_column({c.name for c in stored.columns})
+    if reward is None:
+        return np.full(len(stored.episodes), np.nan)
+    return np.array(
+        [float(np.sum(data[reward], dtype=np.float64)) for _, data, _ in stored.episodes]
+    )
+
+
+def statistics(values: np.ndarray) -> dict[str, float | None]:
+    """``{min, mean, max}`` of ``values`` (``None`` each when empty)."""
+    if len(values) == 0:
+        return {"min": None, "mean": None, "max": None}
+    return {"min": float(values.min()), "mean": float(values.mean()), "max": float(values.max())}
+
+
+def episode_summary(
+    lengths: np.ndarray, returns: np.ndarray, end_states: np.ndarray
+) -> dict[str, Any]:
+    """Counts and statistics of a set of episodes."""
+    return {
+        "episodes": len(lengths),
+        "transitions": int(np.sum(lengths, dtype=np.int64)),
+        "episode_length": statistics(np.asarray(lengths, dtype=np.float64)),
+        "episode_return": statistics(np.asarray(returns, dtype=np.float64)),
+        "end_states": {
+            state.name: int(np.sum(np.asarray(end_states) == int(state)))
+            for state in (EpisodeState.TERMINAL, EpisodeState.INTERRUPTED)
+        },
+    }
+
+
+def columns_summary(columns: Sequence[ColumnSchema]) -> dict[str, dict[str, Any]]:
+    """Column name -> ``{dtype, shape, kind}``."""
+    return {
+        c.name: {"dtype": str(c.dtype), "shape": list(c.shape), "kind": c.kind} for c in columns
+    }
+
+
+def summarize_stored(stored: StoredTable, length_key: str | None = None) -> dict[str, Any]:
+    """The inspect report of a source read into memory (zips, pickles, peer files)."""
+    key = length_key or stored.length_key or "rewards"
+    lengths = np.array([len(data[key]) for _, data, _ in stored.episodes], dtype=np.int64)
+    returns = episode_returns(stored)
+    ends = np.array([int(end) for _, _, end in stored.episodes], dtype=np.int64)
+    return {
+        "format": stored.format,
+        "format_version": stored.metadata.get("format_version"),
+        "columns": columns_summary(stored.columns),
+        "spaces": stored.spaces,
+        **episode_summary(lengths, returns, ends),
+    }
+
+
+def bytes_on_disk(location: str | os.PathLike[str]) -> int | None:
+    """Total size of the files at a path or fsspec URL (``None`` when it cannot be measured)."""
+    text = os.fspath(location)
+    if "://" in text:
+        try:
+            import fsspec
+
+            filesystem, path = fsspec.core.url_to_fs(text)
+            return int(filesystem.du(path, total=True))
+        except Exception:  # a remote store may not support listing sizes; report unknown
+            return None
+    path = Path(text)
+    if path.is_file():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+__all__ = [
+    "REWARD_COLUMNS",
+    "bytes_on_disk",
+    "columns_summary",
+    "episode_returns",
+    "episode_summary",
+    "reward_column",
+    "statistics",
+    "summarize_stored",
+]

@@ -1,0 +1,176 @@
+"""Memory tables and stores: save a table to a store, load stores into a table, append as you go."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from emote_core.stores.stored import (
+    ColumnSchema,
+    EpisodeRecord,
+    StoredTable,
+    restore_stored,
+)
+from emote_core.stores.zarr_store.layout import DEFAULT_SHARD
+from emote_core.stores.zarr_store.reader import MemoryStore
+from emote_core.stores.zarr_store.writer import ShardWriter, create_store, store_columns
+
+if TYPE_CHECKING:
+    from emote_core.memory.table import ArrayMemoryTable
+
+log = logging.getLogger(__name__)
+
+BATCH_BYTES = 64 << 20
+"""Episodes are appended in batches of about this many bytes (one commit per batch)."""
+
+
+def _observation_like(table: ArrayMemoryTable) -> list[str]:
+    """Stored columns that hold N + 1 rows: learned from added episodes, or read by mappers."""
+    learned = [name for name, extra in table.schema.extra_rows.items() if extra == 1]
+    read_ahead = [
+        c.target_name for c in table.virtual if c.mapper.needs_target and c.mapper.target_extra_rows
+    ]
+    return sorted(set(learned) | set(read_ahead))
+
+
+def _virtual(table: ArrayMemoryTable) -> list[ColumnSchema]:
+    return [ColumnSchema.of(column) for column in table.virtual]
+
+
+def table_schemas(table: ArrayMemoryTable) -> list[ColumnSchema]:
+    return [ColumnSchema.of(column) for column in table.columns.values()]
+
+
+class StoreAppender:
+    """Appends a table's episodes to a store as they complete (an incremental export).
+
+    Creates the store with the table's schema if it does not exist.
+
+    Args:
+        url: The store.
+        table: The table whose schema the store takes.
+        spaces: The MDP spaces to record (``MDPSpace.to_json()``), if known.
+        shard: This writer's shard.
+    """
+
+    def __init__(
+        self,
+        url: str | os.PathLike[str],
+        table: ArrayMemoryTable,
+        *,
+        spaces: dict[str, Any] | None = None,
+        shard: str = DEFAULT_SHARD,
+    ) -> None:
+        self.url = os.fspath(url)
+        if not _exists(self.url):
+            columns = store_columns(
+                table_schemas(table), None, table.length_key, _observation_like(table)
+            )
+            create_store(
+                self.url,
+                columns=columns,
+                length_key=table.length_key,
+                spaces=spaces,
+                virtual=_virtual(table),
+            )
+        self.writer = ShardWriter(self.url, shard=shard)
+
+    def append(self, episodes: Sequence[EpisodeRecord]) -> None:
+        """Commits ``episodes`` in batches of about :data:`BATCH_BYTES`."""
+        for batch in batches(episodes, BATCH_BYTES):
+            self.writer.append(batch)
+
+
+def batches(episodes: Sequence[EpisodeRecord], limit: int) -> Iterator[list[EpisodeRecord]]:
+    """Consecutive runs of ``episodes`` holding about ``limit`` bytes each (one commit each)."""
+    batch: list[EpisodeRecord] = []
+    size = 0
+    for episode in episodes:
+        batch.append(episode)
+        size += sum(np.asarray(value).nbytes for value in episode[1].values())
+        if size >= limit:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _exists(url: str) -> bool:
+    try:
+        MemoryStore(url)
+    except Exception:
+        return False
+    return True
+
+
+def save_table(
+    table: ArrayMemoryTable,
+    url: str | os.PathLike[str],
+    *,
+    spaces: dict[str, Any] | None = None,
+    overwrite: bool = False,
+) -> int:
+    """Writes every episode of ``table`` to a new store; returns the episodes written."""
+    episodes = list(table.episodes())
+    columns = store_columns(
+        table_schemas(table), episodes[0] if episodes else None, table.length_key,
+        _observation_like(table),
+    )  # fmt: skip
+    create_store(
+        url,
+        columns=columns,
+        length_key=table.length_key,
+        spaces=spaces,
+        overwrite=overwrite,
+        virtual=_virtual(table),
+    )
+    StoreAppender(url, table).append(episodes)
+    return len(episodes)
+
+
+def load_table(table: ArrayMemoryTable, urls: Sequence[str | os.PathLike[str]]) -> int:
+    """Replaces ``table``'s content with the newest episodes of one or more stores.
+
+    Episodes are taken store by store (oldest first within each); when they hold more than the
+    table's ``maxlen``, the oldest are left out. Identities that repeat across stores or shards
+    (parallel collectors each count from 0) are renumbered. All or nothing: on any error the
+    table keeps its content.
+
+    Returns:
+        The number of episodes loaded.
+
+    Raises:
+        FormatError: If a store is missing, damaged, or its columns do not fit the table.
+    """
+    stores = [MemoryStore(url) for url in urls]
+    episodes: list[EpisodeRecord] = []
+    for store in stores:
+        episodes.extend(store.episodes(max_transitions=table.maxlen))
+    kept, total = [], 0
+    for episode in reversed(episodes):
+        length = len(episode[1][table.length_key])
+        if total + length > table.maxlen:
+            break
+        kept.append(episode)
+        total += length
+    kept.reverse()
+    identities = [identity for identity, _, _ in kept]
+    if len(set(identities)) != len(identities):
+        log.info("episode ids repeat across stores or shards; renumbering them 0..%d", len(kept))
+        kept = [(k, data, end) for k, (_, data, end) in enumerate(kept)]
+    stored = StoredTable(
+        source=", ".join(s.url for s in stores),
+        format=stores[0].attributes["format"] if stores else "emote-memory",
+        columns=stores[0].schemas() if stores else table_schemas(table),
+        episodes=kept,
+        length_key=stores[0].length_key if stores else table.length_key,
+    )
+    restore_stored(table, stored)
+    return len(kept)
+
+
+__all__ = ["BATCH_BYTES", "StoreAppender", "batches", "load_table", "save_table", "table_schemas"]

@@ -1,0 +1,341 @@
+"""Writing emote-memory stores: creating them, and appending episodes to one shard.
+
+Appends follow the commit protocol: every column's new rows and the episode table are written
+first, the shard's commit record last. A writer killed at any moment leaves rows past the
+commit (a torn tail) that readers ignore and that reopening for append cuts off.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import time
+import zlib
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from emote_core.errors import FormatError, SchemaError
+from emote_core.stores.stored import ColumnSchema, EpisodeRecord
+from emote_core.stores.summary import reward_column
+from emote_core.stores.zarr_store.layout import (
+    COLUMNS,
+    DEFAULT_SHARD,
+    EPISODE_FIELDS,
+    EPISODES,
+    FORMAT_NAME,
+    SHARDS,
+    RowKind,
+    StoreColumn,
+    StoreVersion,
+    check_format,
+)
+from emote_core.typing import EpisodeState
+
+log = logging.getLogger(__name__)
+
+
+def open_group(url: str | os.PathLike[str], mode: str) -> Any:
+    """Opens the Zarr group at a local path or an fsspec URL (``memory://``, ``s3://``, ...).
+
+    Raises:
+        FormatError: If there is no readable Zarr group there (for ``mode="r"``).
+    """
+    import zarr
+
+    location = os.fspath(url)
+    try:
+        return zarr.open_group(location, mode=mode)  # type: ignore[arg-type]
+    except FileExistsError as error:
+        raise FormatError(
+            f"'{location}' already holds data; choose another destination or allow overwriting"
+        ) from error
+    except FileNotFoundError as error:
+        raise FormatError(f"no emote memory store at '{location}'") from error
+    except (ValueError, KeyError, TypeError) as error:
+        raise FormatError(f"'{location}' is not a readable Zarr store ({error})") from error
+
+
+def producer() -> dict[str, Any]:
+    """What wrote a store: emote's version, the host's Python and platform, the process."""
+    from emote_core import __version__
+
+    return {
+        "tool": "emote",
+        "version": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "pid": os.getpid(),
+    }
+
+
+def store_columns(
+    columns: Sequence[ColumnSchema],
+    episode: EpisodeRecord | None,
+    length_key: str,
+    observation_like: Sequence[str] = (),
+) -> list[StoreColumn]:
+    """Decides each stored column's rows per episode.
+
+    Tag columns hold one row; a per-step column holds N + 1 rows when ``episode`` shows it does
+    (or, with no episode to look at, when it is named in ``observation_like``), else N.
+    """
+    result = []
+    length = len(episode[1][length_key]) if episode is not None else None
+    for column in columns:
+        if not column.stored:
+            continue
+        if column.kind == "TagColumn":
+            rows = RowKind.EPISODE
+        elif episode is not None and length is not None:
+            extra = len(episode[1][column.name]) - length
+            rows = RowKind.OBSERVATIONS if extra == 1 else RowKind.TRANSITIONS
+        else:
+            rows = RowKind.OBSERVATIONS if column.name in observation_like else RowKind.TRANSITIONS
+        result.append(StoreColumn(column, rows))
+    return result
+
+
+def create_store(
+    url: str | os.PathLike[str],
+    *,
+    columns: Sequence[StoreColumn],
+    length_key: str,
+    spaces: dict[str, Any] | None = None,
+    source: dict[str, Any] | None = None,
+    overwrite: bool = False,
+    virtual: Sequence[ColumnSchema] = (),
+) -> None:
+    """Creates an empty emote-memory store (no shards yet).
+
+    ``virtual`` columns (next observations, dones, masks) hold no data; the store records them so
+    that the schema survives a round trip.
+
+    Raises:
+        FormatError: If something exists there and ``overwrite`` is false, or the schema is bad.
+    """
+    names = [c.name for c in columns]
+    if length_key not in names:
+        raise FormatError(f"length_key '{length_key}' is not a stored column ({names})")
+    group = open_group(url, "w" if overwrite else "w-")
+    group.attrs.update(
+        {
+            "format": FORMAT_NAME,
+            "format_version": int(StoreVersion.LATEST),
+            "columns": [c.to_json() for c in columns],
+            "virtual_columns": [StoreColumn(c, RowKind.VIRTUAL).to_json() for c in virtual],
+            "length_key": length_key,
+            "spaces": spaces,
+            "producer": producer(),
+            "created": datetime.now(UTC).isoformat(),
+            "source": source,
+        }
+    )
+    group.require_group(SHARDS)
+
+
+class ShardWriter:
+    """Appends episodes to one shard of a store: the shard's only writer.
+
+    Opening repairs a torn tail left by a writer that was killed mid-append.
+
+    Args:
+        url: The store (local path or fsspec URL).
+        shard: The shard's name; each parallel writer needs its own.
+
+    Raises:
+        FormatError: If there is no emote-memory store at ``url``.
+    """
+
+    def __init__(self, url: str | os.PathLike[str], *, shard: str = DEFAULT_SHARD) -> None:
+        if not shard or "/" in shard or shard.startswith("."):
+            raise FormatError(f"shard names are plain names without '/'; got {shard!r}")
+        self.url = os.fspath(url)
+        root = open_group(url, "r+")
+        attributes = dict(root.attrs)
+        check_format(attributes, self.url)
+        self.columns = [StoreColumn.from_json(c, self.url) for c in attributes["columns"]]
+        self.length_key = str(attributes["length_key"])
+        self.shard = shard
+        self.group = root.require_group(f"{SHARDS}/{shard}")
+        self._arrays = {c.name: self._require_array(f"{COLUMNS}/{c.name}", c) for c in self.columns}
+        self._episode_arrays = {
+            name: self._require_plain(f"{EPISODES}/{name}", dtype, shape)
+            for name, (dtype, shape) in EPISODE_FIELDS.items()
+        }
+        commit = dict(self.group.attrs).get("commit")
+        if commit is None:
+            commit = {
+                "sequence": 0,
+                "episodes": 0,
+                "transitions": 0,
+                "rows": {c.name: 0 for c in self.columns},
+            }
+            self.group.attrs.update({"commit": commit, "writer": producer()})
+        self.commit = commit
+        self._repair()
+
+    def _require_array(self, name: str, column: StoreColumn) -> Any:
+        schema = column.schema
+        return self._require(name, schema.dtype, schema.shape, column.chunk_rows())
+
+    def _require_plain(self, name: str, dtype: np.dtype[Any], shape: tuple[int, ...]) -> Any:
+        row_bytes = max(1, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+        return self._require(name, dtype, shape, max(1024, (1 << 18) // row_bytes))
+
+    def _require(self, name: str, dtype: np.dtype[Any], shape: tuple[int, ...], rows: int) -> Any:
+        from zarr.codecs import BloscCodec
+
+        if name in self.group:
+            return self.group[name]
+        return self.group.create_array(
+            name,
+            shape=(0, *shape),
+            dtype=dtype,
+            chunks=(rows, *shape) if shape else (rows,),
+            # lz4 inside Blosc with byte shuffling. Measured here on 1M x 32 float32 columns
+            # against Blosc-zstd level 1: random-walk observations shrank to 0.76 of raw (zstd
+            # 0.80), random floats to 0.94 (0.93); writing took 0.21-0.30 s (0.31-0.33) and
+            # reading 0.12-0.13 s (0.14-0.20). Plain zstd gave 0.92 on the random walk.
+            compressors=BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"),
+            fill_value=0,
+        )
+
+    def _repair(self) -> None:
+        """Cuts every array back to the committed rows (a torn tail from a killed writer)."""
+        cut = []
+        for column in self.columns:
+            cut += self._truncate(self._arrays[column.name], int(self.commit["rows"][column.name]))
+        for array in self._episode_arrays.values():
+            cut += self._truncate(array, int(self.commit["episodes"]))
+        if cut:
+            log.warning("store '%s' shard '%s': cut a torn tail from %s", self.url, self.shard, cut)
+
+    @staticmethod
+    def _truncate(array: Any, rows: int) -> list[str]:
+        if array.shape[0] < rows:
+            raise FormatError(
+                f"array '{array.path}' has {array.shape[0]} rows but its commit counts {rows}; "
+                "the store is damaged — run `emote memory verify`"
+            )
+        if array.shape[0] > rows:
+            array.resize((rows, *array.shape[1:]))
+            return [array.path]
+        return []
+
+    @property
+    def episodes(self) -> int:
+        """Episodes committed to this shard."""
+        return int(self.commit["episodes"])
+
+    def append(self, episodes: Sequence[EpisodeRecord]) -> None:
+        """Appends a batch of episodes and commits them.
+
+        Raises:
+            SchemaError: If an episode does not match the store's columns (nothing is written).
+        """
+        if not episodes:
+            return
+        batch = _Batch(self.columns, self.length_key, episodes)
+        rows = dict(self.commit["rows"])
+        first_episode = int(self.commit["episodes"])
+        for column in self.columns:
+            data = batch.columns[column.name]
+            _write_rows(self._arrays[column.name], rows[column.name], data)
+            rows[column.name] += len(data)
+        transitions = int(self.commit["transitions"])
+        step_offsets = transitions + batch.step_offsets
+        offsets = np.stack(
+            [step_offsets, step_offsets + first_episode + np.arange(len(episodes))], 1
+        )
+        fields = {
+            "id": batch.identities,
+            "offset": offsets,
+            "length": batch.lengths,
+            "end_state": batch.end_states,
+            "return": batch.returns,
+            "written_at": np.full(len(episodes), time.time()),
+            "checksum": batch.checksums,
+        }
+        for name, values in fields.items():
+            _write_rows(self._episode_arrays[name], first_episode, values)
+        commit = {
+            "sequence": int(self.commit["sequence"]) + 1,
+            "episodes": first_episode + len(episodes),
+            "transitions": transitions + int(batch.lengths.sum()),
+            "rows": rows,
+        }
+        self.group.attrs.update({"commit": commit})  # the commit record goes last
+        self.commit = commit
+
+
+def _write_rows(array: Any, start: int, data: np.ndarray) -> None:
+    array.resize((start + len(data), *array.shape[1:]))
+    array[start : start + len(data)] = data
+
+
+class _Batch:
+    """A batch of episodes checked against the store's columns and packed for writing."""
+
+    def __init__(
+        self, columns: Sequence[StoreColumn], length_key: str, episodes: Sequence[EpisodeRecord]
+    ) -> None:
+        count = len(episodes)
+        self.identities = np.empty(count, dtype=np.int64)
+        self.lengths = np.empty(count, dtype=np.int64)
+        self.end_states = np.empty(count, dtype=np.int8)
+        self.returns = np.empty(count, dtype=np.float64)
+        self.checksums = np.empty(count, dtype=np.uint32)
+        parts: dict[str, list[np.ndarray]] = {c.name: [] for c in columns}
+        reward = reward_column({c.name for c in columns})
+        for k, (identity, data, end_state) in enumerate(episodes):
+            if EpisodeState(end_state) not in (EpisodeState.TERMINAL, EpisodeState.INTERRUPTED):
+                raise SchemaError(f"episode {identity} ends {EpisodeState(end_state).name}")
+            if length_key not in data:
+                raise SchemaError(f"episode {identity} has no '{length_key}' column")
+            length = len(data[length_key])
+            checksum = 0
+            for column in columns:
+                array = _conform(identity, column, data.get(column.name), length)
+                parts[column.name].append(array)
+                checksum = zlib.crc32(memoryview(array).cast("B"), checksum)
+            self.identities[k] = identity
+            self.lengths[k] = length
+            self.end_states[k] = int(end_state)
+            self.returns[k] = (
+                float(np.sum(data[reward], dtype=np.float64)) if reward is not None else np.nan
+            )
+            self.checksums[k] = checksum
+        self.columns = {name: np.concatenate(arrays) for name, arrays in parts.items()}
+        self.step_offsets = np.cumsum(self.lengths) - self.lengths
+
+
+def _conform(identity: int, column: StoreColumn, value: Any, length: int) -> np.ndarray:
+    schema = column.schema
+    if value is None:
+        raise SchemaError(f"episode {identity} has no '{schema.name}' column")
+    array = np.asarray(value)
+    if column.rows == RowKind.EPISODE:
+        array = array.reshape(1, *schema.shape) if array.size == np.prod(schema.shape) else array
+        expected_rows = 1
+    else:
+        if array.ndim == 1 and schema.shape == (1,):
+            array = array.reshape(-1, 1)
+        expected_rows = length + column.extra_rows
+    if array.shape != (expected_rows, *schema.shape):
+        raise SchemaError(
+            f"column '{schema.name}' of episode {identity} has shape {array.shape}; the store "
+            f"expects {(expected_rows, *schema.shape)} for {length} transitions"
+        )
+    if not np.can_cast(array.dtype, schema.dtype, casting="same_kind"):
+        raise SchemaError(
+            f"column '{schema.name}' of episode {identity} has dtype {array.dtype}; the store "
+            f"holds {schema.dtype}"
+        )
+    return np.ascontiguousarray(array, dtype=schema.dtype)
+
+
+__all__ = ["ShardWriter", "create_store", "open_group", "producer", "store_columns"]

@@ -1,0 +1,78 @@
+"""Telling peer files apart by content, without unpickling anything."""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from emote_core.errors import FormatError
+from emote_core.stores.peers import detect_peer_format, read_peer_file
+
+UPSTREAM = Path(__file__).parents[1] / "upstream" / "data" / "emote-rl-23-legacy-numpy1.26.zip"
+
+
+@pytest.mark.parametrize(
+    ("name", "format"),
+    [
+        ("sb3_sac_pendulum_wrapped.pkl", "sb3-replay-buffer"),
+        ("sb3_sac_dict_2envs.pkl", "sb3-replay-buffer"),
+        ("skrl2_sac_pendulum.pt", "skrl-memory"),
+        ("skrl2_sac_pendulum.npz", "skrl-memory"),
+        ("skrl1_memory_2envs.csv", "skrl-memory"),
+        ("tmrl_pendulum.data.pkl", "tmrl-dataset"),
+        ("sb3_dqn_cartpole_2envs.record.npz", None),  # an npz, but not a memory
+    ],
+)
+def test_real_files_are_recognised(data_file, name, format):
+    assert detect_peer_format(data_file(name)) == format
+
+
+def test_content_decides_not_the_extension(data_file, tmp_path):
+    renamed = tmp_path / "buffer.bin"
+    renamed.write_bytes(data_file("skrl1_memory_2envs.npz").read_bytes())
+    assert detect_peer_format(renamed) == "skrl-memory"
+    assert len(read_peer_file(renamed).episodes) == 8
+
+
+def test_emote_and_other_files_are_not_peer_files(tmp_path):
+    legacy_dump = tmp_path / "dump.pickle"
+    legacy_dump.write_bytes(pickle.dumps({"obs": np.zeros((1, 1, 1, 3))}))
+    other_zip = tmp_path / "other.zip"
+    with zipfile.ZipFile(other_zip, "w") as archive:
+        archive.writestr("version", "1")
+    empty = tmp_path / "empty.pkl"
+    empty.write_bytes(b"")
+    text = tmp_path / "notes.csv"
+    text.write_text("a,b\n1,2\n")
+    for path in (legacy_dump, other_zip, empty, text, tmp_path / "missing.pkl"):
+        assert detect_peer_format(path) is None, path
+    if UPSTREAM.is_file():
+        assert detect_peer_format(UPSTREAM) is None
+
+
+def test_undetectable_files_name_the_formats_and_the_fix(tmp_path):
+    path = tmp_path / "notes.csv"
+    path.write_text("a,b\n1,2\n")
+    with pytest.raises(FormatError, match="--from"):
+        read_peer_file(path)
+    with pytest.raises(FormatError, match="unknown peer format 'minari'"):
+        read_peer_file(path, "minari")
+
+
+def test_detection_does_not_run_a_pickle(tmp_path):
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            import os
+
+            return os.system, (f"touch {marker}",)
+
+    path = tmp_path / "x.pkl"
+    path.write_bytes(pickle.dumps({"buffer": Payload()}))
+    assert detect_peer_format(path) is None
+    assert not marker.exists()
