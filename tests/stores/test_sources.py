@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from emote_core.errors import FormatError, SchemaError, StorageError, UnsafePickleError
+from emote_core.stores import sources as sources_module
 from emote_core.stores.convert import convert, source_sha256, write_target
 from emote_core.stores.inspect import inspect_source
 from emote_core.stores.sources import (
@@ -27,7 +28,6 @@ from emote_core.stores.sources import (
 )
 from emote_core.stores.stored import ColumnSchema, StoredTable
 from emote_core.stores.upstream import restore_table
-from emote_core.stores import sources as sources_module
 from emote_core.stores.zarr_store import MemoryStore
 from emote_core.typing import EpisodeState
 
