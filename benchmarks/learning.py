@@ -92,10 +92,10 @@ def _scalars(run_dir: Path, tag: str) -> tuple[list[int], list[float]]:
 
 
 def _random_return(episodes: int) -> float:
+    from emote_core.assembly.builders import make_env
+    from emote_core.assembly.evaluation import evaluate
     from emote_core.proxies import RandomAgentProxy
     from emote_core.recipes import load_recipe
-    from emote_core.recipes.builders import make_env
-    from emote_core.recipes.evaluation import evaluate
 
     recipe = load_recipe("sac_pendulum")
     env = make_env(recipe, num_envs=1)

@@ -26,10 +26,10 @@ import numpy as np
 import onnxruntime
 import torch
 
+from emote_core.algorithms.sac import SoftActorCritic
 from emote_core.nn import GaussianMlpPolicy
-from emote_core.onnx.graph import policy_graph, policy_metadata
+from emote_core.onnx.graph import policy_metadata
 from emote_core.onnx.writer import export_policy
-from emote_core.recipes.schema import Algorithm
 from emote_core.spaces import BoxSpace, DictSpace, MDPSpace
 
 SPACES = MDPSpace(
@@ -67,7 +67,7 @@ def main() -> None:
     directory = Path(tempfile.mkdtemp())
     print("export (trace, check, metadata, parity at batch 1/7/256):")
     for opset, exporter in ((15, "TorchScript"), (18, "dynamo")):
-        graph = policy_graph(policy, algorithm=Algorithm.SAC, spaces=SPACES)
+        graph = SoftActorCritic().policy_graph(policy, SPACES)
         started = time.perf_counter()
         report = export_policy(
             graph, directory / f"policy_{opset}.onnx", opset=opset,

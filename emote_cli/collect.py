@@ -92,12 +92,12 @@ def collect(
     with handle_errors(debug=debug):
         if (episodes is None) == (steps is None):
             abort("pass exactly one of --episodes N or --steps N", ExitCode.USAGE)
+        from emote_core.assembly.builders import load_trained_agent, make_env
         from emote_core.env import BatchGymCollector
         from emote_core.memory import DictObsMemoryTable
         from emote_core.onnx.agent import OnnxAgentProxy, is_onnx_file
         from emote_core.proxies import RandomAgentProxy
         from emote_core.recipes import load_recipe
-        from emote_core.recipes.builders import load_trained_agent, make_env
         from emote_core.stores.zarr_store.tables import StoreAppender
         from emote_core.utils.devices import resolve_device
 

@@ -61,17 +61,22 @@ def evaluate(
     with handle_errors(debug=debug):
         from dataclasses import replace
 
+        from emote_core.assembly.builders import load_trained_agent
+        from emote_core.assembly.evaluation import evaluate as run_episodes
+        from emote_core.assembly.export import recipe_from_policy
         from emote_core.onnx.agent import OnnxAgentProxy, is_onnx_file
         from emote_core.recipes import load_recipe
-        from emote_core.recipes.builders import load_trained_agent
-        from emote_core.recipes.evaluation import evaluate as run_episodes
         from emote_core.runs import RunDirectory
         from emote_core.utils.devices import resolve_device
 
         extra = {}
         if is_onnx_file(target):  # onnxruntime alone: no torch network is built
             agent = OnnxAgentProxy(target, deterministic=not stochastic, seed=seed)
-            loaded = load_recipe(recipe) if recipe else agent.metadata.to_recipe(source=str(target))
+            loaded = (
+                load_recipe(recipe)
+                if recipe
+                else recipe_from_policy(agent.metadata, source=str(target))
+            )
             checkpoint = agent.metadata.source_checkpoint or None
             extra["policy"] = str(target)
         else:

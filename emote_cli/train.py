@@ -74,9 +74,9 @@ def train(
     with handle_errors(debug=debug):
         import torch
 
+        from emote_core.assembly.builders import check_env_id
+        from emote_core.assembly.training import build_training
         from emote_core.recipes import load_recipe
-        from emote_core.recipes.builders import check_env_id
-        from emote_core.recipes.training import build_training
         from emote_core.runs import default_run_path, latest_run_path, prepare_run
         from emote_core.utils.devices import resolve_device
 

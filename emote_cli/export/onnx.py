@@ -67,7 +67,7 @@ def onnx(
                 f"{SUPPORTED_OPSETS.stop - 1} (default {DEFAULT_OPSET})",
                 ExitCode.USAGE,
             )
-        from emote_core.onnx.exporter import export_checkpoint
+        from emote_core.assembly.export import export_checkpoint
         from emote_core.recipes import load_recipe
 
         report = export_checkpoint(

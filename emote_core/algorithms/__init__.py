@@ -1,11 +1,13 @@
-"""Reinforcement-learning algorithms as training callbacks: :mod:`.sac` and :mod:`.dqn`.
+"""Learning algorithms that plug in by name: :mod:`.sac` and :mod:`.dqn`, and the
+:mod:`.registry` they (and other packages' algorithms and add-ons) register with.
 
-Both modules define a ``QTarget`` and a ``QLoss``; import them through their module
-(``from emote_core.algorithms import sac``, ``sac.QTarget``) to keep the two apart.
+Importing this package registers emote's own families. Both modules define a ``QTarget`` and a
+``QLoss``; import them through their module (``from emote_core.algorithms import sac``,
+``sac.QTarget``) to keep the two apart.
 """
 
 from __future__ import annotations
 
-from emote_core.algorithms import dqn, sac
+from emote_core.algorithms import dqn, registry, sac
 
-__all__ = ["dqn", "sac"]
+__all__ = ["dqn", "registry", "sac"]

@@ -1,10 +1,9 @@
-"""Exporting trained policies to ONNX: from checkpoints (``emote export onnx``) and during training.
+"""Exporting the acting network to ONNX during training: the :class:`OnnxExporter` callback.
 
-:func:`export_checkpoint` exports the acting network of a checkpoint or of a run's latest one;
-:class:`OnnxExporter` is the callback that exports periodically, and on request from other
-threads, into a run's ``exports/`` directory. Both write through
-:mod:`emote_core.onnx.writer` (opset check, ``onnx.checker``, onnxruntime parity), in the
-layout :mod:`emote_core.onnx.format` describes.
+It exports periodically, and on request from other threads, into a run's ``exports/`` directory,
+through :mod:`emote_core.onnx.writer` (opset check, ``onnx.checker``, onnxruntime parity) in the
+layout :mod:`emote_core.onnx.format` describes. Exports of a finished run's checkpoints
+(``emote export onnx``) are assembled in :mod:`emote_core.assembly.export`.
 """
 
 from __future__ import annotations
@@ -13,77 +12,26 @@ import collections
 import json
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent import futures
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from torch import nn
-
 from emote_core.callback import Callback, Order
 from emote_core.errors import ConfigurationError, ExportError
 from emote_core.onnx.format import MetadataKey
-from emote_core.onnx.graph import policy_graph, policy_metadata
+from emote_core.onnx.graph import PolicyGraph, policy_metadata
 from emote_core.onnx.storage import CRUDStorage, StorageItem, StorageItemHandle
 from emote_core.onnx.writer import (
     DEFAULT_OPSET,
     SUPPORTED_OPSETS,
     ExportReport,
     check_opset,
-    export_policy,
     write_policy,
 )
-from emote_core.recipes.schema import Algorithm, Recipe
-from emote_core.spaces import MDPSpace
 
 log = logging.getLogger(__name__)
-
-
-def export_checkpoint(
-    target: str | Path,
-    out: str | Path,
-    *,
-    opset: int = DEFAULT_OPSET,
-    recipe: Recipe | str | Path | None = None,
-    force: bool = False,
-) -> ExportReport:
-    """Exports the acting network of a checkpoint, or of a run directory's latest checkpoint.
-
-    Args:
-        target: A checkpoint file or a run directory.
-        out: The ``.onnx`` file to write.
-        opset: The default-domain opset (see :data:`SUPPORTED_OPSETS`).
-        recipe: The run's recipe; the run's ``recipe.toml`` when omitted.
-        force: Replace an existing ``out``.
-
-    Raises:
-        CheckpointError: If there is no checkpoint, or it holds no acting network that fits.
-        ExportError: If ``out`` exists (without ``force``) or cannot be written, or the export
-            fails its checks.
-    """
-    import torch
-
-    from emote_core.callbacks.checkpointing import load_checkpoint
-    from emote_core.recipes.builders import load_trained_agent, make_env
-
-    check_opset(opset)
-    out = Path(out)
-    if out.exists() and not force:  # before loading anything
-        raise ExportError(f"'{out}' already exists; pass --force to replace it")
-    loaded, networks, _, spaces, checkpoint = load_trained_agent(
-        Path(target), device=torch.device("cpu"), recipe=recipe
-    )
-    step = int(load_checkpoint(checkpoint).get("bp_step", 0))
-    env = make_env(loaded, num_envs=1)
-    env_action_space = env.env.single_action_space  # the env's own bounds, before rescaling
-    env.close()
-    graph = policy_graph(networks.acting, algorithm=loaded.algorithm, spaces=spaces)
-    metadata = policy_metadata(
-        graph, recipe=loaded, env_action_space=env_action_space, training_step=step,
-        checkpoint=checkpoint,
-    )  # fmt: skip
-    return export_policy(graph, out, opset=opset, metadata=metadata, force=force)
 
 
 @dataclass
@@ -107,12 +55,13 @@ class OnnxExporter(Callback):
     ``MemoryWarmup(exporter=...)``). Once training has ended, requests run on the calling thread.
 
     Args:
-        network: The acting network (the SAC policy, or DQN's Q network).
-        algorithm: Which of the two it is.
-        spaces: The MDP space it acts in (``DictGymWrapper.spaces``).
+        graph: Snapshots the acting network into a :class:`~emote_core.onnx.graph.PolicyGraph`;
+            called on the training thread at every export (an algorithm family's
+            ``policy_graph`` bound to the network and spaces, say).
         directory: Where exports go (a run's ``exports/``).
         interval: Updates between periodic exports; ``None`` exports only on request.
-        recipe: The run's recipe, recorded in every export so it can be evaluated alone.
+        recipe_name: The run's recipe's name, recorded in every export.
+        recipe_toml: The resolved recipe as TOML, recorded so the export can be evaluated alone.
         env_action_space: The environment's own action space (its bounds are recorded).
         opset: The default-domain opset.
         prefix: File names are ``<prefix><handle>.onnx``.
@@ -129,12 +78,11 @@ class OnnxExporter(Callback):
     def __init__(
         self,
         *,
-        network: nn.Module,
-        algorithm: Algorithm,
-        spaces: MDPSpace,
+        graph: Callable[[], PolicyGraph],
         directory: str | Path,
         interval: int | None = None,
-        recipe: Recipe | None = None,
+        recipe_name: str = "",
+        recipe_toml: str = "",
         env_action_space: Any = None,
         opset: int = DEFAULT_OPSET,
         prefix: str = "policy_",
@@ -142,10 +90,9 @@ class OnnxExporter(Callback):
         name: str = "onnx_exporter",
     ) -> None:
         super().__init__(name=name, cycle=interval)
-        self.network = network
-        self.algorithm = Algorithm(algorithm)
-        self.spaces = spaces
-        self.recipe = recipe
+        self.graph = graph
+        self.recipe_name = recipe_name
+        self.recipe_toml = recipe_toml
         self.env_action_space = env_action_space
         self.opset = check_opset(opset)
         self.storage = CRUDStorage(
@@ -193,10 +140,10 @@ class OnnxExporter(Callback):
         for key, value in (metadata or {}).items():
             extra[key] = value if isinstance(value, str) else json.dumps(value)
         with self._export_lock:
-            graph = policy_graph(self.network, algorithm=self.algorithm, spaces=self.spaces)
+            graph = self.graph()
             described = policy_metadata(
-                graph, recipe=self.recipe, env_action_space=self.env_action_space,
-                training_step=self._bp_step,
+                graph, recipe_name=self.recipe_name, recipe_toml=self.recipe_toml,
+                env_action_space=self.env_action_space, training_step=self._bp_step,
             )  # fmt: skip
             described = replace(described, extra=extra)
             reports: list[ExportReport] = []
@@ -308,4 +255,4 @@ class OnnxExporter(Callback):
         return f"OnnxExporter(name={self.name!r}, directory={self.storage.directory!r})"
 
 
-__all__ = ["SUPPORTED_OPSETS", "OnnxExporter", "export_checkpoint"]
+__all__ = ["SUPPORTED_OPSETS", "OnnxExporter"]

@@ -19,7 +19,6 @@ runs exported policies stays light.
 from __future__ import annotations
 
 import json
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
@@ -27,7 +26,6 @@ from typing import Any
 
 from emote_core import __version__
 from emote_core.errors import ConfigurationError, FormatError
-from emote_core.recipes.schema import Algorithm, Recipe
 from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, space_from_json
 
 FORMAT_NAME = "emote-policy"
@@ -84,7 +82,7 @@ class PolicyMetadata:
     """The metadata of one export, as :meth:`to_props` writes and :meth:`from_props` reads it.
 
     Attributes:
-        algorithm: The algorithm that trained the policy.
+        algorithm: The registered name of the algorithm that trained the policy.
         observation_space: The observation entries the policy reads, by key.
         action_space: The actions as the policy produces them.
         action_bounds: The environment's action bounds (see :attr:`MetadataKey.ACTION_BOUNDS`).
@@ -100,7 +98,7 @@ class PolicyMetadata:
         extra: Further props (``OnnxExporter.add_metadata``), written as given.
     """
 
-    algorithm: Algorithm
+    algorithm: str
     observation_space: DictSpace
     action_space: BoxSpace
     action_bounds: dict[str, Any]
@@ -181,7 +179,7 @@ class PolicyMetadata:
                 raise FormatError(f"'{source}' has malformed observation or action spaces")
             known = {str(key) for key in MetadataKey}
             return cls(
-                algorithm=Algorithm(props[MetadataKey.ALGORITHM]),
+                algorithm=props[MetadataKey.ALGORITHM],
                 observation_space=observation_space,
                 action_space=action_space,
                 action_bounds=json.loads(props[MetadataKey.ACTION_BOUNDS]),
@@ -201,28 +199,6 @@ class PolicyMetadata:
                 f"'{source}' has malformed emote policy metadata: {error!r}; re-export it with "
                 "`emote export onnx`"
             ) from error
-
-    def to_recipe(self, *, source: str) -> Recipe:
-        """The recipe the policy was trained with, from :attr:`recipe_toml`.
-
-        Raises:
-            ConfigurationError: If the export carries no recipe (pass one explicitly) or it does
-                not load.
-        """
-        from emote_core.recipes.loading import recipe_from_dict
-
-        if not self.recipe_toml:
-            raise ConfigurationError(
-                f"'{source}' carries no recipe in its metadata; pass --recipe R (or --env ID) "
-                "to say where to run it"
-            )
-        try:
-            data = tomllib.loads(self.recipe_toml)
-        except tomllib.TOMLDecodeError as error:
-            raise ConfigurationError(
-                f"the recipe inside '{source}' is not valid TOML: {error}"
-            ) from error
-        return recipe_from_dict(data, source=f"{source} (recipe_toml)")
 
 
 __all__ = [

@@ -1,16 +1,19 @@
 """The module an ONNX export traces: an acting network wrapped to take one input per key.
 
-:func:`policy_graph` snapshots a run's acting network (the SAC policy or DQN's Q network) into a
-CPU, eval-mode copy wrapped so that it takes one tensor per observation key (and ``epsilon`` for
-SAC) and flattens them with :func:`~emote_core.nn.inputs.flatten_observation`, exactly as the
-agent proxies do before calling the network. :func:`policy_metadata` describes it for the file.
-The layout is documented in :mod:`emote_core.onnx.format`.
+Each algorithm family wraps its acting network in a :class:`KeyedInputs` module that takes one
+tensor per observation key (and any inputs of its own, such as SAC's ``epsilon``) and flattens
+them with :func:`~emote_core.nn.inputs.flatten_observation`, exactly as the agent proxies do
+before calling the network. :func:`policy_graph` snapshots that module into a CPU, eval-mode copy
+ready to trace, and :func:`policy_metadata` describes it for the file. The layout is documented
+in :mod:`emote_core.onnx.format`. Nothing here knows an algorithm: the graph records the name of
+the one that trained it.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,43 +24,28 @@ from torch import Tensor, nn
 
 from emote_core.errors import ExportError
 from emote_core.nn.inputs import flatten_observation
-from emote_core.onnx.format import (
-    ACTION_RESCALE,
-    ACTIONS_OUTPUT,
-    EPSILON_INPUT,
-    Q_VALUES_OUTPUT,
-    PolicyMetadata,
-)
-from emote_core.recipes.schema import Algorithm, Recipe
-from emote_core.spaces import BoxSpace, DiscreteSpace, MDPSpace
+from emote_core.onnx.format import ACTION_RESCALE, ACTIONS_OUTPUT, PolicyMetadata
+from emote_core.spaces import BoxSpace, MDPSpace
 
 
-class _GaussianActing(nn.Module):
-    """``(*observations, epsilon) -> actions``: the policy's eval-mode forward."""
+class KeyedInputs(nn.Module):
+    """Base of acting modules to export: one input tensor per observation key, then any others.
 
-    def __init__(self, policy: nn.Module, keys: tuple[str, ...]) -> None:
+    :meth:`features` flattens the observation inputs with
+    :func:`~emote_core.nn.inputs.flatten_observation`, exactly as the agent proxies do before
+    calling a network.
+
+    Args:
+        keys: The observation keys, in input order.
+    """
+
+    def __init__(self, keys: Sequence[str]) -> None:
         super().__init__()
-        self.policy = policy
-        self.keys = keys
+        self.keys = tuple(keys)
 
-    def forward(self, *inputs: Tensor) -> Tensor:
-        *observations, epsilon = inputs
-        features = flatten_observation(dict(zip(self.keys, observations, strict=True)), self.keys)
-        return self.policy(features, epsilon)
-
-
-class _GreedyActing(nn.Module):
-    """``(*observations) -> (actions, q_values)``: the greedy action of a Q network."""
-
-    def __init__(self, q_network: nn.Module, keys: tuple[str, ...]) -> None:
-        super().__init__()
-        self.q_network = q_network
-        self.keys = keys
-
-    def forward(self, *observations: Tensor) -> tuple[Tensor, Tensor]:
-        features = flatten_observation(dict(zip(self.keys, observations, strict=True)), self.keys)
-        values = self.q_network(features)
-        return values.argmax(dim=1, keepdim=True), values
+    def features(self, observations: Sequence[Tensor]) -> Tensor:
+        """The observation inputs as one ``(batch, features)`` tensor."""
+        return flatten_observation(dict(zip(self.keys, observations, strict=True)), self.keys)
 
 
 @dataclass(frozen=True)
@@ -66,15 +54,15 @@ class PolicyGraph:
 
     Attributes:
         module: The wrapped CPU copy; positional inputs in :attr:`input_names` order.
-        algorithm: What trained the network.
+        algorithm: The registered name of the algorithm that trained the network.
         spaces: The MDP space the network acts in (actions as the agents see them).
-        input_names: Observation keys, then ``epsilon`` for SAC.
+        input_names: Observation keys, then the algorithm's own inputs (SAC's ``epsilon``).
         input_shapes: The shape of one row of each input (no batch axis).
-        output_names: ``actions`` (and ``q_values`` for DQN).
+        output_names: ``actions``, then any others (DQN's ``q_values``).
     """
 
     module: nn.Module
-    algorithm: Algorithm
+    algorithm: str
     spaces: MDPSpace
     input_names: tuple[str, ...]
     input_shapes: dict[str, tuple[int, ...]]
@@ -97,45 +85,50 @@ class PolicyGraph:
         return {name: out.numpy() for name, out in zip(self.output_names, outputs, strict=True)}
 
 
-def policy_graph(network: nn.Module, *, algorithm: Algorithm, spaces: MDPSpace) -> PolicyGraph:
-    """Snapshots ``network`` (a CPU, eval-mode deep copy) into a traceable :class:`PolicyGraph`.
+def policy_graph(
+    module: nn.Module,
+    *,
+    algorithm: str,
+    spaces: MDPSpace,
+    extra_inputs: Mapping[str, Sequence[int]] | None = None,
+    output_names: Sequence[str] = (ACTIONS_OUTPUT,),
+) -> PolicyGraph:
+    """Snapshots an acting module (a CPU, eval-mode deep copy) into a traceable graph.
 
-    The copy means training may go on changing ``network`` (and switching its mode) while the
-    snapshot is traced.
+    The copy means training may go on changing the network inside ``module`` (and switching its
+    mode) while the snapshot is traced. Algorithm families build ``module`` around their acting
+    network (``AlgorithmFamily.policy_graph``).
 
     Args:
-        network: The SAC policy (``forward(features, epsilon)`` in eval mode) or DQN's Q network
-            (``forward(features) -> (B, num_actions)``).
-        algorithm: Which of the two it is.
+        module: Takes one tensor per observation key (in ``spaces.state`` order), then one per
+            extra input; returns one tensor per output name (see :class:`KeyedInputs`).
+        algorithm: The registered name of what trained it (recorded in the metadata).
         spaces: The MDP space the network acts in (``DictGymWrapper.spaces``).
+        extra_inputs: Inputs after the observations, by name, with the shape of one row (SAC's
+            ``epsilon`` noise, say).
+        output_names: The module's outputs, in order; the first is ``actions``.
 
     Raises:
-        ExportError: If an observation key is named ``epsilon``, or the action space does not
-            fit the algorithm.
+        ExportError: If an extra input is named like an observation key, or the outputs do not
+            start with ``actions``.
     """
     keys = tuple(spaces.state.keys())
-    if EPSILON_INPUT in keys:
+    extra = {name: tuple(int(d) for d in shape) for name, shape in (extra_inputs or {}).items()}
+    clash = sorted(set(keys) & set(extra))
+    if clash:
         raise ExportError(
-            f"an observation key is named '{EPSILON_INPUT}', which exports reserve for the noise "
-            "input; rename the observation key"
+            f"observation key '{clash[0]}' is also the name of an export input the policy "
+            "takes besides observations; rename the observation key"
         )
-    discrete = isinstance(spaces.actions, DiscreteSpace)
-    if discrete != (algorithm is Algorithm.DQN):
+    outputs = tuple(output_names)
+    if not outputs or outputs[0] != ACTIONS_OUTPUT:
         raise ExportError(
-            f"a {algorithm} network cannot act in {spaces.actions.to_json()['type']} action "
-            "spaces; export with the algorithm that trained it"
+            f"an exported policy's first output is '{ACTIONS_OUTPUT}'; got outputs {outputs}"
         )
-    snapshot = copy.deepcopy(network).to("cpu").eval()
+    snapshot = copy.deepcopy(module).to("cpu").eval()
     snapshot.requires_grad_(False)
-    shapes = {key: tuple(spaces.state[key].shape) for key in keys}
-    if algorithm is Algorithm.SAC:
-        module: nn.Module = _GaussianActing(snapshot, keys)
-        shapes[EPSILON_INPUT] = tuple(spaces.actions.shape)
-        outputs: tuple[str, ...] = (ACTIONS_OUTPUT,)
-    else:
-        module = _GreedyActing(snapshot, keys)
-        outputs = (ACTIONS_OUTPUT, Q_VALUES_OUTPUT)
-    return PolicyGraph(module.eval(), algorithm, spaces, tuple(shapes), shapes, outputs)
+    shapes = {key: tuple(spaces.state[key].shape) for key in keys} | extra
+    return PolicyGraph(snapshot, str(algorithm), spaces, tuple(shapes), shapes, outputs)
 
 
 def action_bounds(env_action_space: Any) -> dict[str, Any]:
@@ -181,7 +174,8 @@ def file_sha256(path: str | Path) -> str:
 def policy_metadata(
     graph: PolicyGraph,
     *,
-    recipe: Recipe | None = None,
+    recipe_name: str = "",
+    recipe_toml: str = "",
     env_action_space: Any = None,
     training_step: int = 0,
     checkpoint: str | Path | None = None,
@@ -190,14 +184,14 @@ def policy_metadata(
 
     Args:
         graph: What is exported.
-        recipe: The run's recipe (its name and TOML go into the file).
+        recipe_name: The run's recipe's name.
+        recipe_toml: The run's resolved recipe as TOML (``emote eval policy.onnx`` rebuilds the
+            environment from it).
         env_action_space: The environment's own action space; defaults to the space the policy
             acts in.
         training_step: The update the weights come from.
         checkpoint: The checkpoint file exported, if any (its path and sha256 are recorded).
     """
-    from emote_core.recipes.loading import recipe_to_toml
-
     actions: BoxSpace = graph.spaces.actions
     return PolicyMetadata(
         algorithm=graph.algorithm,
@@ -206,12 +200,19 @@ def policy_metadata(
         action_bounds=action_bounds(env_action_space if env_action_space is not None else actions),
         input_names=graph.input_names,
         output_names=graph.output_names,
-        recipe=recipe.name if recipe is not None else "",
-        recipe_toml=recipe_to_toml(recipe) if recipe is not None else "",
+        recipe=recipe_name,
+        recipe_toml=recipe_toml,
         training_step=int(training_step),
         source_checkpoint=str(checkpoint) if checkpoint is not None else "",
         source_checkpoint_sha256=file_sha256(checkpoint) if checkpoint is not None else "",
     )
 
 
-__all__ = ["PolicyGraph", "action_bounds", "file_sha256", "policy_graph", "policy_metadata"]
+__all__ = [
+    "KeyedInputs",
+    "PolicyGraph",
+    "action_bounds",
+    "file_sha256",
+    "policy_graph",
+    "policy_metadata",
+]

@@ -1,4 +1,9 @@
-"""Recipes: typed, validated descriptions of a training run, loaded from TOML."""
+"""Recipes: typed, validated descriptions of a training run, loaded from TOML.
+
+The tables of algorithms and add-ons are declared by those plug-ins
+(:mod:`emote_core.algorithms.registry`); :mod:`emote_core.assembly` turns a recipe into running
+parts.
+"""
 
 from emote_core.recipes.loading import (
     available_recipes,
@@ -8,24 +13,18 @@ from emote_core.recipes.loading import (
     recipe_to_toml,
 )
 from emote_core.recipes.schema import (
-    Algorithm,
-    DqnConfig,
     EnvConfig,
     EvalConfig,
     MemoryConfig,
     Recipe,
-    SacConfig,
     TrainingConfig,
 )
 
 __all__ = [
-    "Algorithm",
-    "DqnConfig",
     "EnvConfig",
     "EvalConfig",
     "MemoryConfig",
     "Recipe",
-    "SacConfig",
     "TrainingConfig",
     "available_recipes",
     "find_recipe",

@@ -14,10 +14,18 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from emote_core.algorithms.registry import (
+    addon_names,
+    algorithm_names,
+    find_plugin,
+    get_addon,
+    get_algorithm,
+)
 from emote_core.errors import ConfigurationError
 from emote_core.recipes.schema import Recipe
 
 RECIPE_SUFFIX = ".toml"
+_SECTIONS = "sections"  # Recipe's field for plug-in tables; they stand at the top level in TOML
 
 
 def recipe_directories() -> list[Path]:
@@ -110,16 +118,59 @@ def apply_override(data: dict[str, Any], override: str) -> None:
 
 
 def recipe_from_dict(data: dict[str, Any], *, source: str = "recipe") -> Recipe:
-    """Builds a :class:`Recipe` from plain data, checking every key and type."""
-    recipe = _build(Recipe, data, source, "")
+    """Builds a :class:`Recipe` from plain data, checking every key and type.
+
+    Tables named after a registered algorithm or add-on (``[sac]``, ...) are read with the
+    dataclass that plug-in declares; the recipe's algorithm and add-ons get their defaults when
+    their tables are missing.
+
+    Raises:
+        ConfigurationError: For unknown keys or tables, wrong types, an algorithm or add-on that
+            is not registered, or values that make no sense.
+    """
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"{source}: a recipe must be a table; got {data!r}")
+    base = {f.name for f in dataclasses.fields(Recipe)} - {_SECTIONS}
+    plain = {key: value for key, value in data.items() if key in base}
+    tables = {key: value for key, value in data.items() if key not in base}
+    recipe = _build(Recipe, plain, source, "", exclude={_SECTIONS})
+    recipe.sections = {
+        name: _plugin_table(name, value, source, base) for name, value in tables.items()
+    }
+    try:
+        plugins = [get_algorithm(recipe.algorithm)] + [get_addon(name) for name in recipe.addons]
+    except ConfigurationError as error:
+        raise ConfigurationError(f"{source}: {error}") from error
+    if len(set(recipe.addons)) != len(recipe.addons):
+        raise ConfigurationError(f"{source}: 'addons' names an add-on twice: {recipe.addons}")
+    for plugin in plugins:
+        if plugin.name in base:
+            raise ConfigurationError(
+                f"{source}: plug-in '{plugin.name}' is named like the recipe's own '{plugin.name}' "
+                "key; register it under another name"
+            )
+        recipe.sections.setdefault(plugin.name, plugin.default_config())
     validate_recipe(recipe, source)
     return recipe
 
 
-def _build(cls: type, data: Any, source: str, where: str) -> Any:
+def _plugin_table(name: str, value: Any, source: str, base: set[str]) -> Any:
+    """The typed table ``[name]`` of a registered plug-in."""
+    plugin = find_plugin(name)
+    if plugin is None:
+        known = sorted(base) + algorithm_names() + addon_names()
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ConfigurationError(
+            f"{source}: unknown key '{name}'{hint} (known: {', '.join(known)})"
+        )
+    return _build(plugin.config_class, value, source, name)
+
+
+def _build(cls: type, data: Any, source: str, where: str, exclude: set[str] = frozenset()) -> Any:
     if not isinstance(data, dict):
         raise ConfigurationError(f"{source}: '{where}' must be a table; got {data!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in exclude}
     hints = typing.get_type_hints(cls)
     unknown = [key for key in data if key not in fields]
     if unknown:
@@ -223,14 +274,18 @@ def validate_recipe(recipe: Recipe, source: str = "recipe") -> None:
     for key, value in non_negative.items():
         if value < 0:
             raise ConfigurationError(f"{source}: '{key}' must be >= 0; got {value}")
-    for name, value in (("sac.gamma", recipe.sac.gamma), ("dqn.gamma", recipe.dqn.gamma)):
-        if not 0.0 <= value <= 1.0:
-            raise ConfigurationError(f"{source}: '{name}' must be within [0, 1]; got {value}")
+    for name, config in recipe.sections.items():
+        plugin = find_plugin(name)
+        if plugin is not None:
+            plugin.validate(config, source=source)
 
 
 def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
-    """Plain data of a recipe (enums as their values), as :func:`recipe_from_dict` reads it."""
-    return json.loads(json.dumps(dataclasses.asdict(recipe), default=str))
+    """Plain data of a recipe (enums as their values, plug-in tables at the top level), as
+    :func:`recipe_from_dict` reads it."""
+    data = json.loads(json.dumps(dataclasses.asdict(recipe), default=str))
+    sections = data.pop(_SECTIONS)
+    return data | sections
 
 
 def recipe_to_toml(recipe: Recipe) -> str:

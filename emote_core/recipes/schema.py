@@ -1,22 +1,16 @@
 """The recipe schema: every knob of a training run, typed, documented and defaulted.
 
 A recipe is a TOML file whose tables mirror these dataclasses. Each field's docstring is its
-documentation (shown by ``emote train --help-recipe``-style tools and in errors).
+documentation (shown by ``emote train --help-recipe``-style tools and in errors). The tables of
+the algorithm and of its add-ons (``[sac]``, ``[dqn]``, ...) are the dataclasses those plug-ins
+declare (:mod:`emote_core.algorithms.registry`); a loaded recipe holds them, typed, in
+:attr:`Recipe.sections`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
-
-
-class Algorithm(StrEnum):
-    """The learning algorithms a recipe can name."""
-
-    SAC = "sac"
-    """Soft actor-critic, for continuous (Box) actions."""
-    DQN = "dqn"
-    """Deep Q-learning (double DQN), for discrete actions."""
+from typing import Any
 
 
 @dataclass
@@ -68,50 +62,6 @@ class TrainingConfig:
 
 
 @dataclass
-class SacConfig:
-    """Soft actor-critic hyperparameters."""
-
-    hidden_dims: list[int] = field(default_factory=lambda: [256, 256])
-    """Hidden layer widths of the policy and both Q networks."""
-    learning_rate: float = 3e-4
-    """Adam learning rate of the policy, the Q networks and the temperature."""
-    gamma: float = 0.99
-    """Discount factor."""
-    tau: float = 0.005
-    """Polyak factor of the target Q networks."""
-    reward_scale: float = 1.0
-    """Multiplies rewards in the Q targets."""
-    target_entropy: float | None = None
-    """Entropy the temperature aims for; ``-action_dim`` when unset."""
-    max_alpha: float = 10.0
-    """Upper bound of the temperature."""
-    max_grad_norm: float = 10.0
-    """Gradient norm clip of every loss."""
-
-
-@dataclass
-class DqnConfig:
-    """Double DQN hyperparameters."""
-
-    hidden_dims: list[int] = field(default_factory=lambda: [256, 256])
-    """Hidden layer widths of the Q network."""
-    learning_rate: float = 1e-3
-    """Adam learning rate."""
-    gamma: float = 0.99
-    """Discount factor."""
-    target_update_interval: int = 500
-    """Updates between copies of the Q network into its target."""
-    epsilon_start: float = 1.0
-    """Exploration rate at the first step."""
-    epsilon_end: float = 0.05
-    """Exploration rate after the decay."""
-    epsilon_decay_steps: int = 10_000
-    """Updates over which exploration decays linearly."""
-    max_grad_norm: float = 10.0
-    """Gradient norm clip."""
-
-
-@dataclass
 class EvalConfig:
     """Evaluation after training and by ``emote eval``."""
 
@@ -127,25 +77,43 @@ class Recipe:
 
     name: str = "recipe"
     """The recipe's name (its file name by default)."""
-    algorithm: Algorithm = Algorithm.SAC
-    """The learning algorithm: ``sac`` or ``dqn``."""
+    algorithm: str = "sac"
+    """The learning algorithm, by its registered name (``sac``, ``dqn``, or a plug-in's)."""
+    addons: list[str] = field(default_factory=list)
+    """Add-ons combined with the algorithm, by registered name, each configured in its table."""
     seed: int = 0
     """Seed of the environments, networks and sampling."""
     env: EnvConfig = field(default_factory=EnvConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
-    sac: SacConfig = field(default_factory=SacConfig)
-    dqn: DqnConfig = field(default_factory=DqnConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    sections: dict[str, Any] = field(default_factory=dict)
+    """The plug-in tables (the algorithm's and the add-ons'), typed, by table name."""
+
+    @property
+    def config(self) -> Any:
+        """The algorithm's table (``recipe.sections[recipe.algorithm]``)."""
+        return self.section(self.algorithm)
+
+    def section(self, name: str) -> Any:
+        """The plug-in table ``[name]``.
+
+        Raises:
+            KeyError: If the recipe has no such table.
+        """
+        try:
+            return self.sections[name]
+        except KeyError:
+            raise KeyError(
+                f"recipe '{self.name}' has no [{name}] table (it has {sorted(self.sections)})"
+            ) from None
+
+    def __getattr__(self, name: str) -> Any:
+        # Plug-in tables read like the other tables: ``recipe.sac.learning_rate``.
+        sections = self.__dict__.get("sections")
+        if sections is not None and name in sections:
+            return sections[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
-__all__ = [
-    "Algorithm",
-    "DqnConfig",
-    "EnvConfig",
-    "EvalConfig",
-    "MemoryConfig",
-    "Recipe",
-    "SacConfig",
-    "TrainingConfig",
-]
+__all__ = ["EnvConfig", "EvalConfig", "MemoryConfig", "Recipe", "TrainingConfig"]

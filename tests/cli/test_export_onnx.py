@@ -13,7 +13,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import emote_core.recipes.builders
+import emote_core.assembly.builders
 from emote_cli.app import app
 from emote_core.onnx.graph import PolicyGraph
 
@@ -102,7 +102,7 @@ def test_eval_of_the_export_matches_the_checkpoint_without_torch_models(
     def no_networks(*args, **kwargs):
         raise AssertionError("evaluating an .onnx file must not build torch networks")
 
-    monkeypatch.setattr(emote_core.recipes.builders, "make_networks", no_networks)
+    monkeypatch.setattr(emote_core.assembly.builders, "make_networks", no_networks)
     monkeypatch.setattr(torch.nn.Module, "__init__", no_networks)
     from_onnx = run(runner, "eval", "policy.onnx", *args)
     assert from_onnx.exit_code == 0, from_onnx.output

@@ -9,13 +9,14 @@ import onnx
 import pytest
 import torch
 
+from emote_core.algorithms.dqn import DoubleDQN
+from emote_core.algorithms.sac import SoftActorCritic
 from emote_core.errors import ConfigurationError, FormatError
 from emote_core.nn import DiscreteActionValueMlp, GaussianMlpPolicy
 from emote_core.onnx.agent import OnnxAgentProxy
-from emote_core.onnx.graph import policy_graph, policy_metadata
+from emote_core.onnx.graph import policy_metadata
 from emote_core.onnx.writer import export_policy
 from emote_core.proxies import EpsilonGreedyAgentProxy, MultiKeyAgentProxy
-from emote_core.recipes.schema import Algorithm
 from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, MDPSpace
 from emote_core.typing import DictObservation, EpisodeState
 
@@ -30,7 +31,7 @@ SPACES = MDPSpace(
 def sac_export(tmp_path_factory: pytest.TempPathFactory) -> tuple[GaussianMlpPolicy, Path]:
     torch.manual_seed(0)
     policy = GaussianMlpPolicy(observation_dim=7, action_dim=2, hidden_dims=(16,))
-    graph = policy_graph(policy, algorithm=Algorithm.SAC, spaces=SPACES)
+    graph = SoftActorCritic().policy_graph(policy, SPACES)
     path = tmp_path_factory.mktemp("onnx") / "policy.onnx"
     export_policy(graph, path, metadata=policy_metadata(graph))
     return policy, path
@@ -84,7 +85,7 @@ def test_dqn_exports_act_greedily_like_the_torch_proxy(tmp_path: Path) -> None:
     )  # fmt: skip
     torch.manual_seed(1)
     q = DiscreteActionValueMlp(observation_dim=5, num_actions=4, hidden_dims=(16,))
-    graph = policy_graph(q, algorithm=Algorithm.DQN, spaces=spaces)
+    graph = DoubleDQN().policy_graph(q, spaces)
     export_policy(graph, tmp_path / "q.onnx", metadata=policy_metadata(graph))
     rng = np.random.default_rng(0)
     seen = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -13,6 +14,8 @@ import onnxruntime
 import pytest
 import torch
 
+from emote_core.algorithms.dqn import DoubleDQN
+from emote_core.algorithms.sac import SoftActorCritic
 from emote_core.callback import Callback
 from emote_core.callbacks.generic import BackPropStepsTerminator
 from emote_core.errors import ConfigurationError, ExportError
@@ -20,10 +23,9 @@ from emote_core.memory.callbacks import MemoryWarmup
 from emote_core.nn import DiscreteActionValueMlp, GaussianMlpPolicy
 from emote_core.onnx.exporter import OnnxExporter
 from emote_core.onnx.format import PolicyMetadata
-from emote_core.onnx.graph import PolicyGraph, policy_graph, policy_metadata
+from emote_core.onnx.graph import PolicyGraph, policy_metadata
 from emote_core.onnx.writer import export_policy
 from emote_core.proxies import EpsilonGreedyAgentProxy, MultiKeyAgentProxy
-from emote_core.recipes.schema import Algorithm
 from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, MDPSpace
 from emote_core.trainer import Trainer
 from emote_core.typing import DictObservation, EpisodeState
@@ -47,7 +49,7 @@ def sac_policy() -> GaussianMlpPolicy:
 
 def export_sac(path: Path, opset: int = 15, **kwargs) -> tuple[GaussianMlpPolicy, object]:
     policy = sac_policy()
-    graph = policy_graph(policy, algorithm=Algorithm.SAC, spaces=SAC_SPACES)
+    graph = SoftActorCritic().policy_graph(policy, SAC_SPACES)
     report = export_policy(graph, path, opset=opset, metadata=policy_metadata(graph), **kwargs)
     return policy, report
 
@@ -115,7 +117,7 @@ def test_metadata_describes_the_policy_without_the_training_code(tmp_path: Path)
 def test_dqn_exports_greedy_actions_and_q_values(tmp_path: Path) -> None:
     torch.manual_seed(0)
     q = DiscreteActionValueMlp(observation_dim=4, num_actions=3, hidden_dims=(8,))
-    graph = policy_graph(q, algorithm=Algorithm.DQN, spaces=DQN_SPACES)
+    graph = DoubleDQN().policy_graph(q, DQN_SPACES)
     report = export_policy(graph, tmp_path / "q.onnx", metadata=policy_metadata(graph))
     assert report.inputs == ["obs"] and report.outputs == ["actions", "q_values"]
     session = onnxruntime.InferenceSession(str(tmp_path / "q.onnx"))
@@ -175,7 +177,7 @@ def test_an_observation_key_named_epsilon_is_refused() -> None:
         state=DictSpace({"epsilon": BoxSpace(np.float32, (7,))}),
     )  # fmt: skip
     with pytest.raises(ExportError, match="reserve for the noise input"):
-        policy_graph(sac_policy(), algorithm=Algorithm.SAC, spaces=spaces)
+        SoftActorCritic().policy_graph(sac_policy(), spaces)
 
 
 class Updates(Callback):
@@ -202,7 +204,7 @@ def batches(count: int | None = None):
 def make_exporter(tmp_path: Path, **kwargs) -> tuple[GaussianMlpPolicy, OnnxExporter]:
     policy = sac_policy()
     exporter = OnnxExporter(
-        network=policy, algorithm=Algorithm.SAC, spaces=SAC_SPACES,
+        graph=functools.partial(SoftActorCritic().policy_graph, policy, SAC_SPACES),
         directory=tmp_path / "exports", **kwargs,
     )  # fmt: skip
     return policy, exporter

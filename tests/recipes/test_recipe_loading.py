@@ -9,7 +9,6 @@ import pytest
 
 from emote_core.errors import ConfigurationError
 from emote_core.recipes import (
-    Algorithm,
     available_recipes,
     load_recipe,
     recipe_from_dict,
@@ -27,7 +26,7 @@ def test_every_shipped_recipe_loads_and_round_trips_through_toml() -> None:
 
 
 def test_shipped_recipes_pick_the_right_algorithm_for_their_env() -> None:
-    assert load_recipe("dqn_cartpole").algorithm is Algorithm.DQN
+    assert load_recipe("dqn_cartpole").algorithm == "dqn"
     lander = load_recipe("sac_lunar_lander")
     assert lander.env.id == "LunarLander-v3" and lander.env.kwargs == {"continuous": True}
 
@@ -75,7 +74,7 @@ def test_a_recipe_file_outside_the_recipes_folder_loads_by_path(tmp_path: Path) 
     path = tmp_path / "mine.toml"
     path.write_text('algorithm = "dqn"\n[env]\nid = "CartPole-v1"\n')
     recipe = load_recipe(path)
-    assert recipe.name == "mine" and recipe.algorithm is Algorithm.DQN
+    assert recipe.name == "mine" and recipe.algorithm == "dqn"
     assert recipe.dqn.hidden_dims == [256, 256]  # defaults fill what the file leaves out
 
 
@@ -89,7 +88,7 @@ def test_recipes_installed_with_a_wheel_are_found_by_name(
     monkeypatch.setattr("sys.prefix", str(tmp_path / "prefix"))
     monkeypatch.chdir(tmp_path)
     assert "wheel_only" in available_recipes()
-    assert load_recipe("wheel_only").algorithm is Algorithm.DQN
+    assert load_recipe("wheel_only").algorithm == "dqn"
     pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     data_files = pyproject["tool"]["setuptools"]["data-files"]
     assert data_files == {"share/emote/recipes": ["recipes/*.toml"]}

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from emote_core.recipes.builders import make_env
+from emote_core.assembly.builders import make_env
 from emote_core.recipes.schema import Recipe
 
 

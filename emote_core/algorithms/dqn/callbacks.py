@@ -1,15 +1,5 @@
-"""Deep Q-learning (with double Q-learning by default) as callbacks.
-
-Two callbacks share an online network ``q(observation) -> (B, num_actions)`` and a target copy::
-
-    callbacks = [
-        QTarget(q=q, q_target_network=copy.deepcopy(q), target_update_interval=500),
-        QLoss(q=q, optimizer=torch.optim.Adam(q.parameters(), lr=1e-4)),
-    ]
-
-Actions are stored as int64 of shape ``(B, 1)`` (what tables built for a
-:class:`~emote_core.spaces.DiscreteSpace` hold).
-"""
+"""Double DQN as callbacks: the Q target (with n-step returns and a followed target network)
+and the Q loss; :mod:`emote_core.algorithms.dqn` describes how they fit together."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from emote_core.algorithms._common import frozen, key_list, sample_policy, window_starts
-from emote_core.algorithms.sac_targets import check_ln_alpha
+from emote_core.algorithms.sac.targets import check_ln_alpha
 from emote_core.callbacks.loss import LossCallback
 from emote_core.errors import ConfigurationError
 from emote_core.nn.inputs import flatten_observation

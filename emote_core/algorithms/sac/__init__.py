@@ -1,4 +1,4 @@
-"""Soft Actor-Critic as callbacks.
+"""Soft Actor-Critic: the callbacks, and the ``sac`` algorithm family that recipes name.
 
 A SAC run is five callbacks sharing one policy, two Q networks with target copies and one
 ``ln_alpha`` tensor::
@@ -20,18 +20,22 @@ group; the losses run at ``Order.DEFAULT`` in the order given (Q losses, then th
 the temperature, as above). In that order the temperature step reuses the log-probabilities the
 policy loss computed on the same batch (``policy_log_probs`` in the data group) instead of
 running the policy again.
+
+:class:`~emote_core.algorithms.sac.family.SoftActorCritic` registers this set-up as
+``algorithm = "sac"`` with its recipe table :class:`~emote_core.algorithms.sac.family.SacConfig`.
 """
 
 from __future__ import annotations
 
-from emote_core.algorithms.sac_losses import (
+from emote_core.algorithms.sac.family import SacConfig, SacNetworks, SoftActorCritic
+from emote_core.algorithms.sac.losses import (
     POLICY_LOG_PROBS_KEY,
     POLICY_LOG_PROBS_STEP_KEY,
     AlphaLoss,
     PolicyLoss,
     QLoss,
 )
-from emote_core.algorithms.sac_targets import QTarget
+from emote_core.algorithms.sac.targets import QTarget
 
 __all__ = [
     "POLICY_LOG_PROBS_KEY",
@@ -40,4 +44,7 @@ __all__ = [
     "PolicyLoss",
     "QLoss",
     "QTarget",
+    "SacConfig",
+    "SacNetworks",
+    "SoftActorCritic",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -10,16 +11,18 @@ from typing import Any, ClassVar
 
 import torch
 
-from emote_core.callback import Callback, Order
-from emote_core.errors import ConfigurationError
-from emote_core.recipes.builders import (
-    Networks,
-    algorithm_callbacks,
-    make_agent,
+from emote_core.algorithms.registry import Networks, TrainingParts
+from emote_core.assembly.builders import (
+    build_context,
     make_env,
     make_networks,
+    policy_graph,
     stores_spaces_match,
+    training_parts,
 )
+from emote_core.callback import Callback, Order
+from emote_core.errors import ConfigurationError
+from emote_core.recipes.loading import recipe_to_toml
 from emote_core.recipes.schema import Recipe
 from emote_core.runs import RunDirectory
 from emote_core.trainer import Trainer
@@ -82,7 +85,7 @@ def build_training(
     from torch.utils.tensorboard import SummaryWriter
 
     from emote_core.callbacks.checkpointing import Checkpointer, CheckpointLoader
-    from emote_core.callbacks.generic import BackPropStepsTerminator, ScheduleStepper
+    from emote_core.callbacks.generic import BackPropStepsTerminator
     from emote_core.callbacks.logging import TensorboardLogger, TerminalLogger
     from emote_core.memory import DictObsMemoryTable, DictObsNStepMemoryTable, MemoryLoader
     from emote_core.stores.zarr_store import MemoryStore
@@ -116,17 +119,13 @@ def build_training(
         )
 
     networks = make_networks(recipe, spaces, device)
-    learning, epsilon = algorithm_callbacks(recipe, networks, spaces)
-    callbacks: list[Callback] = list(learning)
-    checkpointed: list[Callback] = list(learning)
-    if epsilon is not None:
-        stepper = ScheduleStepper(schedules={"epsilon": epsilon})
-        callbacks.append(stepper)
-        checkpointed.append(stepper)
+    parts = training_parts(recipe, networks, build_context(recipe, spaces, device, table=table))
+    callbacks: list[Callback] = list(parts.callbacks)
+    checkpointed: list[Callback] = list(parts.callbacks)
 
     collector = None
     if live:
-        collector = _collector(recipe, env, networks, spaces, device, epsilon, run, table, loader)
+        collector = _collector(recipe, env, parts, run, table, loader)
         callbacks.append(collector)
         if recipe.memory.store_episodes:
             callbacks.append(FinalMemoryExport(exporter=collector.memory))
@@ -153,8 +152,9 @@ def build_training(
         from emote_core.onnx.exporter import OnnxExporter
 
         exporter = OnnxExporter(
-            network=networks.acting, algorithm=recipe.algorithm, spaces=spaces,
-            directory=run.exports, interval=recipe.training.export_interval, recipe=recipe,
+            graph=functools.partial(policy_graph, recipe, networks, spaces),
+            directory=run.exports, interval=recipe.training.export_interval,
+            recipe_name=recipe.name, recipe_toml=recipe_to_toml(recipe),
             env_action_space=env_action_space,
         )  # fmt: skip
         callbacks.append(exporter)
@@ -167,9 +167,8 @@ def build_training(
 
 
 def _collector(
-    recipe: Recipe, env: Any, networks: Networks, spaces: Any, device: torch.device,
-    epsilon: Any, run: RunDirectory, table: Any, loader: Any,
-) -> Any:  # fmt: skip
+    recipe: Recipe, env: Any, parts: TrainingParts, run: RunDirectory, table: Any, loader: Any
+) -> Any:
     from emote_core.env import GymCollector, ThreadedGymCollector
     from emote_core.memory.proxy import MemoryTableProxy
     from emote_core.proxies import RandomAgentProxy
@@ -181,11 +180,10 @@ def _collector(
             memory, target_memory_name="memory", inf_steps_per_memory_export=1_000,
             experiment_root_path=run.path, min_time_per_export=0.0,
         )  # fmt: skip
-    agent = make_agent(recipe, networks, spaces, device, epsilon=epsilon)
     warmup_agent = RandomAgentProxy(action_space=env.single_action_space, seed=recipe.seed)
     collector_class = ThreadedGymCollector if recipe.training.threaded else GymCollector
     return collector_class(
-        env=env, agent=agent, memory=memory, warmup_steps=recipe.memory.warmup_steps,
+        env=env, agent=parts.agent, memory=memory, warmup_steps=recipe.memory.warmup_steps,
         inference_steps_per_batch=recipe.training.inference_steps_per_batch,
         seed=recipe.seed, warmup_agent=warmup_agent, ready_check=loader,
     )  # fmt: skip

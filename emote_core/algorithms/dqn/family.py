@@ -1,0 +1,154 @@
+"""Double DQN as a registered algorithm family: its recipe table, networks, callbacks and acting
+network."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from emote_core.algorithms.dqn.callbacks import QLoss, QTarget
+from emote_core.algorithms.registry import (
+    AlgorithmFamily,
+    BuildContext,
+    Networks,
+    TrainingParts,
+    register_algorithm,
+)
+from emote_core.callbacks.generic import ScheduleStepper
+from emote_core.errors import ConfigurationError
+from emote_core.nn import DiscreteActionValueMlp, observation_dim
+from emote_core.onnx.format import ACTIONS_OUTPUT, Q_VALUES_OUTPUT
+from emote_core.onnx.graph import KeyedInputs, PolicyGraph, policy_graph
+from emote_core.proxies import EpsilonGreedyAgentProxy
+from emote_core.schedules import LinearSchedule
+from emote_core.spaces import DiscreteSpace, MDPSpace
+
+
+@dataclass
+class DqnConfig:
+    """Double DQN hyperparameters (the recipe table ``[dqn]``)."""
+
+    hidden_dims: list[int] = field(default_factory=lambda: [256, 256])
+    """Hidden layer widths of the Q network."""
+    learning_rate: float = 1e-3
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor."""
+    target_update_interval: int = 500
+    """Updates between copies of the Q network into its target."""
+    epsilon_start: float = 1.0
+    """Exploration rate at the first step."""
+    epsilon_end: float = 0.05
+    """Exploration rate after the decay."""
+    epsilon_decay_steps: int = 10_000
+    """Updates over which exploration decays linearly."""
+    max_grad_norm: float = 10.0
+    """Gradient norm clip."""
+
+
+@dataclass
+class DqnNetworks(Networks):
+    """The Q network and its target copy."""
+
+    q: nn.Module
+    targets: dict[str, nn.Module] = field(default_factory=dict)
+
+    @property
+    def acting(self) -> nn.Module:
+        """The Q network (agents act greedily on it)."""
+        return self.q
+
+
+class GreedyActing(KeyedInputs):
+    """``(*observations) -> (actions, q_values)``: the greedy action of a Q network, as exported."""
+
+    def __init__(self, q_network: nn.Module, keys: tuple[str, ...]) -> None:
+        super().__init__(keys)
+        self.q_network = q_network
+
+    def forward(self, *observations: Tensor) -> tuple[Tensor, Tensor]:
+        values = self.q_network(self.features(observations))
+        return values.argmax(dim=1, keepdim=True), values
+
+
+@register_algorithm
+class DoubleDQN(AlgorithmFamily):
+    """Deep Q-learning with double Q targets and linearly decaying epsilon-greedy exploration."""
+
+    name: ClassVar[str] = "dqn"
+    config_class: ClassVar[type] = DqnConfig
+    summary: ClassVar[str] = "deep Q-learning (double DQN), for discrete actions"
+    acting_callback: ClassVar[str] = "q"
+
+    def validate(self, config: DqnConfig, *, source: str) -> None:
+        if not 0.0 <= config.gamma <= 1.0:
+            raise ConfigurationError(
+                f"{source}: 'dqn.gamma' must be within [0, 1]; got {config.gamma}"
+            )
+
+    def check_spaces(self, spaces: MDPSpace, *, env_id: str) -> None:
+        if not isinstance(spaces.actions, DiscreteSpace):
+            raise ConfigurationError(
+                f"DQN needs discrete actions; '{env_id}' has continuous actions — use "
+                'algorithm = "sac"'
+            )
+        if len(spaces.state.keys()) != 1:
+            raise ConfigurationError(
+                f"DQN recipes take one observation key; '{env_id}' gives "
+                f"{list(spaces.state.keys())}"
+            )
+
+    def make_networks(self, config: DqnConfig, context: BuildContext) -> DqnNetworks:
+        actions = context.spaces.actions
+        assert isinstance(actions, DiscreteSpace)  # check_spaces ran first
+        q = DiscreteActionValueMlp(
+            observation_dim=observation_dim(context.spaces), num_actions=actions.n,
+            hidden_dims=config.hidden_dims,
+        ).to(context.device)  # fmt: skip
+        return DqnNetworks(q=q, targets={"q": copy.deepcopy(q)})
+
+    def training_parts(
+        self, config: DqnConfig, networks: DqnNetworks, context: BuildContext
+    ) -> TrainingParts:
+        epsilon = LinearSchedule(
+            config.epsilon_start, config.epsilon_end, config.epsilon_decay_steps
+        )
+        callbacks = [
+            QTarget(q=networks.q, q_target_network=networks.targets["q"], gamma=config.gamma,
+                    target_update_interval=config.target_update_interval,
+                    rollout_length=context.rollout_length),
+            QLoss(q=networks.q, max_grad_norm=config.max_grad_norm,
+                  optimizer=torch.optim.Adam(networks.q.parameters(), lr=config.learning_rate,
+                                             fused=True)),
+            ScheduleStepper(schedules={"epsilon": epsilon}),
+        ]  # fmt: skip
+        return TrainingParts(callbacks=callbacks, agent=self._agent(networks, context, epsilon))
+
+    def acting_agent(
+        self, config: DqnConfig, networks: DqnNetworks, context: BuildContext, *,
+        deterministic: bool,
+    ) -> Any:  # fmt: skip
+        # Outside training a stochastic agent explores as much as training ended with.
+        return self._agent(networks, context, 0.0 if deterministic else config.epsilon_end)
+
+    def _agent(self, networks: DqnNetworks, context: BuildContext, epsilon: Any) -> Any:
+        actions = context.spaces.actions
+        assert isinstance(actions, DiscreteSpace)
+        (key,) = context.spaces.state.keys()
+        return EpsilonGreedyAgentProxy(
+            q_network=networks.acting, device=context.device, num_actions=actions.n,
+            epsilon=epsilon, input_key=key, seed=context.seed,
+        )  # fmt: skip
+
+    def policy_graph(self, acting: nn.Module, spaces: MDPSpace) -> PolicyGraph:
+        return policy_graph(
+            GreedyActing(acting, tuple(spaces.state.keys())), algorithm=self.name,
+            spaces=spaces, output_names=(ACTIONS_OUTPUT, Q_VALUES_OUTPUT),
+        )  # fmt: skip
+
+
+__all__ = ["DoubleDQN", "DqnConfig", "DqnNetworks", "GreedyActing"]

@@ -1,0 +1,367 @@
+"""How algorithm families and add-ons plug in: their interfaces and the registry of names.
+
+An **algorithm family** (SAC, DQN, ...) is everything a recipe's ``algorithm = "<name>"`` needs:
+
+- its recipe table ``[<name>]``, a typed dataclass (:attr:`AlgorithmFamily.config_class`; field
+  docstrings document it, defaults fill what a recipe leaves out);
+- its networks (:meth:`AlgorithmFamily.make_networks`), returned as a :class:`Networks` whose
+  :attr:`~Networks.acting` network is what agents act with;
+- its training callbacks and the agent that collects while it trains
+  (:meth:`AlgorithmFamily.training_parts`);
+- the agent that acts with a trained network (:meth:`AlgorithmFamily.acting_agent`: ``emote
+  eval``, ``emote collect --policy``) and the ONNX graph of it
+  (:meth:`AlgorithmFamily.policy_graph`: ``emote export onnx``).
+
+An **add-on** combines with an algorithm (a different critic head, an imitation reward, a
+representation loss, a dynamics model): a recipe names it in ``addons = ["<name>"]`` and
+configures it in its own table ``[<name>]``. It may change the networks before the algorithm's
+callbacks are built (:meth:`AddOn.adapt_networks`) and adds callbacks of its own
+(:meth:`AddOn.callbacks`).
+
+Both register by name (:func:`register_algorithm`, :func:`register_addon`). emote's own
+families register when :mod:`emote_core.algorithms` is imported; other packages register theirs
+on import too, and are found by the command line through the ``emote.algorithms`` /
+``emote.addons`` entry-point groups (``[project.entry-points."emote.algorithms"]
+mine = "my_package.my_algorithm"``): the first lookup of a name nobody registered imports those
+entry points. The assembly code (``emote train``, ``eval``, ``collect``, ``export``) only ever
+asks this registry; it has no per-algorithm branch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import logging
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from importlib import metadata
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from emote_core.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from emote_core.callback import Callback
+    from emote_core.onnx.graph import PolicyGraph
+    from emote_core.spaces import MDPSpace
+
+log = logging.getLogger(__name__)
+
+ALGORITHM_ENTRY_POINTS = "emote.algorithms"
+"""The entry-point group other packages list their algorithm modules in."""
+ADDON_ENTRY_POINTS = "emote.addons"
+"""The entry-point group other packages list their add-on modules in."""
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What an algorithm or add-on is built for.
+
+    Attributes:
+        spaces: The environment's MDP space, as the agents see it.
+        device: Where the networks live.
+        seed: The recipe's seed (networks are initialised after ``torch.manual_seed(seed)``).
+        rollout_length: Transitions per sampled window (n-step targets when above 1).
+        batch_size: Windows per training batch.
+        env_id: The environment's id, for messages.
+        table: The replay table while training (``None`` when only acting), for add-ons that
+            read or relabel memory.
+    """
+
+    spaces: MDPSpace
+    device: torch.device
+    seed: int = 0
+    rollout_length: int = 1
+    batch_size: int = 256
+    env_id: str = ""
+    table: Any = None
+
+
+class Networks(ABC):
+    """The networks of one algorithm; each family defines its own (usually a dataclass)."""
+
+    @property
+    @abstractmethod
+    def acting(self) -> nn.Module:
+        """The network agents act with, and that an ONNX export holds."""
+
+
+@dataclass
+class TrainingParts:
+    """What an algorithm trains with.
+
+    Attributes:
+        callbacks: Losses, targets and schedules; all of them are checkpointed.
+        agent: The agent proxy that collects experience while training (exploring).
+    """
+
+    callbacks: list[Callback]
+    agent: Any
+
+
+class _Plugin(ABC):
+    """What algorithm families and add-ons have in common: a name and a recipe table."""
+
+    name: ClassVar[str]
+    """The registered name: the recipe's ``algorithm`` value (or ``addons`` entry) and the name
+    of its table."""
+    config_class: ClassVar[type]
+    """The dataclass of the recipe table ``[<name>]``."""
+    summary: ClassVar[str] = ""
+    """One line for listings and help."""
+
+    def default_config(self) -> Any:
+        """The table with every default (what a recipe without ``[<name>]`` gets)."""
+        return self.config_class()
+
+    def validate(self, config: Any, *, source: str) -> None:  # noqa: B027 - optional hook
+        """Checks values that are well typed but make no sense (a discount above 1, say).
+
+        Raises:
+            ConfigurationError: Naming ``source``, the key and the value.
+        """
+
+
+class AlgorithmFamily(_Plugin):
+    """A learning algorithm that plugs into recipes, training, evaluation, collection and export.
+
+    Subclasses set :attr:`name`, :attr:`config_class` and :attr:`acting_callback`, and implement
+    the abstract methods; :func:`register_algorithm` makes them known.
+    """
+
+    acting_callback: ClassVar[str]
+    """The name of the callback whose ``network_state_dict`` in a checkpoint is the acting
+    network (the policy loss's, say): what ``emote eval`` and ``emote export onnx`` load."""
+
+    def check_spaces(self, spaces: MDPSpace, *, env_id: str) -> None:
+        """Refuses environments the algorithm cannot act in (discrete vs continuous actions).
+
+        Raises:
+            ConfigurationError: Naming the environment and what would fit.
+        """
+
+    @abstractmethod
+    def make_networks(self, config: Any, context: BuildContext) -> Networks:
+        """Fresh networks on ``context.device`` (the caller has seeded torch)."""
+
+    @abstractmethod
+    def training_parts(
+        self, config: Any, networks: Networks, context: BuildContext
+    ) -> TrainingParts:
+        """The callbacks that train ``networks`` and the agent that collects meanwhile."""
+
+    @abstractmethod
+    def acting_agent(
+        self, config: Any, networks: Networks, context: BuildContext, *, deterministic: bool
+    ) -> Any:
+        """An agent proxy acting with trained ``networks`` (outside training)."""
+
+    @abstractmethod
+    def policy_graph(self, acting: nn.Module, spaces: MDPSpace) -> PolicyGraph:
+        """The ONNX-exportable graph of the acting network (see :mod:`emote_core.onnx.graph`)."""
+
+
+class AddOn(_Plugin):
+    """Something that combines with an algorithm family in a recipe's ``addons`` list."""
+
+    def check(self, algorithm: AlgorithmFamily, spaces: MDPSpace, *, env_id: str) -> None:
+        """Refuses algorithms or environments the add-on does not work with.
+
+        Raises:
+            ConfigurationError: Naming what does not fit.
+        """
+
+    def adapt_networks(self, config: Any, networks: Networks, context: BuildContext) -> Networks:
+        """Changes the algorithm's networks before its callbacks are built (also when a trained
+        network is rebuilt for evaluation or export); the default keeps them."""
+        return networks
+
+    def callbacks(
+        self, config: Any, networks: Networks, parts: TrainingParts, context: BuildContext
+    ) -> list[Callback]:
+        """Callbacks to train with beside the algorithm's (checkpointed with them)."""
+        return []
+
+
+_P = TypeVar("_P", bound=_Plugin)
+
+
+class _Registry:
+    """Plugins of one kind by name, thread-safe, with entry-point discovery of unknown names."""
+
+    def __init__(self, kind: str, base: type[_Plugin], group: str) -> None:
+        self.kind = kind
+        self.base = base
+        self.group = group
+        self._plugins: dict[str, _Plugin] = {}
+        self._lock = threading.RLock()
+        self._entry_points_loaded = False
+
+    def register(self, plugin: Any, *, replace: bool) -> Any:
+        instance = plugin() if isinstance(plugin, type) else plugin
+        if not isinstance(instance, self.base):
+            raise ConfigurationError(
+                f"{self.kind} plugins derive from {self.base.__name__}; got {type(instance)!r}"
+            )
+        name = getattr(instance, "name", None)
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ConfigurationError(
+                f"a {self.kind}'s name must be an identifier (it names a recipe table); got "
+                f"{name!r} from {type(instance).__name__}"
+            )
+        config_class = getattr(instance, "config_class", None)
+        if not (isinstance(config_class, type) and dataclasses.is_dataclass(config_class)):
+            raise ConfigurationError(
+                f"{self.kind} '{name}' needs config_class, the dataclass of its recipe table; "
+                f"got {config_class!r}"
+            )
+        with self._lock:
+            held = self._plugins.get(name)
+            if held is not None and not replace and type(held) is not type(instance):
+                raise ConfigurationError(
+                    f"{self.kind} '{name}' is already registered by {type(held).__qualname__}; "
+                    "choose another name or pass replace=True"
+                )
+            self._plugins[name] = instance
+        return plugin
+
+    def unregister(self, name: str) -> None:
+        with self._lock:
+            self._plugins.pop(name, None)
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._plugins)
+
+    def find(self, name: str) -> _Plugin | None:
+        with self._lock:
+            found = self._plugins.get(name)
+        if found is None and self._load_entry_points():
+            with self._lock:
+                found = self._plugins.get(name)
+        return found
+
+    def get(self, name: str) -> _Plugin:
+        found = self.find(name)
+        if found is None:
+            known = self.names()
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ConfigurationError(
+                f"no {self.kind} named '{name}'{hint} (registered: {', '.join(known) or 'none'}; "
+                f"packages add theirs through the '{self.group}' entry points)"
+            )
+        return found
+
+    def _load_entry_points(self) -> bool:
+        """Imports the group's entry points once; whether this call imported any."""
+        with self._lock:
+            if self._entry_points_loaded:
+                return False
+            self._entry_points_loaded = True
+        loaded = False
+        for entry in metadata.entry_points(group=self.group):
+            try:
+                target = entry.load()
+            except Exception as error:  # a broken third-party plugin must not hide the others
+                log.warning("cannot load %s entry point '%s': %s", self.group, entry.value, error)
+                continue
+            if (isinstance(target, type) and issubclass(target, self.base)) or isinstance(
+                target, self.base
+            ):
+                self.register(target, replace=False)
+            loaded = True
+        return loaded
+
+
+_ALGORITHMS = _Registry("algorithm", AlgorithmFamily, ALGORITHM_ENTRY_POINTS)
+_ADDONS = _Registry("add-on", AddOn, ADDON_ENTRY_POINTS)
+
+
+def register_algorithm(family: _P | type[_P], *, replace: bool = False) -> Any:
+    """Makes an algorithm family known by its ``name``; usable as a class decorator.
+
+    Args:
+        family: An :class:`AlgorithmFamily` subclass (instantiated without arguments) or instance.
+        replace: Replace a different family registered under the same name.
+
+    Returns:
+        ``family``, unchanged.
+
+    Raises:
+        ConfigurationError: If it is not a family, its name is not an identifier, it has no
+            config dataclass, or the name is taken.
+    """
+    return _ALGORITHMS.register(family, replace=replace)
+
+
+def register_addon(addon: _P | type[_P], *, replace: bool = False) -> Any:
+    """Makes an add-on known by its ``name``; usable as a class decorator (see
+    :func:`register_algorithm`)."""
+    return _ADDONS.register(addon, replace=replace)
+
+
+def unregister_algorithm(name: str) -> None:
+    """Forgets an algorithm family (no error when it is not registered)."""
+    _ALGORITHMS.unregister(name)
+
+
+def unregister_addon(name: str) -> None:
+    """Forgets an add-on (no error when it is not registered)."""
+    _ADDONS.unregister(name)
+
+
+def get_algorithm(name: str) -> AlgorithmFamily:
+    """The algorithm family registered as ``name``.
+
+    Raises:
+        ConfigurationError: If there is none, with the closest registered name.
+    """
+    return _ALGORITHMS.get(name)  # type: ignore[return-value]
+
+
+def get_addon(name: str) -> AddOn:
+    """The add-on registered as ``name``.
+
+    Raises:
+        ConfigurationError: If there is none, with the closest registered name.
+    """
+    return _ADDONS.get(name)  # type: ignore[return-value]
+
+
+def find_plugin(name: str) -> AlgorithmFamily | AddOn | None:
+    """The algorithm family or add-on whose table is ``[name]``, or ``None``."""
+    return _ALGORITHMS.find(name) or _ADDONS.find(name)  # type: ignore[return-value]
+
+
+def algorithm_names() -> list[str]:
+    """The registered algorithm families, sorted."""
+    return _ALGORITHMS.names()
+
+
+def addon_names() -> list[str]:
+    """The registered add-ons, sorted."""
+    return _ADDONS.names()
+
+
+__all__ = [
+    "ADDON_ENTRY_POINTS",
+    "ALGORITHM_ENTRY_POINTS",
+    "AddOn",
+    "AlgorithmFamily",
+    "BuildContext",
+    "Networks",
+    "TrainingParts",
+    "addon_names",
+    "algorithm_names",
+    "find_plugin",
+    "get_addon",
+    "get_algorithm",
+    "register_addon",
+    "register_algorithm",
+    "unregister_addon",
+    "unregister_algorithm",
+]

@@ -1,0 +1,176 @@
+"""SAC as a registered algorithm family: its recipe table, networks, callbacks and acting
+network."""
+
+from __future__ import annotations
+
+import copy
+import functools
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from emote_core.algorithms.registry import (
+    AlgorithmFamily,
+    BuildContext,
+    Networks,
+    TrainingParts,
+    register_algorithm,
+)
+from emote_core.algorithms.sac.losses import AlphaLoss, PolicyLoss, QLoss
+from emote_core.algorithms.sac.targets import QTarget
+from emote_core.errors import ConfigurationError, ExportError
+from emote_core.nn import ActionValueMlp, GaussianMlpPolicy, observation_dim
+from emote_core.onnx.format import ACTIONS_OUTPUT, EPSILON_INPUT
+from emote_core.onnx.graph import KeyedInputs, PolicyGraph, policy_graph
+from emote_core.proxies import MultiKeyAgentProxy
+from emote_core.spaces import DiscreteSpace, MDPSpace
+
+
+@dataclass
+class SacConfig:
+    """Soft actor-critic hyperparameters (the recipe table ``[sac]``)."""
+
+    hidden_dims: list[int] = field(default_factory=lambda: [256, 256])
+    """Hidden layer widths of the policy and both Q networks."""
+    learning_rate: float = 3e-4
+    """Adam learning rate of the policy, the Q networks and the temperature."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Polyak factor of the target Q networks."""
+    reward_scale: float = 1.0
+    """Multiplies rewards in the Q targets."""
+    target_entropy: float | None = None
+    """Entropy the temperature aims for; ``-action_dim`` when unset."""
+    max_alpha: float = 10.0
+    """Upper bound of the temperature."""
+    max_grad_norm: float = 10.0
+    """Gradient norm clip of every loss."""
+
+
+@dataclass
+class SacNetworks(Networks):
+    """A Gaussian policy, two Q networks with target copies and the log-temperature."""
+
+    policy: nn.Module
+    q1: nn.Module
+    q2: nn.Module
+    ln_alpha: Tensor
+    targets: dict[str, nn.Module] = field(default_factory=dict)
+
+    @property
+    def acting(self) -> nn.Module:
+        """The policy."""
+        return self.policy
+
+
+class GaussianActing(KeyedInputs):
+    """``(*observations, epsilon) -> actions``: the policy's eval-mode forward, as exported."""
+
+    def __init__(self, policy: nn.Module, keys: tuple[str, ...]) -> None:
+        super().__init__(keys)
+        self.policy = policy
+
+    def forward(self, *inputs: Tensor) -> Tensor:
+        *observations, epsilon = inputs
+        return self.policy(self.features(observations), epsilon)
+
+
+@register_algorithm
+class SoftActorCritic(AlgorithmFamily):
+    """Soft actor-critic with twin Q networks and a learned temperature, for Box actions."""
+
+    name: ClassVar[str] = "sac"
+    config_class: ClassVar[type] = SacConfig
+    summary: ClassVar[str] = "soft actor-critic, for continuous (Box) actions"
+    acting_callback: ClassVar[str] = "policy"
+
+    def validate(self, config: SacConfig, *, source: str) -> None:
+        if not 0.0 <= config.gamma <= 1.0:
+            raise ConfigurationError(
+                f"{source}: 'sac.gamma' must be within [0, 1]; got {config.gamma}"
+            )
+
+    def check_spaces(self, spaces: MDPSpace, *, env_id: str) -> None:
+        if isinstance(spaces.actions, DiscreteSpace):
+            raise ConfigurationError(
+                f"SAC needs continuous (Box) actions; '{env_id}' has discrete actions — "
+                'use algorithm = "dqn"'
+            )
+
+    def make_networks(self, config: SacConfig, context: BuildContext) -> SacNetworks:
+        obs_dim = observation_dim(context.spaces)
+        action_dim = int(context.spaces.actions.shape[0])
+        hidden = config.hidden_dims
+        policy = GaussianMlpPolicy(
+            observation_dim=obs_dim, action_dim=action_dim, hidden_dims=hidden
+        )
+        q1, q2 = (
+            ActionValueMlp(observation_dim=obs_dim, action_dim=action_dim, hidden_dims=hidden)
+            for _ in range(2)
+        )
+        device = context.device
+        networks = SacNetworks(
+            policy=policy.to(device),
+            q1=q1.to(device),
+            q2=q2.to(device),
+            ln_alpha=torch.zeros(1, device=device, requires_grad=True),
+        )
+        networks.targets = {"q1": copy.deepcopy(networks.q1), "q2": copy.deepcopy(networks.q2)}
+        return networks
+
+    def training_parts(
+        self, config: SacConfig, networks: SacNetworks, context: BuildContext
+    ) -> TrainingParts:
+        # Fused Adam (one kernel for all parameters) measured ~5-8% more updates/s on the CPU.
+        adam = functools.partial(torch.optim.Adam, fused=True, lr=config.learning_rate)
+        action_dim = int(context.spaces.actions.shape[0])
+        clip = config.max_grad_norm
+        callbacks = [
+            QTarget(
+                policy=networks.policy, ln_alpha=networks.ln_alpha,
+                q1_target=networks.targets["q1"], q2_target=networks.targets["q2"],
+                q1=networks.q1, q2=networks.q2, gamma=config.gamma,
+                reward_scale=config.reward_scale, target_q_tau=config.tau,
+                rollout_length=context.rollout_length,
+            ),
+            QLoss(name="q1", q=networks.q1, max_grad_norm=clip,
+                  optimizer=adam(networks.q1.parameters())),
+            QLoss(name="q2", q=networks.q2, max_grad_norm=clip,
+                  optimizer=adam(networks.q2.parameters())),
+            PolicyLoss(policy=networks.policy, ln_alpha=networks.ln_alpha, q1=networks.q1,
+                       q2=networks.q2, max_grad_norm=clip,
+                       optimizer=adam(networks.policy.parameters())),
+            AlphaLoss(policy=networks.policy, ln_alpha=networks.ln_alpha, action_dim=action_dim,
+                      target_entropy=config.target_entropy, max_alpha=config.max_alpha,
+                      optimizer=adam([networks.ln_alpha])),
+        ]  # fmt: skip
+        agent = self.acting_agent(config, networks, context, deterministic=False)
+        return TrainingParts(callbacks=callbacks, agent=agent)
+
+    def acting_agent(
+        self, config: SacConfig, networks: SacNetworks, context: BuildContext, *,
+        deterministic: bool,
+    ) -> Any:  # fmt: skip
+        return MultiKeyAgentProxy(
+            policy=networks.acting, device=context.device, input_keys=context.spaces.state.keys(),
+            spaces=context.spaces, deterministic=deterministic, seed=context.seed,
+        )  # fmt: skip
+
+    def policy_graph(self, acting: nn.Module, spaces: MDPSpace) -> PolicyGraph:
+        keys = tuple(spaces.state.keys())
+        if EPSILON_INPUT in keys:
+            raise ExportError(
+                f"an observation key is named '{EPSILON_INPUT}', which exports reserve for the "
+                "noise input; rename the observation key"
+            )
+        return policy_graph(
+            GaussianActing(acting, keys), algorithm=self.name, spaces=spaces,
+            extra_inputs={EPSILON_INPUT: tuple(spaces.actions.shape)},
+            output_names=(ACTIONS_OUTPUT,),
+        )  # fmt: skip
+
+
+__all__ = ["GaussianActing", "SacConfig", "SacNetworks", "SoftActorCritic"]

@@ -1,0 +1,244 @@
+"""From a recipe or a run to running parts: environments, networks, agents and callbacks.
+
+Everything algorithm-specific comes from the recipe's plug-ins in
+:mod:`emote_core.algorithms.registry`; nothing here names an algorithm.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from emote_core.algorithms.registry import (
+    AddOn,
+    AlgorithmFamily,
+    BuildContext,
+    Networks,
+    TrainingParts,
+    get_addon,
+    get_algorithm,
+)
+from emote_core.errors import CheckpointError, ConfigurationError
+from emote_core.onnx.graph import PolicyGraph
+from emote_core.recipes.loading import load_recipe
+from emote_core.recipes.schema import Recipe
+from emote_core.spaces import MDPSpace
+
+log = logging.getLogger(__name__)
+
+
+def check_env_id(env_id: str) -> None:
+    """Checks ``env_id`` is registered with gymnasium, suggesting the closest ids if not.
+
+    Raises:
+        ConfigurationError: If it is not registered.
+    """
+    import gymnasium
+
+    import emote_core.env  # noqa: F401 - registers emote's own environments
+
+    if env_id in gymnasium.registry:
+        return
+    close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise ConfigurationError(f"'{env_id}' is not a registered gymnasium environment{hint}")
+
+
+def make_env(recipe: Recipe, *, num_envs: int | None = None) -> Any:
+    """The recipe's environment as a ``DictGymWrapper`` over a gymnasium vector env."""
+    from emote_core.env import DictGymWrapper, make_vector_env
+
+    check_env_id(recipe.env.id)
+    kwargs = dict(recipe.env.kwargs)
+    if recipe.env.max_episode_steps is not None:
+        kwargs["max_episode_steps"] = recipe.env.max_episode_steps
+    try:
+        vector = make_vector_env(recipe.env.id, num_envs=num_envs or recipe.env.num_envs, **kwargs)
+    except TypeError as error:  # an env constructor that does not take a given keyword
+        raise ConfigurationError(f"env '{recipe.env.id}' rejected env.kwargs: {error}") from error
+    return DictGymWrapper(vector)
+
+
+def plugins(recipe: Recipe) -> tuple[AlgorithmFamily, list[AddOn]]:
+    """The recipe's algorithm family and add-ons, from the registry.
+
+    Raises:
+        ConfigurationError: If one is not registered.
+    """
+    return get_algorithm(recipe.algorithm), [get_addon(name) for name in recipe.addons]
+
+
+def build_context(
+    recipe: Recipe, spaces: MDPSpace, device: torch.device, *, table: Any = None
+) -> BuildContext:
+    """What the recipe's plug-ins are built for."""
+    return BuildContext(
+        spaces=spaces, device=device, seed=recipe.seed,
+        rollout_length=recipe.memory.rollout_length, batch_size=recipe.memory.batch_size,
+        env_id=recipe.env.id, table=table,
+    )  # fmt: skip
+
+
+def make_networks(recipe: Recipe, spaces: MDPSpace, device: torch.device) -> Networks:
+    """Fresh networks for the recipe's algorithm and add-ons, seeded with the recipe's seed.
+
+    Raises:
+        ConfigurationError: If the algorithm or an add-on cannot act in the environment.
+    """
+    family, addons = plugins(recipe)
+    family.check_spaces(spaces, env_id=recipe.env.id)
+    for addon in addons:
+        addon.check(family, spaces, env_id=recipe.env.id)
+    torch.manual_seed(recipe.seed)
+    context = build_context(recipe, spaces, device)
+    networks = family.make_networks(recipe.config, context)
+    for addon in addons:
+        networks = addon.adapt_networks(recipe.section(addon.name), networks, context)
+    return networks
+
+
+def make_agent(
+    recipe: Recipe,
+    networks: Networks,
+    spaces: MDPSpace,
+    device: torch.device,
+    *,
+    deterministic: bool = False,
+) -> Any:
+    """The agent proxy acting with trained networks (outside training)."""
+    family, _ = plugins(recipe)
+    context = build_context(recipe, spaces, device)
+    return family.acting_agent(recipe.config, networks, context, deterministic=deterministic)
+
+
+def training_parts(recipe: Recipe, networks: Networks, context: BuildContext) -> TrainingParts:
+    """The algorithm's callbacks and collecting agent, with every add-on's callbacks added."""
+    family, addons = plugins(recipe)
+    parts = family.training_parts(recipe.config, networks, context)
+    for addon in addons:
+        parts.callbacks += addon.callbacks(recipe.section(addon.name), networks, parts, context)
+    return parts
+
+
+def policy_graph(recipe: Recipe, networks: Networks, spaces: MDPSpace) -> PolicyGraph:
+    """The ONNX-exportable graph of the acting network (a snapshot, taken now)."""
+    family, _ = plugins(recipe)
+    return family.policy_graph(networks.acting, spaces)
+
+
+def acting_state(checkpoint: dict[str, Any], family: AlgorithmFamily) -> dict[str, Any]:
+    """The acting network's weights inside a training checkpoint."""
+    name = family.acting_callback
+    try:
+        return checkpoint["callbacks"][name]["network_state_dict"]
+    except KeyError as error:
+        raise CheckpointError(
+            f"the checkpoint holds no '{name}' network state (callbacks: "
+            f"{sorted(checkpoint.get('callbacks', {}))}); was it written by a {family.name} run?"
+        ) from error
+
+
+def resolve_checkpoint(target: Path) -> tuple[Path, Path]:
+    """``(checkpoint file, run directory)`` for a checkpoint file or a run directory.
+
+    Raises:
+        CheckpointError: If there is no checkpoint there.
+    """
+    from emote_core.runs import RunDirectory
+
+    if target.is_dir():
+        latest = RunDirectory(target).latest_checkpoint()
+        if latest is None:
+            raise CheckpointError(f"run directory '{target}' holds no checkpoints")
+        return latest, target
+    if not target.is_file():
+        raise CheckpointError(f"'{target}' is neither a checkpoint file nor a run directory")
+    return target, target.parent.parent
+
+
+def load_trained_agent(
+    target: Path,
+    *,
+    device: torch.device,
+    recipe: Recipe | str | Path | None = None,
+    deterministic: bool = True,
+) -> tuple[Recipe, Networks, Any, MDPSpace, Path]:
+    """Rebuilds the acting network of a run from its recipe and a checkpoint.
+
+    Returns:
+        ``(recipe, networks, agent, spaces, checkpoint path)``.
+
+    Raises:
+        CheckpointError: If the checkpoint or the run's recipe is missing or does not fit.
+    """
+    from emote_core.callbacks.checkpointing import load_checkpoint
+
+    checkpoint_path, run_path = resolve_checkpoint(target)
+    if recipe is None:
+        recipe_file = run_path / "recipe.toml"
+        if not recipe_file.is_file():
+            raise CheckpointError(
+                f"no recipe.toml in '{run_path}' to rebuild the networks of '{checkpoint_path}'; "
+                "pass --recipe"
+            )
+        recipe = recipe_file
+    if not isinstance(recipe, Recipe):
+        recipe = load_recipe(recipe)
+    data = load_checkpoint(checkpoint_path)
+    env = make_env(recipe, num_envs=1)
+    spaces = env.spaces
+    env.close()
+    networks = make_networks(recipe, spaces, device)
+    try:
+        networks.acting.load_state_dict(acting_state(data, plugins(recipe)[0]))
+    except RuntimeError as error:
+        raise CheckpointError(
+            f"checkpoint '{checkpoint_path}' does not fit the recipe's networks: "
+            f"{str(error).splitlines()[0]}"
+        ) from error
+    agent = make_agent(recipe, networks, spaces, device, deterministic=deterministic)
+    return recipe, networks, agent, spaces, checkpoint_path
+
+
+def stores_spaces_match(stores: Sequence[Any], spaces: MDPSpace, recipe: Recipe) -> None:
+    """Checks that memory stores hold what the recipe's environment produces.
+
+    Raises:
+        ConfigurationError: Naming the store and the mismatch.
+    """
+    expected = {key: tuple(space.shape) for key, space in spaces.state.spaces.items()}
+    expected["actions"] = tuple(spaces.actions.shape)
+    for store in stores:
+        held = {s.name: tuple(s.shape) for s in store.schemas() if s.stored}
+        for name, shape in expected.items():
+            if name not in held:
+                raise ConfigurationError(
+                    f"store '{store.url}' has no '{name}' column, which '{recipe.env.id}' needs "
+                    f"(it holds {sorted(held)})"
+                )
+            if held[name] != shape:
+                raise ConfigurationError(
+                    f"store '{store.url}' column '{name}' has shape {held[name]}; "
+                    f"'{recipe.env.id}' gives {shape} — the store was collected on another env"
+                )
+
+
+__all__ = [
+    "acting_state",
+    "build_context",
+    "check_env_id",
+    "load_trained_agent",
+    "make_agent",
+    "make_env",
+    "make_networks",
+    "plugins",
+    "policy_graph",
+    "resolve_checkpoint",
+    "stores_spaces_match",
+    "training_parts",
+]

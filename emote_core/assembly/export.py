@@ -1,0 +1,85 @@
+"""From a run to ONNX and back: exporting a checkpoint's acting network (``emote export onnx``)
+and rebuilding the recipe an export carries (``emote eval policy.onnx``)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from emote_core.assembly.builders import load_trained_agent, make_env, policy_graph
+from emote_core.errors import ConfigurationError, ExportError
+from emote_core.onnx.format import PolicyMetadata
+from emote_core.onnx.graph import policy_metadata
+from emote_core.onnx.writer import DEFAULT_OPSET, ExportReport, check_opset, export_policy
+from emote_core.recipes.loading import recipe_from_dict, recipe_to_toml
+from emote_core.recipes.schema import Recipe
+
+
+def export_checkpoint(
+    target: str | Path,
+    out: str | Path,
+    *,
+    opset: int = DEFAULT_OPSET,
+    recipe: Recipe | str | Path | None = None,
+    force: bool = False,
+) -> ExportReport:
+    """Exports the acting network of a checkpoint, or of a run directory's latest checkpoint.
+
+    Args:
+        target: A checkpoint file or a run directory.
+        out: The ``.onnx`` file to write.
+        opset: The default-domain opset (see :data:`emote_core.onnx.writer.SUPPORTED_OPSETS`).
+        recipe: The run's recipe; the run's ``recipe.toml`` when omitted.
+        force: Replace an existing ``out``.
+
+    Raises:
+        CheckpointError: If there is no checkpoint, or it holds no acting network that fits.
+        ExportError: If ``out`` exists (without ``force``) or cannot be written, or the export
+            fails its checks.
+    """
+    import torch
+
+    from emote_core.callbacks.checkpointing import load_checkpoint
+
+    check_opset(opset)
+    out = Path(out)
+    if out.exists() and not force:  # before loading anything
+        raise ExportError(f"'{out}' already exists; pass --force to replace it")
+    loaded, networks, _, spaces, checkpoint = load_trained_agent(
+        Path(target), device=torch.device("cpu"), recipe=recipe
+    )
+    step = int(load_checkpoint(checkpoint).get("bp_step", 0))
+    env = make_env(loaded, num_envs=1)
+    env_action_space = env.env.single_action_space  # the env's own bounds, before rescaling
+    env.close()
+    graph = policy_graph(loaded, networks, spaces)
+    metadata = policy_metadata(
+        graph, recipe_name=loaded.name, recipe_toml=recipe_to_toml(loaded),
+        env_action_space=env_action_space, training_step=step,
+        checkpoint=checkpoint,
+    )  # fmt: skip
+    return export_policy(graph, out, opset=opset, metadata=metadata, force=force)
+
+
+def recipe_from_policy(metadata: PolicyMetadata, *, source: str) -> Recipe:
+    """The recipe a policy export was trained with, from its ``recipe_toml`` metadata.
+
+    Raises:
+        ConfigurationError: If the export carries no recipe (pass one explicitly) or it does
+            not load.
+    """
+    if not metadata.recipe_toml:
+        raise ConfigurationError(
+            f"'{source}' carries no recipe in its metadata; pass --recipe R (or --env ID) "
+            "to say where to run it"
+        )
+    try:
+        data = tomllib.loads(metadata.recipe_toml)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigurationError(
+            f"the recipe inside '{source}' is not valid TOML: {error}"
+        ) from error
+    return recipe_from_dict(data, source=f"{source} (recipe_toml)")
+
+
+__all__ = ["export_checkpoint", "recipe_from_policy"]
