@@ -1,10 +1,13 @@
-"""Test-wide rules and fixtures: tests marked ``gpu`` skip cleanly on machines without CUDA."""
+"""Test-wide rules and fixtures: tests marked ``gpu`` skip cleanly on machines without CUDA, and
+CLI runs (``runner``) leave logging as they found it."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
+from typer.testing import CliRunner
 
 
 @pytest.fixture
@@ -24,6 +27,25 @@ def one_torch_thread(restore_torch_threads: None) -> None:
     import torch
 
     torch.set_num_threads(1)
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    """A CliRunner with a wide terminal so Rich never wraps what the tests look for."""
+    return CliRunner(env={"COLUMNS": "200"})
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """Undo what `setup_logging` does inside a command, so other tests see default logging."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    emote_levels = {name: logging.getLogger(name).level for name in ("emote_core", "emote_cli")}
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name, emote_level in emote_levels.items():
+        logging.getLogger(name).setLevel(emote_level)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

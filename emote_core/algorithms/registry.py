@@ -22,8 +22,8 @@ Both register by name (:func:`register_algorithm`, :func:`register_addon`). emot
 families register when :mod:`emote_core.algorithms` is imported; other packages register theirs
 on import too, and are found by the command line through the ``emote.algorithms`` /
 ``emote.addons`` entry-point groups (``[project.entry-points."emote.algorithms"]
-mine = "my_package.my_algorithm"``): the first lookup of a name nobody registered imports those
-entry points. The assembly code (``emote train``, ``eval``, ``collect``, ``export``) only ever
+mine = "my_package.my_algorithm"``): a lookup of a name nobody registered imports the entry points
+not imported yet. The assembly code (``emote train``, ``eval``, ``collect``, ``export``) only ever
 asks this registry; it has no per-algorithm branch.
 """
 
@@ -198,7 +198,7 @@ class _Registry:
         self.group = group
         self._plugins: dict[str, _Plugin] = {}
         self._lock = threading.RLock()
-        self._entry_points_loaded = False
+        self._loaded_entry_points: set[str] = set()
 
     def register(self, plugin: Any, *, replace: bool) -> Any:
         instance = plugin() if isinstance(plugin, type) else plugin
@@ -257,13 +257,13 @@ class _Registry:
         return found
 
     def _load_entry_points(self) -> bool:
-        """Imports the group's entry points once; whether this call imported any."""
-        with self._lock:
-            if self._entry_points_loaded:
-                return False
-            self._entry_points_loaded = True
+        """Imports the group's entry points not imported yet; whether any was."""
         loaded = False
         for entry in metadata.entry_points(group=self.group):
+            with self._lock:
+                if entry.value in self._loaded_entry_points:
+                    continue
+                self._loaded_entry_points.add(entry.value)
             try:
                 target = entry.load()
             except Exception as error:  # a broken third-party plugin must not hide the others

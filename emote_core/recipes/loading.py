@@ -134,13 +134,13 @@ def recipe_from_dict(data: dict[str, Any], *, source: str = "recipe") -> Recipe:
     plain = {key: value for key, value in data.items() if key in base}
     tables = {key: value for key, value in data.items() if key not in base}
     recipe = _build(Recipe, plain, source, "", exclude={_SECTIONS})
-    recipe.sections = {
-        name: _plugin_table(name, value, source, base) for name, value in tables.items()
-    }
-    try:
+    try:  # the algorithm first: a plug-in nobody registered also leaves its table unknown
         plugins = [get_algorithm(recipe.algorithm)] + [get_addon(name) for name in recipe.addons]
     except ConfigurationError as error:
         raise ConfigurationError(f"{source}: {error}") from error
+    recipe.sections = {
+        name: _plugin_table(name, value, source, base) for name, value in tables.items()
+    }
     if len(set(recipe.addons)) != len(recipe.addons):
         raise ConfigurationError(f"{source}: 'addons' names an add-on twice: {recipe.addons}")
     for plugin in plugins:

@@ -1,0 +1,130 @@
+"""The layers of docs/architecture.md hold: every import inside emote_core (lazy ones and
+string-named ones included) goes down to a lower layer or stays inside its own package, and the
+code that assembles, evaluates, collects and exports names no algorithm."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+CORE = ROOT / "emote_core"
+
+# Ranks from the bottom up, as docs/architecture.md lists the layers. A module may import from
+# its own package or from a lower rank; packages of one rank never import each other.
+RANKS: dict[str, int] = {
+    "emote_core": 0,  # the package's face: __version__
+    "errors": 0,
+    "typing": 1,
+    "spaces": 1,
+    "schedules": 1,
+    "utils": 1,
+    "callback": 2,
+    "trainer": 3,
+    "callbacks": 4,
+    "nn": 5,
+    "memory": 5,
+    "stores": 6,
+    "proxies": 6,
+    "env": 7,
+    "onnx": 7,
+    "algorithms": 8,
+    "recipes": 9,
+    "runs": 10,
+    "assembly": 11,
+}
+STRING_REFERENCE = re.compile(r"emote_core(?:\.[a-z_]+)+")
+
+
+def unit(module: str) -> str:
+    """The layer unit of a dotted module name: ``emote_core.stores.peers.sb3`` -> ``stores``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def module_name(path: Path) -> str:
+    name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    return name.removesuffix(".__init__")
+
+
+def references(path: Path) -> set[str]:
+    """Every emote_core module a file imports (at any depth) or names in a string of its own."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+        elif (  # a string that is a module name (importlib, lazy exports), not prose naming one
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and STRING_REFERENCE.fullmatch(node.value.rstrip("."))
+        ):
+            found.add(node.value.rstrip("."))
+    return {name for name in found if name == "emote_core" or name.startswith("emote_core.")}
+
+
+def test_every_package_has_a_layer() -> None:
+    units = {unit(module_name(path)) for path in CORE.rglob("*.py")}
+    assert units <= set(RANKS), f"add {sorted(units - set(RANKS))} to docs/architecture.md"
+    documented = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    for name in units - {"emote_core"}:
+        assert f"`{name}" in documented, f"docs/architecture.md does not mention {name}"
+
+
+@pytest.mark.parametrize("path", sorted(CORE.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_go_down_the_layers(path: Path) -> None:
+    here = unit(module_name(path))
+    upward = sorted(
+        target
+        for target in references(path)
+        if unit(target) != here and RANKS.get(unit(target), 99) >= RANKS[here]
+    )
+    assert not upward, f"{module_name(path)} (layer {RANKS[here]}) reaches up or across: {upward}"
+
+
+def test_the_library_never_imports_the_command_line_or_the_tests() -> None:
+    for path in CORE.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"^\s*(from|import) (emote_cli|tests)\b", text, re.M), path
+
+
+# Where algorithms must not be named: everything that works for any registered algorithm.
+GENERIC = [
+    *sorted((CORE / "assembly").rglob("*.py")),
+    *sorted((CORE / "onnx").rglob("*.py")),
+    *sorted((CORE / "env").rglob("*.py")),
+    *sorted((CORE / "recipes").rglob("*.py")),
+    CORE / "runs.py",
+    *sorted((ROOT / "emote_cli").rglob("*.py")),
+]
+
+
+@pytest.mark.parametrize("path", GENERIC, ids=lambda p: str(p.relative_to(ROOT)))
+def test_generic_code_has_no_per_algorithm_branch(path: Path) -> None:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    named = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in {"sac", "dqn"}:
+            named.append(f"line {node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.Compare):
+            for side in [node.left, *node.comparators]:
+                if isinstance(side, ast.Constant) and side.value in {"sac", "dqn"}:
+                    named.append(f"line {node.lineno}: compares with {side.value!r}")
+        elif isinstance(node, ast.ImportFrom | ast.Import):
+            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            modules += [alias.name for alias in node.names]
+            for module in modules:
+                if re.match(r"emote_core\.algorithms\.(sac|dqn)\b", module):
+                    named.append(f"line {node.lineno}: imports {module}")
+    assert not named, f"{path.relative_to(ROOT)} names algorithms: {named}"
