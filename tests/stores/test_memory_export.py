@@ -10,12 +10,10 @@ import pytest
 
 from emote_core.callback import Order
 from emote_core.errors import CheckpointError, ConfigurationError
-from emote_core.memory.columns import Column, VirtualColumn
-from emote_core.memory.mappers import NextElementMapper, SyntheticMasks
+from emote_core.memory.builders import DictObsMemoryTable
 from emote_core.memory.proxy import MemoryTableProxy
-from emote_core.memory.strategies import FifoEjectionStrategy, UniformSampleStrategy
-from emote_core.memory.table import ArrayMemoryTable
 from emote_core.memory.wrappers import MemoryTableProxyWrapper
+from emote_core.spaces import BoxSpace, DictSpace, MDPSpace
 from emote_core.stores.memory_export import MemoryExporterProxyWrapper, MemoryImporterCallback
 from emote_core.stores.upstream import store_table
 from emote_core.stores.zarr_store import MemoryStore
@@ -26,42 +24,32 @@ INITIAL, RUNNING = EpisodeState.INITIAL, EpisodeState.RUNNING
 TERMINAL, INTERRUPTED = EpisodeState.TERMINAL, EpisodeState.INTERRUPTED
 
 
-def make_table() -> ArrayMemoryTable:
-    return ArrayMemoryTable(
-        columns=[
-            Column("obs", (2,), np.float32),
-            VirtualColumn("next_obs", (2,), np.float32, "obs", NextElementMapper()),
-            Column("actions", (1,), np.float32),
-            Column("rewards", (1,), np.float32),
-            VirtualColumn("masks", (1,), np.float32, "rewards", SyntheticMasks()),
-        ],
-        maxlen=10_000,
-        sampler=UniformSampleStrategy(),
-        ejector=FifoEjectionStrategy(),
-        length_key="rewards",
-        seed=1,
-    )
+SPACES = MDPSpace(
+    rewards=BoxSpace(np.float32, (1,)),
+    actions=BoxSpace(np.float32, (1,)),
+    state=DictSpace({"obs": BoxSpace(np.float32, (2,))}),
+)
 
 
-def feed_episode(proxy, agent: int, length: int, end=TERMINAL, base: float = 0.0) -> None:
-    def observation(state, t):
-        reward = {} if state == INITIAL else {"reward": base + t}
-        return DictObservation(state, {"obs": np.full(2, base + t, np.float32)}, reward)
-
-    response = {agent: DictResponse({"actions": np.ones(1, np.float32)})}
-    proxy.add({agent: observation(INITIAL, 0)}, response)
-    for t in range(1, length):
-        proxy.add({agent: observation(RUNNING, t)}, response)
-    proxy.add({agent: observation(end, length)}, {})
+def make_table() -> DictObsMemoryTable:
+    return DictObsMemoryTable(spaces=SPACES, maxlen=10_000, seed=1)
 
 
-def obs(state, reward=None, metadata=None) -> DictObservation:
+def obs(state, reward=None, value: float = 0.0) -> DictObservation:
     rewards = {} if reward is None else {"reward": reward}
-    return DictObservation(state, {"obs": np.zeros(2, np.float32)}, rewards, metadata)
+    return DictObservation(state, {"obs": np.full(2, value, np.float32)}, rewards)
 
 
 def act() -> DictResponse:
-    return DictResponse({"actions": np.zeros(1, np.float32)})
+    return DictResponse({"actions": np.ones(1, np.float32)})
+
+
+def feed_episode(proxy, agent: int, length: int, base: float = 0.0) -> None:
+    """``length`` transitions ending TERMINAL; observation and reward t are ``base + t``."""
+    proxy.add({agent: obs(INITIAL, value=base)}, {agent: act()})
+    for t in range(1, length):
+        proxy.add({agent: obs(RUNNING, base + t, base + t)}, {agent: act()})
+    proxy.add({agent: obs(TERMINAL, base + length, base + length)}, {})
 
 
 class Clock:

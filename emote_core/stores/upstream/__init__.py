@@ -1,4 +1,7 @@
-"""Files memory tables are stored in and restored from.
+"""Upstream emote's memory files: what in-RAM tables are stored in and restored from.
+
+:func:`store_table` and :func:`restore_table` are what upstream's ``table.store(path)`` and
+``table.restore(path)`` did (the in-RAM memory never reaches up to file formats itself).
 
 - Upstream emote's memory zips: **V1** (JSON + raw ``.npy``; read and written) and **Legacy**
   (pickles; read only), told apart by their members (:class:`TableSerializationVersion`).
