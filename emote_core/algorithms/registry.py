@@ -201,7 +201,15 @@ class _Registry:
         self._loaded_entry_points: set[str] = set()
 
     def register(self, plugin: Any, *, replace: bool) -> Any:
-        instance = plugin() if isinstance(plugin, type) else plugin
+        if isinstance(plugin, type) and issubclass(plugin, self.base):
+            missing = sorted(getattr(plugin, "__abstractmethods__", ()))
+            if missing:
+                raise ConfigurationError(
+                    f"{self.kind} {plugin.__qualname__} does not implement {', '.join(missing)}"
+                )
+            instance = plugin()
+        else:
+            instance = plugin
         if not isinstance(instance, self.base):
             raise ConfigurationError(
                 f"{self.kind} plugins derive from {self.base.__name__}; got {type(instance)!r}"
@@ -217,6 +225,12 @@ class _Registry:
             raise ConfigurationError(
                 f"{self.kind} '{name}' needs config_class, the dataclass of its recipe table; "
                 f"got {config_class!r}"
+            )
+        acting = getattr(instance, "acting_callback", "")
+        if isinstance(instance, AlgorithmFamily) and not (isinstance(acting, str) and acting):
+            raise ConfigurationError(
+                f"algorithm '{name}' needs acting_callback, the name of the callback whose "
+                f"network is the acting network in checkpoints; got {acting!r}"
             )
         with self._lock:
             held = self._plugins.get(name)

@@ -1,8 +1,10 @@
 """Episode memory: tables of whole episodes, their strategies, builders, proxies and loaders.
 
 The pieces most users need are importable from here; each lives in a module of its own role.
-Names load on first use, so importing one submodule (a file format reader, say) does not import
-torch and the rest.
+Names load on first use, so importing one submodule (the column schema, say) does not import
+torch and the rest. Files and stores of episodes are :mod:`emote_core.stores`, which builds on
+this package (``store_table``/``restore_table``, ``MemoryExporterProxyWrapper``,
+``MemoryImporterCallback``).
 """
 
 from __future__ import annotations

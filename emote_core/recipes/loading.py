@@ -133,7 +133,7 @@ def recipe_from_dict(data: dict[str, Any], *, source: str = "recipe") -> Recipe:
     base = {f.name for f in dataclasses.fields(Recipe)} - {_SECTIONS}
     plain = {key: value for key, value in data.items() if key in base}
     tables = {key: value for key, value in data.items() if key not in base}
-    recipe = _build(Recipe, plain, source, "", exclude={_SECTIONS})
+    recipe = _build(Recipe, plain, source, "", exclude=frozenset({_SECTIONS}))
     try:  # the algorithm first: a plug-in nobody registered also leaves its table unknown
         plugins = [get_algorithm(recipe.algorithm)] + [get_addon(name) for name in recipe.addons]
     except ConfigurationError as error:
@@ -167,7 +167,9 @@ def _plugin_table(name: str, value: Any, source: str, base: set[str]) -> Any:
     return _build(plugin.config_class, value, source, name)
 
 
-def _build(cls: type, data: Any, source: str, where: str, exclude: set[str] = frozenset()) -> Any:
+def _build(
+    cls: type, data: Any, source: str, where: str, exclude: frozenset[str] = frozenset()
+) -> Any:
     if not isinstance(data, dict):
         raise ConfigurationError(f"{source}: '{where}' must be a table; got {data!r}")
     fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in exclude}

@@ -14,6 +14,7 @@ import pytest
 from emote_core.algorithms.dqn import DqnConfig
 from emote_core.algorithms.registry import (
     AddOn,
+    AlgorithmFamily,
     algorithm_names,
     find_plugin,
     get_addon,
@@ -70,6 +71,20 @@ def test_registration_refuses_what_a_recipe_could_not_name_or_configure() -> Non
         register_algorithm(SacImpostor)
     with pytest.raises(ConfigurationError, match="derive from AddOn"):
         register_addon(SoftActorCritic)
+    with pytest.raises(ConfigurationError, match="Unfinished does not implement acting_agent, "):
+        register_algorithm(Unfinished)
+    with pytest.raises(ConfigurationError, match="needs acting_callback"):
+        register_algorithm(NoActingCallback)
+
+
+class Unfinished(AlgorithmFamily):
+    name: ClassVar[str] = "unfinished"
+    config_class: ClassVar[type] = EmptyConfig
+
+
+class NoActingCallback(SoftActorCritic):
+    name: ClassVar[str] = "no_acting_callback"
+    acting_callback: ClassVar[str] = ""
 
 
 class OtherSac(SoftActorCritic):
