@@ -69,8 +69,9 @@ def collect_environment() -> dict[str, Any]:
 
     Returns:
         A JSON-compatible dict with the keys ``python``, ``platform``, ``emote``, ``torch``,
-        ``packages`` (name -> version or ``None``) and ``onnxruntime_providers`` (``None`` when
-        onnxruntime cannot be imported).
+        ``packages`` (name -> version or ``None``), ``onnxruntime_providers`` (``None`` when
+        onnxruntime cannot be imported) and ``plugins`` (the algorithms and add-ons recipes can
+        name, those of installed packages' entry points included).
     """
     from emote_core import __version__ as emote_version
 
@@ -91,6 +92,7 @@ def collect_environment() -> dict[str, Any]:
         "torch": _torch_report(),
         "packages": {name: _package_version(*spec) for name, spec in _PACKAGES.items()},
         "onnxruntime_providers": _onnxruntime_providers(),
+        "plugins": _plugins_report(),
     }
 
 
@@ -170,6 +172,17 @@ def _onnxruntime_providers() -> list[str] | None:
     return list(onnxruntime.get_available_providers())
 
 
+def _plugins_report() -> dict[str, Any]:
+    """The registered algorithms and add-ons (an import error is reported, not raised)."""
+    try:
+        from emote_core.algorithms.registry import addon_names, algorithm_names, discover
+
+        discover()
+    except Exception as exc:  # torch missing or a plug-in broken: say so, as for torch itself
+        return {"algorithms": [], "addons": [], "error": f"{type(exc).__name__}: {exc}"}
+    return {"algorithms": algorithm_names(), "addons": addon_names(), "error": None}
+
+
 def _print_report(report: dict[str, Any]) -> None:
     """Print the report as a two-column Rich table on stdout."""
     from rich.table import Table
@@ -223,5 +236,12 @@ def _print_report(report: dict[str, Any]) -> None:
         "onnxruntime providers",
         Text(", ".join(providers)) if providers else Text("-", style="dim"),
     )
+
+    plugins = report["plugins"]
+    table.add_section()
+    table.add_row("algorithms", Text(", ".join(plugins["algorithms"]) or "-"))
+    table.add_row("add-ons", Text(", ".join(plugins["addons"]) or "-"))
+    if plugins["error"]:
+        table.add_row("plug-in error", Text(plugins["error"], style="red"))
 
     stdout_console().print(table)

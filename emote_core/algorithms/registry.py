@@ -351,6 +351,13 @@ def find_plugin(name: str) -> AlgorithmFamily | AddOn | None:
     return _ALGORITHMS.find(name) or _ADDONS.find(name)  # type: ignore[return-value]
 
 
+def discover() -> None:
+    """Imports every algorithm and add-on that installed packages list in their entry points
+    (lookups do this by themselves for names they do not know; listings call this first)."""
+    _ALGORITHMS._load_entry_points()
+    _ADDONS._load_entry_points()
+
+
 def algorithm_names() -> list[str]:
     """The registered algorithm families, sorted."""
     return _ALGORITHMS.names()
@@ -371,6 +378,7 @@ __all__ = [
     "TrainingParts",
     "addon_names",
     "algorithm_names",
+    "discover",
     "find_plugin",
     "get_addon",
     "get_algorithm",

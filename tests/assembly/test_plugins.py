@@ -337,6 +337,13 @@ def test_another_packages_algorithm_is_found_by_the_emote_command_through_entry_
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["steps"] == 20
     assert (tmp_path / "run" / "checkpoints" / "checkpoint_20.tar").is_file()
+    listed = subprocess.run(
+        [sys.executable, "-m", "emote_cli", "env", "--json"], cwd=tmp_path, env=env,
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    plugins = json.loads(listed.stdout)["plugins"]
+    assert {"dqn", "rwr_throwaway", "sac"} <= set(plugins["algorithms"])
+    assert "action_l2_throwaway" in plugins["addons"]
     # Without the entry points the same command says what it does not know, in one line.
     env["PYTHONPATH"] = str(ROOT)
     command[command.index("run")] = "run2"

@@ -45,6 +45,8 @@ def test_json_report_matches_the_running_environment(runner: CliRunner) -> None:
     assert packages["onnxruntime"] == onnxruntime.__version__
     assert report["onnxruntime_providers"] == onnxruntime.get_available_providers()
     assert "CPUExecutionProvider" in report["onnxruntime_providers"]
+    assert {"sac", "dqn"} <= set(report["plugins"]["algorithms"])
+    assert report["plugins"]["error"] is None
 
 
 def test_quiet_and_debug_keep_stdout_one_document(runner: CliRunner) -> None:
@@ -58,6 +60,7 @@ def test_human_output_is_a_table_naming_torch(runner: CliRunner) -> None:
     assert "torch" in result.stdout
     assert torch.__version__ in result.stdout
     assert "CUDA available" in result.stdout
+    assert "algorithms" in result.stdout and "dqn, sac" in result.stdout
     assert "onnxruntime providers" in result.stdout
     with pytest.raises(json.JSONDecodeError):
         json.loads(result.stdout)

@@ -92,3 +92,23 @@ def test_recipes_installed_with_a_wheel_are_found_by_name(
     pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     data_files = pyproject["tool"]["setuptools"]["data-files"]
     assert data_files == {"share/emote/recipes": ["recipes/*.toml"]}
+
+
+BEFORE_PLUGINS = sorted((Path(__file__).parent / "data").glob("*_as_written_before_plugins.toml"))
+
+
+@pytest.mark.parametrize("path", BEFORE_PLUGINS, ids=lambda p: p.name)
+def test_run_recipes_written_before_algorithms_plugged_in_still_load(path: Path) -> None:
+    """Run directories kept a recipe.toml with both [sac] and [dqn] tables (the schema had both)."""
+    name = path.name.removesuffix("_as_written_before_plugins.toml")
+    old = load_recipe(path)
+    shipped = load_recipe(name)
+    assert old.algorithm == shipped.algorithm and old.config == shipped.config
+    assert set(old.sections) == {"sac", "dqn"}
+    assert (old.env, old.memory, old.training, old.eval) == (
+        shipped.env, shipped.memory, shipped.training, shipped.eval,
+    )  # fmt: skip
+
+
+def test_recipe_tables_written_before_plugins_are_all_here() -> None:
+    assert len(BEFORE_PLUGINS) == 2
