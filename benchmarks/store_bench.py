@@ -83,11 +83,11 @@ def main() -> None:
         root = Path(directory)
         url = str(root / "store.zarr")
         create_store(url, columns=store_columns(SCHEMAS, data[0], "rewards"), length_key="rewards")
-        writer = ShardWriter(url)
-        start = time.perf_counter()
-        for first in range(0, EPISODES, per_batch):
-            writer.append(data[first : first + per_batch])
-        append_seconds = time.perf_counter() - start
+        with ShardWriter(url) as writer:
+            start = time.perf_counter()
+            for first in range(0, EPISODES, per_batch):
+                writer.append(data[first : first + per_batch])
+            append_seconds = time.perf_counter() - start
 
         columns = {
             k: np.concatenate([d[k] for _, d, _ in data]) for k in ("obs", "actions", "rewards")

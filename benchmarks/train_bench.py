@@ -206,6 +206,7 @@ def collection_rates(env_id: str, num_envs: int, vector_steps: int) -> dict[str,
                 appender.append(pending)
                 pending.clear()
         appender.append(pending)
+        appender.close()
         training_rate = vector_steps * num_envs / (time.perf_counter() - started)
         collect_rate = _emote_collect_rate(env_id, num_envs, vector_steps, directory)
     env.close()

@@ -143,8 +143,11 @@ def collect(
             interrupted = True
         finally:
             collector.cut()  # the episodes finished since the last cut
-            batches.flush()
-            env.close()
+            try:
+                batches.flush()
+            finally:
+                appender.close()
+                env.close()
         seconds = time.perf_counter() - started
         summary = {
             "store": out,

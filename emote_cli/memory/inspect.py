@@ -6,6 +6,7 @@ read whole. The formats are those of :mod:`emote_core.stores.sources`.
 
 from __future__ import annotations
 
+import logging
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -59,11 +60,12 @@ TrustPickleOption = Annotated[
 ]
 
 
+log = logging.getLogger("emote_cli.memory")
+
+
 def trust_pickle_warning(location: str) -> None:
     """Warn on stderr (also under --quiet) that a source is about to be unpickled unrestricted."""
-    import logging
-
-    logging.getLogger("emote_cli.memory").warning(
+    log.warning(
         "--trust-pickle: '%s' is unpickled WITHOUT restrictions; any code in it runs with your "
         "permissions. Use it only on files you made or fully trust.",
         location,
@@ -98,6 +100,8 @@ def inspect(
             source_format=source_format.value if source_format else None,
             trust_pickle=trust_pickle,
         )
+        for shard, problem in (report.get("damaged_shards") or {}).items():
+            log.warning("damaged shard '%s': %s", shard, problem)
         if json_output:
             emit_json(report)
         else:

@@ -31,7 +31,8 @@ log = logging.getLogger(__name__)
 
 
 class FinalMemoryExport(Callback):
-    """Appends the episodes completed since the exporter's last export when training ends."""
+    """Appends the episodes completed since the exporter's last export when training ends, and
+    lets go of the store's shard."""
 
     order: ClassVar[int] = Order.CHECKPOINT
 
@@ -40,7 +41,10 @@ class FinalMemoryExport(Callback):
         self.exporter = exporter
 
     def end_training(self) -> None:
-        self.exporter.export()
+        try:
+            self.exporter.export()
+        finally:
+            self.exporter.close()  # the store's shard is free for the next run, even in-process
 
 
 @dataclass

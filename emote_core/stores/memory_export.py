@@ -204,6 +204,12 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
         )
         return self.export_path
 
+    def close(self) -> None:
+        """Lets go of the export store's shard (its lease); a later export takes it again."""
+        if self._appender is not None:
+            self._appender.close()
+            self._appender = None
+
     def _append_pending(self) -> None:
         from emote_core.stores.zarr_store.tables import StoreAppender
 

@@ -184,13 +184,13 @@ def _write_zarr(stored: StoredTable, destination: str, options: WriteOptions) ->
         overwrite=True,
         virtual=[c for c in stored.columns if not c.stored],
     )
-    writer = ShardWriter(destination)
     written = 0
-    for batch in batches(stored.episodes, BATCH_BYTES):
-        writer.append(batch)
-        written += len(batch)
-        if options.progress is not None and written < len(stored.episodes):
-            options.progress(written, len(stored.episodes))
+    with ShardWriter(destination) as writer:
+        for batch in batches(stored.episodes, BATCH_BYTES):
+            writer.append(batch)
+            written += len(batch)
+            if options.progress is not None and written < len(stored.episodes):
+                options.progress(written, len(stored.episodes))
 
 
 def _is_zarr(probe: Probe) -> bool:

@@ -22,7 +22,7 @@ from emote_core.stores.zarr_store.layout import (
     StoreColumn,
     check_format,
 )
-from emote_core.stores.zarr_store.writer import open_group
+from emote_core.stores.zarr_store.writer import child_names, keys_under, open_group
 from emote_core.typing import EpisodeState
 
 
@@ -75,29 +75,73 @@ class MemoryStore:
             raise FormatError(
                 f"store '{self.url}' names length_key '{self.length_key}' among no column"
             )
-        self.shards = [self._shard(name) for name in sorted(self._shard_names())]
+        self.shards: list[ShardView] = []
+        self.damaged_shards: dict[str, str] = {}
+        """Shards that cannot be read at all, with one line saying why (their file)."""
+        for name in child_names(self.root, SHARDS):
+            try:
+                shard = self._shard(name)
+            except FormatError as error:
+                self.damaged_shards[name] = str(error)
+                continue
+            if shard is not None:
+                self.shards.append(shard)
 
-    def _shard_names(self) -> list[str]:
-        if SHARDS not in self.root:
-            return []
-        return list(self.root[SHARDS].group_keys())
-
-    def _shard(self, name: str) -> ShardView:
-        group = self.root[f"{SHARDS}/{name}"]
+    def _shard(self, name: str) -> ShardView | None:
+        """The shard as committed; ``None`` for a shard being created (no commit record yet, or
+        a folder holding no data yet)."""
+        path = f"{SHARDS}/{name}"
+        where = f"store '{self.url}' shard '{name}'"
+        try:
+            found = path in self.root
+        except ValueError as error:  # unparseable JSON
+            raise FormatError(f"{where}: {path}/zarr.json is unreadable ({error})") from error
+        if not found:
+            if not keys_under(self.root, f"{path}/"):
+                return None  # a writer is creating it (or died doing so): empty
+            raise FormatError(f"{where}: {path}/zarr.json is missing; its episodes are unreadable")
+        group = self.root[path]
         commit = dict(group.attrs).get("commit")
-        if not isinstance(commit, dict) or "episodes" not in commit:
-            raise FormatError(f"store '{self.url}' shard '{name}' has no commit record")
+        if commit is None:
+            return None  # created, not yet committed to: empty, still growing
+        if not isinstance(commit, dict) or "episodes" not in commit or "rows" not in commit:
+            raise FormatError(f"{where}: the commit record in {path}/zarr.json is malformed")
         count = int(commit["episodes"])
+        if count == 0:  # nothing committed: its arrays may not even exist yet
+            empty = {f: np.zeros((0, *sh), dtype) for f, (dtype, sh) in EPISODE_FIELDS.items()}
+            return ShardView(name, group, commit, empty)
         table = {}
         for field in EPISODE_FIELDS:
-            array = group[f"{EPISODES}/{field}"]
-            if array.shape[0] < count:
+            try:
+                array = group[f"{EPISODES}/{field}"]
+                if array.shape[0] < count:
+                    raise FormatError(
+                        f"{where}: {path}/{EPISODES}/{field} has {array.shape[0]} rows but the "
+                        f"commit counts {count} episodes"
+                    )
+                table[field] = array[:count]
+            except FormatError:
+                raise
+            except Exception as error:  # missing or undecodable metadata or chunks
                 raise FormatError(
-                    f"store '{self.url}' shard '{name}': episodes/{field} has {array.shape[0]} "
-                    f"rows but the commit counts {count} episodes — run `emote memory verify`"
-                )
-            table[field] = array[:count]
+                    f"{where}: {path}/{EPISODES}/{field} is unreadable "
+                    f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+                ) from error
         return ShardView(name, group, commit, table)
+
+    def check_readable(self) -> None:
+        """Refuses a store with shards that cannot be read at all.
+
+        Raises:
+            FormatError: Naming the first damaged shard and its file, and how many there are.
+        """
+        if self.damaged_shards:
+            first = next(iter(self.damaged_shards.values()))
+            more = len(self.damaged_shards) - 1
+            raise FormatError(
+                f"{first}{f' (and {more} more damaged shards)' if more else ''} — run `emote "
+                "memory verify`; pass skip_damaged to read the other shards"
+            )
 
     @property
     def spaces(self) -> dict[str, Any] | None:
@@ -115,12 +159,20 @@ class MemoryStore:
         """Stored columns, then the virtual columns recorded at creation."""
         return [c.schema for c in (*self.columns, *self.virtual_columns)]
 
-    def episodes(self, *, max_transitions: int | None = None) -> Iterator[EpisodeRecord]:
+    def episodes(
+        self, *, max_transitions: int | None = None, skip_damaged: bool = False
+    ) -> Iterator[EpisodeRecord]:
         """Every committed episode, oldest first across shards (by commit time).
 
         Args:
             max_transitions: Keep only the most recent episodes that fit in this many transitions.
+            skip_damaged: Read the readable shards of a store with damaged ones.
+
+        Raises:
+            FormatError: If a shard is damaged and ``skip_damaged`` is false.
         """
+        if not skip_damaged:
+            self.check_readable()
         order = self._order(max_transitions)
         for shard_index, shard in enumerate(self.shards):
             chosen = order[order[:, 0] == shard_index][:, 1] if len(order) else np.zeros(0, int)
@@ -194,16 +246,25 @@ class MemoryStore:
                 }
                 for s in self.shards
             ],
+            "damaged_shards": self.damaged_shards,
             "bytes_on_disk": bytes_on_disk(self.url),
         }
 
-    def read(self, *, max_transitions: int | None = None) -> StoredTable:
-        """The store as a :class:`StoredTable` (the common form of every reader)."""
+    def read(
+        self, *, max_transitions: int | None = None, skip_damaged: bool = False
+    ) -> StoredTable:
+        """The store as a :class:`StoredTable` (the common form of every reader).
+
+        Raises:
+            FormatError: If a shard is damaged and ``skip_damaged`` is false.
+        """
         return StoredTable(
             source=self.url,
             format=FORMAT_NAME,
             columns=self.schemas(),
-            episodes=list(self.episodes(max_transitions=max_transitions)),
+            episodes=list(
+                self.episodes(max_transitions=max_transitions, skip_damaged=skip_damaged)
+            ),
             length_key=self.length_key,
             spaces=self.spaces,
             metadata={"source": self.attributes.get("source"), "shards": len(self.shards)},

@@ -4,20 +4,27 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from emote_core.errors import FormatError
 from emote_core.stores.stored import (
     ColumnSchema,
     EpisodeRecord,
     StoredTable,
     restore_stored,
 )
-from emote_core.stores.zarr_store.layout import DEFAULT_SHARD
+from emote_core.stores.zarr_store.layout import DEFAULT_SHARD, FORMAT_NAME
 from emote_core.stores.zarr_store.reader import MemoryStore
-from emote_core.stores.zarr_store.writer import ShardWriter, create_store, store_columns
+from emote_core.stores.zarr_store.writer import (
+    ShardWriter,
+    create_store,
+    open_group,
+    store_columns,
+)
 
 if TYPE_CHECKING:
     from emote_core.memory.table import ArrayMemoryTable
@@ -66,23 +73,38 @@ class StoreAppender:
         shard: str = DEFAULT_SHARD,
     ) -> None:
         self.url = os.fspath(url)
-        if not _exists(self.url):
+        if not _is_store(self.url):
             columns = store_columns(
                 table_schemas(table), None, table.length_key, _observation_like(table)
             )
-            create_store(
-                self.url,
-                columns=columns,
-                length_key=table.length_key,
-                spaces=spaces,
-                virtual=_virtual(table),
-            )
+            try:
+                create_store(
+                    self.url,
+                    columns=columns,
+                    length_key=table.length_key,
+                    spaces=spaces,
+                    virtual=_virtual(table),
+                )
+            except FormatError:
+                # Another writer (on another shard) created it a moment ago: append to theirs.
+                if not _wait_for_store(self.url):
+                    raise
         self.writer = ShardWriter(self.url, shard=shard)
 
     def append(self, episodes: Sequence[EpisodeRecord]) -> None:
         """Commits ``episodes`` in batches of about :data:`BATCH_BYTES`."""
         for batch in batches(episodes, BATCH_BYTES):
             self.writer.append(batch)
+
+    def close(self) -> None:
+        """Lets go of the shard's lease (committed episodes stay)."""
+        self.writer.close()
+
+    def __enter__(self) -> StoreAppender:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def batches(episodes: Sequence[EpisodeRecord], limit: int) -> Iterator[list[EpisodeRecord]]:
@@ -99,12 +121,24 @@ def batches(episodes: Sequence[EpisodeRecord], limit: int) -> Iterator[list[Epis
         yield batch
 
 
-def _exists(url: str) -> bool:
+def _is_store(url: str) -> bool:
+    """Whether an emote-memory store's root metadata is at ``url`` (its shards unread)."""
     try:
-        MemoryStore(url)
-    except Exception:
+        attributes = dict(open_group(url, "r").attrs)
+    except FormatError:
         return False
-    return True
+    return attributes.get("format") == FORMAT_NAME
+
+
+def _wait_for_store(url: str, seconds: float = 2.0) -> bool:
+    """Whether a store appears at ``url`` within ``seconds`` (another creator mid-write)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if _is_store(url):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
 
 
 def save_table(
@@ -128,7 +162,8 @@ def save_table(
         overwrite=overwrite,
         virtual=_virtual(table),
     )
-    StoreAppender(url, table).append(episodes)
+    with StoreAppender(url, table) as appender:
+        appender.append(episodes)
     return len(episodes)
 
 

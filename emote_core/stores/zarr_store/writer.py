@@ -33,13 +33,22 @@ from emote_core.stores.zarr_store.layout import (
     StoreVersion,
     check_format,
 )
+from emote_core.stores.zarr_store.lease import DEFAULT_TIMEOUT, ShardLease, describe
 from emote_core.typing import EpisodeState
 
 log = logging.getLogger(__name__)
 
 
-def open_group(url: str | os.PathLike[str], mode: str) -> Any:
+def open_group(
+    url: str | os.PathLike[str], mode: str, *, attributes: dict[str, Any] | None = None
+) -> Any:
     """Opens the Zarr group at a local path or an fsspec URL (``memory://``, ``s3://``, ...).
+
+    Args:
+        url: Where.
+        mode: Zarr's mode (``"r"``, ``"r+"``, ``"w-"``, ``"w"``).
+        attributes: For a group created now: its attributes, written with its metadata in one
+            write (a reader never sees the group without them).
 
     Raises:
         FormatError: If there is no readable Zarr group there (for ``mode="r"``).
@@ -48,7 +57,7 @@ def open_group(url: str | os.PathLike[str], mode: str) -> Any:
 
     location = os.fspath(url)
     try:
-        return zarr.open_group(location, mode=mode)  # type: ignore[arg-type]
+        return zarr.open_group(location, mode=mode, attributes=attributes)  # type: ignore[arg-type]
     except FileExistsError as error:
         raise FormatError(
             f"'{location}' already holds data; choose another destination or allow overwriting"
@@ -120,37 +129,46 @@ def create_store(
     names = [c.name for c in columns]
     if length_key not in names:
         raise FormatError(f"length_key '{length_key}' is not a stored column ({names})")
-    group = open_group(url, "w" if overwrite else "w-")
-    group.attrs.update(
-        {
-            "format": FORMAT_NAME,
-            "format_version": int(StoreVersion.LATEST),
-            "columns": [c.to_json() for c in columns],
-            "virtual_columns": [StoreColumn(c, RowKind.VIRTUAL).to_json() for c in virtual],
-            "length_key": length_key,
-            "spaces": spaces,
-            "producer": producer(),
-            "created": datetime.now(UTC).isoformat(),
-            "source": source,
-        }
-    )
-    group.require_group(SHARDS)
+    attributes = {
+        "format": FORMAT_NAME,
+        "format_version": int(StoreVersion.LATEST),
+        "columns": [c.to_json() for c in columns],
+        "virtual_columns": [StoreColumn(c, RowKind.VIRTUAL).to_json() for c in virtual],
+        "length_key": length_key,
+        "spaces": spaces,
+        "producer": producer(),
+        "created": datetime.now(UTC).isoformat(),
+        "source": source,
+    }
+    group = open_group(url, "w" if overwrite else "w-", attributes=attributes)
+    require_group(group, SHARDS)
 
 
 class ShardWriter:
     """Appends episodes to one shard of a store: the shard's only writer.
 
-    Opening repairs a torn tail left by a writer that was killed mid-append.
+    Opening takes the shard's lease (:mod:`.lease`): a second writer on a held shard is refused,
+    naming the holder; the lease of a writer that died is taken over, and the torn tail it may
+    have left is cut. A shard whose metadata is missing or unreadable, or whose data has no
+    commit record, is damaged: the writer refuses it rather than cut committed rows away.
 
     Args:
         url: The store (local path or fsspec URL).
         shard: The shard's name; each parallel writer needs its own.
+        lease_timeout: Seconds without a heartbeat after which a remote lease is taken over.
 
     Raises:
-        FormatError: If there is no emote-memory store at ``url``.
+        FormatError: If there is no emote-memory store at ``url``, or the shard is damaged.
+        StorageError: If another writer holds the shard.
     """
 
-    def __init__(self, url: str | os.PathLike[str], *, shard: str = DEFAULT_SHARD) -> None:
+    def __init__(
+        self,
+        url: str | os.PathLike[str],
+        *,
+        shard: str = DEFAULT_SHARD,
+        lease_timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
         if not shard or "/" in shard or shard.startswith("."):
             raise FormatError(f"shard names are plain names without '/'; got {shard!r}")
         self.url = os.fspath(url)
@@ -160,23 +178,72 @@ class ShardWriter:
         self.columns = [StoreColumn.from_json(c, self.url) for c in attributes["columns"]]
         self.length_key = str(attributes["length_key"])
         self.shard = shard
-        self.group = root.require_group(f"{SHARDS}/{shard}")
-        self._arrays = {c.name: self._require_array(f"{COLUMNS}/{c.name}", c) for c in self.columns}
-        self._episode_arrays = {
-            name: self._require_plain(f"{EPISODES}/{name}", dtype, shape)
-            for name, (dtype, shape) in EPISODE_FIELDS.items()
-        }
-        commit = dict(self.group.attrs).get("commit")
-        if commit is None:
-            commit = {
-                "sequence": 0,
-                "episodes": 0,
-                "transitions": 0,
-                "rows": {c.name: 0 for c in self.columns},
+        self.lease = ShardLease(self.url, shard, timeout=lease_timeout)
+        try:
+            if self.lease.previous:
+                log.info(
+                    "store '%s' shard '%s': took over the lease of %s (no longer writing)",
+                    self.url, shard, describe(self.lease.previous),
+                )  # fmt: skip
+            self.group = self._open_shard(root)
+            self._arrays = {
+                c.name: self._require_array(f"{COLUMNS}/{c.name}", c) for c in self.columns
             }
-            self.group.attrs.update({"commit": commit, "writer": producer()})
-        self.commit = commit
-        self._repair()
+            self._episode_arrays = {
+                name: self._require_plain(f"{EPISODES}/{name}", dtype, shape)
+                for name, (dtype, shape) in EPISODE_FIELDS.items()
+            }
+            commit = dict(self.group.attrs).get("commit")
+            if commit is None:
+                self._refuse_uncommitted_data()
+                commit = _empty_commit(self.columns)
+                self.group.attrs.update({"commit": commit, "writer": producer()})
+            self.commit = commit
+            self._repair()
+        except BaseException:
+            self.lease.release()
+            raise
+
+    def _open_shard(self, root: Any) -> Any:
+        """The shard's group, created with an empty commit record in the same write."""
+        path = f"{SHARDS}/{self.shard}"
+        try:
+            if path in root:
+                return root[path]
+        except ValueError as error:  # unparseable metadata
+            raise FormatError(
+                f"store '{self.url}' shard '{self.shard}': {path}/zarr.json is unreadable "
+                f"({error}); the store is damaged — run `emote memory verify`"
+            ) from error
+        if keys_under(root, f"{path}/"):
+            raise FormatError(
+                f"store '{self.url}' shard '{self.shard}' holds data but {path}/zarr.json is "
+                "missing; the store is damaged — run `emote memory verify` (emote will not "
+                "write over it)"
+            )
+        shards = require_group(root, SHARDS)
+        attributes = {"commit": _empty_commit(self.columns), "writer": producer()}
+        return shards.create_group(self.shard, attributes=attributes)
+
+    def _refuse_uncommitted_data(self) -> None:
+        arrays = [*self._arrays.values(), *self._episode_arrays.values()]
+        holding = [array.path for array in arrays if array.shape[0] > 0]
+        if holding:
+            raise FormatError(
+                f"store '{self.url}' shard '{self.shard}' has no commit record but its arrays "
+                f"hold rows ({', '.join(holding[:3])}); the store is damaged — run `emote "
+                "memory verify` (emote will not cut rows it cannot prove uncommitted)"
+            )
+
+    def close(self) -> None:
+        """Lets go of the shard's lease; later appends are refused."""
+        self.lease.release()
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def _require_array(self, name: str, column: StoreColumn) -> Any:
         schema = column.schema
@@ -240,6 +307,7 @@ class ShardWriter:
         if not episodes:
             return
         batch = _Batch(self.columns, self.length_key, episodes)
+        self.lease.check()
         rows = dict(self.commit["rows"])
         first_episode = int(self.commit["episodes"])
         for column in self.columns:
@@ -268,8 +336,53 @@ class ShardWriter:
             "transitions": transitions + int(batch.lengths.sum()),
             "rows": rows,
         }
+        self.lease.check()  # a remote writer that lost its lease commits nothing
         self.group.attrs.update({"commit": commit})  # the commit record goes last
         self.commit = commit
+
+
+def require_group(parent: Any, name: str) -> Any:
+    """``parent[name]``, created if missing; two writers may race to create it."""
+    from zarr.errors import ContainsGroupError
+
+    try:
+        return parent.require_group(name)
+    except ContainsGroupError:  # created by another writer between zarr's check and its write
+        return parent[name]
+
+
+def _empty_commit(columns: Sequence[StoreColumn]) -> dict[str, Any]:
+    return {"sequence": 0, "episodes": 0, "transitions": 0, "rows": {c.name: 0 for c in columns}}
+
+
+PARTIAL_SUFFIX = ".partial"
+"""zarr's local store writes each file under a temporary ``<name>.<uuid>.partial`` name first; a
+writer killed mid-write leaves one behind. Such files are never data."""
+
+
+def keys_under(root: Any, prefix: str) -> bool:
+    """Whether the store holds any key below ``prefix`` (metadata or not; temporaries aside)."""
+    from zarr.core.sync import sync  # zarr's stores are async; this runs one call to the end
+
+    async def first() -> bool:
+        async for key in root.store.list_prefix(prefix):
+            if not key.endswith(PARTIAL_SUFFIX):
+                return True
+        return False
+
+    return bool(sync(first()))
+
+
+def child_names(root: Any, prefix: str) -> list[str]:
+    """The names directly below ``prefix`` in the store, whether or not they have metadata."""
+    from zarr.core.sync import sync
+
+    async def names() -> list[str]:
+        return [name async for name in root.store.list_dir(prefix)]
+
+    return sorted(
+        name for name in sync(names()) if name != "zarr.json" and not name.endswith(PARTIAL_SUFFIX)
+    )
 
 
 def _write_rows(array: Any, start: int, data: np.ndarray) -> None:
@@ -338,4 +451,12 @@ def _conform(identity: int, column: StoreColumn, value: Any, length: int) -> np.
     return np.ascontiguousarray(array, dtype=schema.dtype)
 
 
-__all__ = ["ShardWriter", "create_store", "open_group", "producer", "store_columns"]
+__all__ = [
+    "ShardWriter",
+    "child_names",
+    "create_store",
+    "keys_under",
+    "open_group",
+    "producer",
+    "store_columns",
+]
