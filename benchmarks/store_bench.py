@@ -115,6 +115,7 @@ def main() -> None:
         first_numpy, first_load = numpy_load(), store_load()  # fresh memory, warm file cache
         numpy_seconds = min(numpy_load() for _ in range(3))
         load_seconds = min(store_load() for _ in range(3))
+        checksum_share = checksum_cost(store_load)
 
         inspect_runs = []
         for _ in range(3):
@@ -142,12 +143,41 @@ def main() -> None:
     ratio = load_seconds / numpy_seconds
     print(f"{'load into a table (repeat, best of 3), s':<40}{load_seconds:>16.3f}"
           f"{numpy_seconds:>16.3f}  <= 2x np.load: {ratio:.2f}x")  # fmt: skip
+    print(f"{'checksums while loading, share of load':<40}{checksum_share:>16.1%}{'-':>16}"
+          "  <= 10% of load time")  # fmt: skip
     print(f"{'size on disk, MB':<40}{disk / 1e6:>16.1f}{raw / 1e6:>16.1f}"
           f"  raw bytes; ratio {disk / raw:.3f} (random data does not compress)")  # fmt: skip
     print(f"{'emote memory inspect --json, s':<40}{min(inspect_runs):>16.3f}{python_start:>16.3f}"
           "  < 1 s (baseline: python -c pass)")  # fmt: skip
     print(f"{'verify, MB/s':<40}{report.bytes_checked / 1e6 / report.seconds:>16.0f}{'-':>16}"
           f"  ({report.bytes_checked / 1e6:.0f} MB in {report.seconds:.2f} s)")  # fmt: skip
+
+
+def checksum_cost(store_load) -> float:
+    """The share of a load spent checking episode checksums (best of 3 loads, each timed whole
+    and in ``damaged_episodes``, which the reader calls once per shard)."""
+    from emote_core.stores.zarr_store import reader
+
+    check = reader.damaged_episodes
+    spent = [0.0]
+
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return check(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - start
+
+    reader.damaged_episodes = timed
+    try:
+        shares = []
+        for _ in range(3):
+            spent[0] = 0.0
+            total = store_load()
+            shares.append(spent[0] / total)
+    finally:
+        reader.damaged_episodes = check
+    return min(shares)
 
 
 def _timed(command: list[str]) -> float:

@@ -39,6 +39,7 @@ __all__ = [
     "ExitCode",
     "JsonOption",
     "QuietOption",
+    "SkipDamagedOption",
     "abort",
     "describe_exception",
     "emit_json",
@@ -65,6 +66,14 @@ class ExitCode(IntEnum):
     """Interrupted by the user (Ctrl-C); state was saved where possible."""
 
 
+SkipDamagedOption = Annotated[
+    bool,
+    typer.Option(
+        "--skip-damaged",
+        help="Use the intact episodes of a damaged store (it is refused otherwise; "
+        "`emote memory verify` names what is damaged).",
+    ),
+]
 JsonOption = Annotated[
     bool,
     typer.Option(

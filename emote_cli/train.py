@@ -17,6 +17,7 @@ from emote_cli._common import (
     ExitCode,
     JsonOption,
     QuietOption,
+    SkipDamagedOption,
     emit_json,
     handle_errors,
     setup_logging,
@@ -35,6 +36,7 @@ def train(
     live: Annotated[
         bool, typer.Option("--live/--no-live", help="Collect experience while training.")
     ] = True,
+    skip_damaged: SkipDamagedOption = False,
     steps: Annotated[
         int | None, typer.Option("--steps", min=1, help="Updates in all (recipe's bp_steps).")
     ] = None,
@@ -110,7 +112,7 @@ def train(
         try:
             setup = build_training(
                 loaded, run=run, device=chosen, live=live, stores=memory or [], resume=resume,
-                bp_steps=steps, terminal_log=not quiet,
+                bp_steps=steps, terminal_log=not quiet, skip_damaged=skip_damaged,
             )  # fmt: skip
         except Exception:
             if created:  # a run that never started leaves nothing behind

@@ -19,6 +19,7 @@ from emote_cli._common import (
     DebugOption,
     JsonOption,
     QuietOption,
+    SkipDamagedOption,
     emit_json,
     handle_errors,
     setup_logging,
@@ -65,6 +66,7 @@ def convert(
     ] = TargetFormat.ZARR,
     trust_pickle: TrustPickleOption = False,
     force: Annotated[bool, typer.Option("--force", help="Replace DST if it exists.")] = False,
+    skip_damaged: SkipDamagedOption = False,
     json_output: JsonOption = False,
     quiet: QuietOption = False,
     debug: DebugOption = False,
@@ -88,6 +90,7 @@ def convert(
                 trust_pickle=trust_pickle,
                 force=force,
                 progress=progress,
+                skip_damaged=skip_damaged,
             )
         if json_output:
             emit_json(summary)

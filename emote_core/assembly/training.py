@@ -70,6 +70,7 @@ def build_training(
     resume: bool = False,
     bp_steps: int | None = None,
     terminal_log: bool = True,
+    skip_damaged: bool = False,
 ) -> TrainingRun:
     """Builds every part of a training run described by ``recipe``.
 
@@ -82,6 +83,7 @@ def build_training(
         resume: Continue from the run's latest checkpoint.
         bp_steps: Total updates of the run (the recipe's ``training.bp_steps`` by default).
         terminal_log: Also log a line per log interval to the terminal (stderr).
+        skip_damaged: Train on the intact episodes of damaged stores (refused by default).
 
     Raises:
         ConfigurationError: If the recipe, the stores and the mode do not fit together.
@@ -110,7 +112,7 @@ def build_training(
     if resume and recipe.memory.store_episodes and run.memory_export.exists():
         sources.append(str(run.memory_export))
     if sources:
-        loaded = load_table(table, sources)
+        loaded = load_table(table, sources, skip_damaged=skip_damaged)
         log.info("memory: %d episodes (%d transitions) from %s", loaded, table.size(), sources)
     loader = MemoryLoader(
         table=table, rollout_count=recipe.memory.batch_size,

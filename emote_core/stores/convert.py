@@ -84,6 +84,7 @@ def convert(
     trust_pickle: bool = False,
     force: bool = False,
     progress: Progress | None = None,
+    skip_damaged: bool = False,
 ) -> dict[str, Any]:
     """Reads ``source`` and writes it to ``destination`` in ``target_format``, atomically.
 
@@ -99,6 +100,7 @@ def convert(
         trust_pickle: Unpickle without restrictions (runs the file's code).
         force: Replace an existing destination.
         progress: Called with (episodes written, episodes in all) while writing.
+        skip_damaged: Convert the intact episodes of a damaged store (by default it is refused).
 
     Returns:
         The summary: ``source``, ``source_format``, ``source_sha256``, ``destination``,
@@ -114,7 +116,10 @@ def convert(
     target = _lookup(target_format, "target")
     if target.target != "dataset":
         _check_destination(source_text, target_text, force)
-    name, stored = read_source(source_text, source_format=source_format, trust_pickle=trust_pickle)
+    name, stored = read_source(
+        source_text, source_format=source_format, trust_pickle=trust_pickle,
+        skip_damaged=skip_damaged,
+    )  # fmt: skip
     log.info("read %d episodes from '%s' (%s)", len(stored.episodes), source_text, name)
     sha256, hashed = source_sha256(_local_path(source_text, name))
     origin: dict[str, Any] = {"format": name, "sha256": sha256, "sha256_of": hashed}
@@ -155,6 +160,7 @@ def write_target(
         source: Where ``stored`` came from, recorded in the target where the format has room.
         force: Replace an existing destination.
         progress: Called with (episodes written, episodes in all) while writing.
+        skip_damaged: Convert the intact episodes of a damaged store (by default it is refused).
 
     Raises:
         FormatError: If the format is unknown, the destination exists without ``force``, or an

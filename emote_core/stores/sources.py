@@ -115,8 +115,22 @@ class WriteOptions:
     progress: Progress | None = None
 
 
-Reader = Callable[[str, bool], StoredTable]
-"""``(location, trust_pickle) -> StoredTable``."""
+@dataclass(frozen=True)
+class ReadOptions:
+    """What a reader gets besides the location.
+
+    Attributes:
+        trust_pickle: Unpickle without restrictions (runs the file's code).
+        skip_damaged: Leave out episodes that fail their checks instead of refusing the source
+            (formats that can check their episodes: emote-memory stores).
+    """
+
+    trust_pickle: bool = False
+    skip_damaged: bool = False
+
+
+Reader = Callable[[str, ReadOptions], StoredTable]
+"""``(location, options) -> StoredTable``."""
 Writer = Callable[[StoredTable, str, WriteOptions], object]
 """``(stored, destination, options)``: writes exactly ``destination``."""
 
@@ -217,7 +231,9 @@ register(
         "zarr",
         "emote memory store (Zarr v3 directory or fsspec URL)",
         _is_zarr,
-        lambda location, trust: _call("zarr_store", "MemoryStore", location).read(),
+        lambda location, options: _call("zarr_store", "MemoryStore", location).read(
+            skip_damaged=options.skip_damaged
+        ),
         _write_zarr,
         version=1,
         target="directory",
@@ -228,7 +244,7 @@ register(
         "emote-v1",
         "upstream emote V1 memory zip (version, configuration.json, <col>.npy)",
         _has_member("version"),
-        lambda location, trust: _read_zip(location, "emote-v1", trust),
+        lambda location, options: _read_zip(location, "emote-v1", options.trust_pickle),
         lambda stored, destination, options: _call(
             "upstream.v1",
             "write_v1_stored",
@@ -244,7 +260,7 @@ register(
         "emote-legacy",
         "upstream emote Legacy memory zip (data.pickle, pickled <col>.npy)",
         _has_member("data.pickle"),
-        lambda location, trust: _read_zip(location, "emote-legacy", trust),
+        lambda location, options: _read_zip(location, "emote-legacy", options.trust_pickle),
         None,
         version=0,
     )
@@ -259,8 +275,8 @@ for _name, _description in (
             _name,
             _description,
             lambda probe, name=_name: probe.peer_format == name,
-            lambda location, trust, name=_name: _call(
-                "peers", "read_peer_file", location, name, trust_pickle=trust
+            lambda location, options, name=_name: _call(
+                "peers", "read_peer_file", location, name, trust_pickle=options.trust_pickle
             ),
             None,
         )
@@ -270,8 +286,11 @@ register(
         "legacy-pickle",
         "legacy emote .pickle dump (obs, next_obs, actions, rewards, dones)",
         None,  # the fallback for pickles no other format claims
-        lambda location, trust: _call(
-            "upstream.legacy_pickle", "read_legacy_pickle", location, trust_pickle=trust
+        lambda location, options: _call(
+            "upstream.legacy_pickle",
+            "read_legacy_pickle",
+            location,
+            trust_pickle=options.trust_pickle,
         ),
         None,
     )
@@ -293,7 +312,7 @@ register(
         "minari",
         "Minari dataset (a dataset id or directory; needs the optional 'minari' package)",
         lambda probe: probe.is_minari,
-        lambda location, trust: _call("peers.minari_io", "read_minari", location),
+        lambda location, options: _call("peers.minari_io", "read_minari", location),
         lambda stored, destination, options: _call(
             "peers.minari_io", "write_minari", stored, destination, force=options.force
         ),
@@ -369,6 +388,7 @@ def read_source(
     *,
     source_format: str | None = None,
     trust_pickle: bool = False,
+    skip_damaged: bool = False,
 ) -> tuple[str, StoredTable]:
     """Reads any source emote knows into a :class:`StoredTable` and checks its episodes.
 
@@ -376,6 +396,7 @@ def read_source(
         location: The source.
         source_format: Read it as this format instead of detecting it.
         trust_pickle: Unpickle without restrictions (runs the file's code).
+        skip_damaged: Leave out damaged episodes of a store instead of refusing it.
 
     Returns:
         The format it was read as, and what it holds.
@@ -390,7 +411,7 @@ def read_source(
     reader = _lookup(name, "source").read
     if reader is None:  # pragma: no cover - _lookup returns only formats with a reader
         raise FormatError(f"'{name}' cannot be read")
-    stored = reader(text, trust_pickle)
+    stored = reader(text, ReadOptions(trust_pickle=trust_pickle, skip_damaged=skip_damaged))
     check_episodes(stored)
     return name, stored
 
@@ -455,6 +476,7 @@ __all__ = [
     "FORMATS",
     "MemoryFormat",
     "Probe",
+    "ReadOptions",
     "check_episodes",
     "detect_format",
     "length_key",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +27,8 @@ from emote_core.stores.zarr_store.layout import (
 from emote_core.stores.zarr_store.writer import child_names, keys_under, open_group
 from emote_core.typing import EpisodeState
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class ShardView:
@@ -39,14 +43,83 @@ class ShardView:
     def episodes(self) -> int:
         return int(self.commit["episodes"])
 
-    def column(self, name: str) -> np.ndarray:
-        """The committed rows of a column, read whole (one pass over its chunks)."""
-        import zarr
 
-        # One decoding thread per core: zarr's default pool is larger and measured ~1.5x
-        # slower here.
-        with zarr.config.set({"threading.max_workers": os.cpu_count() or 1}):
-            return self.group[f"{COLUMNS}/{name}"][: int(self.commit["rows"][name])]
+def read_rows(array: Any, rows: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The first ``rows`` rows of an array, and which rows could not be read.
+
+    One read of the whole range when it decodes; chunk by chunk otherwise, so a damaged chunk
+    costs only its rows (named in the returned problems), not the column.
+    """
+    import zarr
+
+    # One decoding thread per core: zarr's default pool is larger and measured ~1.5x slower.
+    with zarr.config.set({"threading.max_workers": os.cpu_count() or 1}):
+        try:
+            return array[:rows], np.zeros(rows, dtype=bool), []
+        except Exception:  # a damaged chunk somewhere: find which
+            pass
+        data = np.zeros((rows, *array.shape[1:]), dtype=array.dtype)
+        bad = np.zeros(rows, dtype=bool)
+        problems = []
+        step = int(array.chunks[0])
+        for start in range(0, rows, step):
+            stop = min(rows, start + step)
+            try:
+                data[start:stop] = array[start:stop]
+            except Exception as error:  # any codec or I/O error
+                bad[start:stop] = True
+                text = str(error).splitlines()[0] if str(error) else ""
+                name = str(array.path).rsplit("/", 1)[-1]
+                problems.append(
+                    f"column '{name}' rows {start}:{stop} unreadable ({type(error).__name__}: "
+                    f"{text})"
+                )
+        return data, bad, problems
+
+
+def episode_rows(
+    rows: str, table: dict[str, np.ndarray], indices: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(starts, stops)`` of episodes ``indices`` in a column holding ``rows`` per episode."""
+    lengths = table["length"][indices].astype(np.int64)
+    if rows == RowKind.EPISODE:
+        return indices, indices + 1
+    if rows == RowKind.OBSERVATIONS:
+        starts = table["offset"][indices, 1] if len(indices) else np.zeros(0, dtype=np.int64)
+        return starts, starts + lengths + 1
+    starts = table["offset"][indices, 0] if len(indices) else np.zeros(0, dtype=np.int64)
+    return starts, starts + lengths
+
+
+def damaged_episodes(
+    columns: list[StoreColumn],
+    table: dict[str, np.ndarray],
+    data: dict[str, tuple[np.ndarray, np.ndarray]],
+    indices: np.ndarray,
+) -> np.ndarray:
+    """Which of episodes ``indices`` have unreadable rows or a checksum that does not match.
+
+    Args:
+        columns: The stored columns, in the store's order (the order checksums chain them in).
+        table: The shard's committed episode table.
+        data: Each column's rows and unreadable-row mask (:func:`read_rows`).
+        indices: The episodes to check.
+    """
+    checksums = np.zeros(len(indices), dtype=np.uint32)
+    unreadable = np.zeros(len(indices), dtype=bool)
+    for column in columns:
+        values, bad = data[column.name]
+        starts, stops = episode_rows(column.rows, table, indices)
+        for j, (start, stop) in enumerate(zip(starts.tolist(), stops.tolist(), strict=True)):
+            if unreadable[j]:
+                continue
+            if stop > len(values) or bad[start:stop].any():
+                unreadable[j] = True
+                continue
+            checksums[j] = zlib.crc32(
+                memoryview(np.ascontiguousarray(values[start:stop])).cast("B"), int(checksums[j])
+            )
+    return unreadable | (checksums != table["checksum"][indices])
 
 
 class MemoryStore:
@@ -178,9 +251,32 @@ class MemoryStore:
             chosen = order[order[:, 0] == shard_index][:, 1] if len(order) else np.zeros(0, int)
             if len(chosen) == 0:
                 continue
-            data = {c.name: shard.column(c.name) for c in self.columns}
-            for k in chosen:
+            read = {c.name: self._committed_rows(shard, c.name) for c in self.columns}
+            damaged = damaged_episodes(self.columns, shard.table, read, chosen)
+            if damaged.any():
+                self._damaged(shard, chosen[damaged], skip_damaged)
+            data = {name: values for name, (values, _) in read.items()}
+            for k in chosen[~damaged]:
                 yield self._episode(shard, data, int(k))
+
+    def _committed_rows(self, shard: ShardView, name: str) -> tuple[np.ndarray, np.ndarray]:
+        array = shard.group[f"{COLUMNS}/{name}"]
+        values, bad, _ = read_rows(array, min(int(shard.commit["rows"][name]), array.shape[0]))
+        return values, bad
+
+    def _damaged(self, shard: ShardView, indices: np.ndarray, skip: bool) -> None:
+        ids = [int(shard.table["id"][k]) for k in indices[:10]]
+        more = " ..." if len(indices) > 10 else ""
+        what = (
+            f"store '{self.url}' shard '{shard.name}': {len(indices)} damaged episodes "
+            f"(checksum mismatch or unreadable chunks), ids {ids}{more}"
+        )
+        if not skip:
+            raise FormatError(
+                f"{what}; nothing is read from a damaged store — run `emote memory verify`, or "
+                "pass --skip-damaged to use the other episodes"
+            )
+        log.warning("%s: skipped", what)
 
     def _order(self, max_transitions: int | None) -> np.ndarray:
         """``(shard, episode)`` pairs oldest first, trimmed to the newest that fit."""
@@ -271,4 +367,4 @@ class MemoryStore:
         )
 
 
-__all__ = ["MemoryStore", "ShardView"]
+__all__ = ["MemoryStore", "ShardView", "damaged_episodes", "episode_rows", "read_rows"]

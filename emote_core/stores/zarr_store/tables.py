@@ -167,7 +167,12 @@ def save_table(
     return len(episodes)
 
 
-def load_table(table: ArrayMemoryTable, urls: Sequence[str | os.PathLike[str]]) -> int:
+def load_table(
+    table: ArrayMemoryTable,
+    urls: Sequence[str | os.PathLike[str]],
+    *,
+    skip_damaged: bool = False,
+) -> int:
     """Replaces ``table``'s content with the newest episodes of one or more stores.
 
     Episodes are taken store by store (oldest first within each); when they hold more than the
@@ -175,16 +180,24 @@ def load_table(table: ArrayMemoryTable, urls: Sequence[str | os.PathLike[str]]) 
     (parallel collectors each count from 0) are renumbered. All or nothing: on any error the
     table keeps its content.
 
+    Every episode read is checked against its checksum (damaged chunks, flipped bytes).
+
+    Args:
+        table: The table to fill.
+        urls: The stores.
+        skip_damaged: Leave damaged episodes (and unreadable shards) out instead of refusing.
+
     Returns:
         The number of episodes loaded.
 
     Raises:
-        FormatError: If a store is missing, damaged, or its columns do not fit the table.
+        FormatError: If a store is missing or its columns do not fit the table, or (unless
+            ``skip_damaged``) it holds damaged episodes, naming them.
     """
     stores = [MemoryStore(url) for url in urls]
     episodes: list[EpisodeRecord] = []
     for store in stores:
-        episodes.extend(store.episodes(max_transitions=table.maxlen))
+        episodes.extend(store.episodes(max_transitions=table.maxlen, skip_damaged=skip_damaged))
     kept, total = [], 0
     for episode in reversed(episodes):
         length = len(episode[1][table.length_key])

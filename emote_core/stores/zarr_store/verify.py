@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import os
 import time
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from emote_core.stores.zarr_store.layout import COLUMNS, RowKind
-from emote_core.stores.zarr_store.reader import MemoryStore, ShardView
+from emote_core.stores.zarr_store.reader import (
+    MemoryStore,
+    ShardView,
+    damaged_episodes,
+    read_rows,
+)
 
 
 @dataclass
@@ -97,8 +101,7 @@ def _verify_shard(store: MemoryStore, shard: ShardView, report: VerifyReport) ->
     report.transitions += total
     if count == 0 and not any(int(n) for n in shard.commit["rows"].values()):
         return  # nothing committed yet (its arrays may not exist)
-    checksums = np.zeros(count, dtype=np.uint32)
-    unreadable = np.zeros(count, dtype=bool)
+    read: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for column in store.columns:
         rows = {
             RowKind.TRANSITIONS: total,
@@ -110,30 +113,29 @@ def _verify_shard(store: MemoryStore, shard: ShardView, report: VerifyReport) ->
             report.problems.append(
                 f"{where}: column '{column.name}' commits {committed} rows; episodes need {rows}"
             )
+        try:
+            array = shard.group[f"{COLUMNS}/{column.name}"]
+        except Exception as error:  # missing or unreadable array metadata
+            report.problems.append(
+                f"{where}: columns/{column.name} is unreadable ({type(error).__name__})"
+            )
+            read[column.name] = (np.zeros((0,)), np.zeros(0, dtype=bool))
             continue
-        array = shard.group[f"{COLUMNS}/{column.name}"]
         if array.shape[0] < rows:
             report.problems.append(
                 f"{where}: column '{column.name}' has {array.shape[0]} rows, fewer than the "
                 f"{rows} committed"
             )
-            continue
-        if array.shape[0] > rows:
+        elif array.shape[0] > rows:
             report.notes.append(
                 f"{where}: column '{column.name}' has {array.shape[0] - rows} uncommitted rows "
                 "(a torn tail; readers ignore it and the next writer cuts it)"
             )
-        data, bad_rows = _read_column(array, rows, report, where, column.name)
-        starts, stops = _episode_rows(column.rows, table, lengths)
-        for k in range(count):
-            if bad_rows[starts[k] : stops[k]].any():
-                unreadable[k] = True
-                continue
-            checksums[k] = zlib.crc32(
-                memoryview(np.ascontiguousarray(data[starts[k] : stops[k]])).cast("B"),
-                int(checksums[k]),
-            )
-    damaged = unreadable | (checksums != table["checksum"])
+        values, bad, problems = read_rows(array, min(rows, array.shape[0]))
+        report.problems += [f"{where}: {problem}" for problem in problems]
+        report.bytes_checked += values.nbytes
+        read[column.name] = (values, bad)
+    damaged = damaged_episodes(store.columns, table, read, np.arange(count))
     for k in np.flatnonzero(damaged):
         report.damaged_episodes.append(
             {"shard": shard.name, "index": int(k), "id": int(table["id"][k])}
@@ -144,40 +146,6 @@ def _verify_shard(store: MemoryStore, shard: ShardView, report: VerifyReport) ->
             f"{where}: {int(damaged.sum())} damaged episodes (checksum mismatch or unreadable "
             f"chunks), ids {ids}{' ...' if damaged.sum() > 10 else ''}"
         )
-
-
-def _episode_rows(
-    rows: str, table: dict[str, np.ndarray], lengths: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    if rows == RowKind.EPISODE:
-        starts = np.arange(len(lengths))
-        return starts, starts + 1
-    if rows == RowKind.OBSERVATIONS:
-        starts = table["offset"][:, 1] if len(lengths) else np.zeros(0, dtype=np.int64)
-        return starts, starts + lengths + 1
-    starts = table["offset"][:, 0] if len(lengths) else np.zeros(0, dtype=np.int64)
-    return starts, starts + lengths
-
-
-def _read_column(
-    array: Any, rows: int, report: VerifyReport, where: str, name: str
-) -> tuple[np.ndarray, np.ndarray]:
-    """Reads a column chunk by chunk, so a damaged chunk is found and named, not fatal."""
-    data = np.zeros((rows, *array.shape[1:]), dtype=array.dtype)
-    bad = np.zeros(rows, dtype=bool)
-    step = int(array.chunks[0])
-    for start in range(0, rows, step):
-        stop = min(rows, start + step)
-        try:
-            data[start:stop] = array[start:stop]
-        except Exception as error:  # a damaged chunk: any codec or I/O error
-            bad[start:stop] = True
-            report.problems.append(
-                f"{where}: column '{name}' rows {start}:{stop} unreadable "
-                f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
-            )
-    report.bytes_checked += data.nbytes
-    return data, bad
 
 
 __all__ = ["VerifyReport", "verify_store"]

@@ -286,3 +286,72 @@ def test_a_remote_lease_refuses_a_second_writer_and_a_stale_one_is_taken_over(ki
     assert [r[0] for r in store.episodes()] == list(range(6))
     for record in store.episodes():
         kit.check(record)
+
+
+# Damaged data: nothing is trained on or converted from it unless the user asks.
+
+
+def damage_chunk(url: str, shard: str, how: str) -> None:
+    import zarr
+
+    column = Path(url) / "shards" / shard / "columns" / "obs"
+    chunk = next(p for p in sorted(column.rglob("*")) if p.is_file() and p.name != "zarr.json")
+    if how == "chunk deleted":  # zarr reads a missing chunk as zeros, without a word
+        chunk.unlink()
+    elif how == "chunk garbled":
+        data = bytearray(chunk.read_bytes())
+        for k in range(len(data) // 2, len(data) // 2 + 64):
+            data[k] ^= 0xFF
+        chunk.write_bytes(bytes(data))
+    else:  # values rewritten through zarr itself: a valid chunk with wrong numbers
+        array = zarr.open_array(str(column), mode="r+")
+        array[3] = 2.3e38
+
+
+@pytest.mark.parametrize("how", ["chunk deleted", "chunk garbled", "values rewritten"])
+def test_damaged_episodes_are_refused_by_readers_and_skipped_only_when_asked(
+    kit, tmp_path, runner, how
+) -> None:
+    url = new_store(kit, tmp_path / "s.zarr")
+    fill(kit, url, "main", range(40))
+    fill(kit, url, "clean", range(100, 110))
+    damage_chunk(url, "main", how)
+
+    with pytest.raises(FormatError, match=r"shard 'main': \d+ damaged episodes .*ids \[") as no:
+        list(MemoryStore(url).episodes())
+    assert "--skip-damaged" in str(no.value)
+    kept = list(MemoryStore(url).episodes(skip_damaged=True))
+    for record in kept:
+        kit.check(record)  # every episode handed out is exactly what was written
+    assert {r[0] for r in kept} >= set(range(100, 110)) and len(kept) < 50
+
+    verified = json.loads(runner.invoke(app, ["memory", "verify", url, "--json"]).stdout)
+    assert not verified["ok"] and verified["damaged_episodes"]
+    assert len(kept) == 50 - len(verified["damaged_episodes"])
+
+    out = tmp_path / "out.npz"
+    refused = runner.invoke(app, ["memory", "convert", url, str(out)])
+    assert refused.exit_code == 1 and "damaged episodes" in refused.stderr and not out.exists()
+    skipped = runner.invoke(app, ["memory", "convert", url, str(out), "--skip-damaged", "--json"])
+    assert skipped.exit_code == 0, skipped.stderr
+    assert json.loads(skipped.stdout)["episodes"] == len(kept)
+
+
+def test_training_refuses_damaged_episodes_unless_told_to_skip_them(
+    tmp_path, runner, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for shard in ("a", "b"):
+        collect = ["collect", "sac_pendulum", "--out", "p.zarr", "--episodes", "3"]
+        assert runner.invoke(app, [*collect, "--shard", shard, "--seed", "1"]).exit_code == 0
+    damage_chunk("p.zarr", "b", "values rewritten")
+    train = ["train", "sac_pendulum", "--memory", "p.zarr", "--no-live", "--steps", "2"]
+    train += ["--set", "memory.batch_size=16"]
+    refused = runner.invoke(app, [*train, "--run-dir", "r1"])
+    assert refused.exit_code == 1
+    assert "shard 'b': 1 damaged episodes" in refused.stderr and not Path("r1").exists()
+    trained = runner.invoke(app, [*train, "--run-dir", "r2", "--skip-damaged", "--json"])
+    assert trained.exit_code == 0, trained.stderr
+    assert "damaged episodes (checksum mismatch or unreadable chunks), ids [0]: skipped" in (
+        trained.stderr
+    )
