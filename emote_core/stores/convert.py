@@ -8,11 +8,13 @@ no temporary files, and an existing destination is replaced only with ``force``.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shutil
 import tempfile
 import time
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -115,7 +117,7 @@ def convert(
     source_text, target_text = os.fspath(source), os.fspath(destination)
     target = _lookup(target_format, "target")
     if target.target != "dataset":
-        _check_destination(source_text, target_text, force)
+        _check_destination(source_text, target_text, force, target.name)
     name, stored = read_source(
         source_text, source_format=source_format, trust_pickle=trust_pickle,
         skip_damaged=skip_damaged,
@@ -179,7 +181,7 @@ def write_target(
     if target.target == "dataset":
         write(stored, text, options)
     else:
-        _check_destination(None, text, force)
+        _check_destination(None, text, force, target.name)
         with _temporary_sibling(Path(text), target.target) as temporary:
             write(stored, str(temporary), options)
             _move_into_place(temporary, Path(text), force)
@@ -187,23 +189,98 @@ def write_target(
         progress(len(stored.episodes), len(stored.episodes))
 
 
-def _check_destination(source: str | None, destination: str, force: bool) -> None:
+def _check_destination(
+    source: str | None, destination: str, force: bool, target_format: str
+) -> None:
+    """Refuses destinations that would lose data: the source itself, a place inside the source
+    or holding it, and (even with ``force``) anything but a store or file of the target format.
+    """
     if "://" in destination:
         raise FormatError(
             f"convert writes local files and directories; '{destination}' is a URL — convert "
             "to a local path, then copy it"
         )
     target = Path(destination)
-    if target.exists() or target.is_symlink():
-        same = source is not None and "://" not in source
-        if same and target.resolve() == Path(str(source)).resolve():
+    if source is not None and "://" not in source:
+        origin, written = Path(source).resolve(), target.resolve()
+        if written == origin:
             raise FormatError(f"source and destination are the same ('{destination}')")
+        if origin in written.parents:
+            raise FormatError(
+                f"destination '{destination}' is inside the source '{source}'; write it elsewhere"
+            )
+        if written in origin.parents:
+            raise FormatError(
+                f"destination '{destination}' holds the source '{source}'; replacing it would "
+                "delete the source — write it elsewhere"
+            )
+    if target.exists() or target.is_symlink():
         if not force:
             raise FormatError(f"destination '{destination}' exists; pass --force to replace it")
+        _check_replaceable(target, target_format)
     if not target.parent.is_dir():
         raise StorageError(
             f"cannot write '{destination}': directory '{target.parent}' does not exist"
         )
+
+
+def _check_replaceable(target: Path, target_format: str) -> None:
+    """``--force`` replaces what emote would have written there, nothing else.
+
+    Raises:
+        FormatError: If ``target`` is a link, or not a store or file of ``target_format``.
+    """
+    if target.is_symlink():
+        raise FormatError(f"'{target}' is a symbolic link; --force replaces no links")
+    if target_format == "zarr":
+        if target.is_dir() and _is_memory_store(target):
+            return
+        raise FormatError(
+            f"'{target}' is not an emote memory store; --force replaces only a store (it would "
+            "delete what is there) — choose another destination"
+        )
+    if not target.is_file():
+        raise FormatError(
+            f"'{target}' is a directory; --force replaces only a {target_format} file — choose "
+            "another destination"
+        )
+    if not _is_format(target, target_format):
+        raise FormatError(
+            f"'{target}' is not a {target_format} file; --force replaces only a file of the "
+            "format it writes — choose another destination"
+        )
+
+
+def _is_memory_store(path: Path) -> bool:
+    try:
+        metadata = json.loads((path / "zarr.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(metadata, dict) and (metadata.get("attributes") or {}).get("format") == (
+        "emote-memory"
+    )
+
+
+def _is_format(path: Path, target_format: str) -> bool:
+    """Whether a file holds ``target_format`` (by content, as emote writes it)."""
+    try:
+        if target_format in ("emote-v1", "npz", "pt"):
+            if not zipfile.is_zipfile(path):
+                return False
+            with zipfile.ZipFile(path) as archive:
+                names = archive.namelist()
+            if target_format == "emote-v1":
+                return "version" in names and "configuration.json" in names
+            if target_format == "npz":
+                return bool(names) and all(name.endswith(".npy") for name in names)
+            return any(name.endswith("data.pkl") for name in names)  # torch.save's zip
+        if target_format == "csv":
+            with open(path, encoding="utf-8") as file:
+                header = file.readline()
+            return path.suffix.lower() == ".csv" and "," in header
+    except (OSError, UnicodeDecodeError, zipfile.BadZipFile):
+        return False
+    return False
 
 
 @contextmanager

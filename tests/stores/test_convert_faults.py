@@ -1,0 +1,115 @@
+"""`emote memory convert` never loses a user's data: not its own source, not a folder of other
+files, not a file of another kind, even with --force."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from emote_cli.app import app
+from emote_core.stores.stored import ColumnSchema
+from emote_core.stores.zarr_store import MemoryStore, ShardWriter, create_store, store_columns
+from emote_core.stores.zarr_store.verify import verify_store
+from emote_core.typing import EpisodeState
+
+SCHEMAS = [
+    ColumnSchema("obs", "Column", (2,), np.dtype(np.float32)),
+    ColumnSchema("actions", "Column", (1,), np.dtype(np.float32)),
+    ColumnSchema("rewards", "Column", (1,), np.dtype(np.float32)),
+]
+
+
+def episode(identity: int) -> tuple:
+    steps = np.arange(5, dtype=np.float32)
+    data = {"obs": np.stack([steps, steps + identity], 1), "actions": steps[:4, None],
+            "rewards": steps[:4, None]}  # fmt: skip
+    return identity, data, EpisodeState.TERMINAL
+
+
+def make_store(path: Path, count: int = 6) -> str:
+    create_store(path, columns=store_columns(SCHEMAS, episode(0), "rewards"), length_key="rewards")
+    with ShardWriter(path) as writer:
+        writer.append([episode(k) for k in range(count)])
+    return str(path)
+
+
+def digest(path: Path) -> str:
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    sha = hashlib.sha256()
+    for file in files:
+        if "leases" not in file.parts:
+            sha.update(str(file.relative_to(path) if path.is_dir() else file.name).encode())
+            sha.update(file.read_bytes())
+    return sha.hexdigest()
+
+
+def convert(runner, *args: str):
+    return runner.invoke(app, ["memory", "convert", *args])
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_destination_inside_the_source_is_refused(runner, tmp_path, force) -> None:
+    source = make_store(tmp_path / "s.zarr")
+    before = digest(Path(source))
+    flags = ["--force"] if force else []
+    for inside in (f"{source}/copy.zarr", f"{source}/shards/main/copy.zarr"):
+        result = convert(runner, source, inside, *flags)
+        assert result.exit_code == 1, result.output
+        assert "is inside the source" in result.stderr
+    assert digest(Path(source)) == before and verify_store(source).ok
+
+
+def test_a_destination_holding_the_source_is_refused_even_with_force(runner, tmp_path) -> None:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    source = make_store(folder / "s.zarr")
+    result = convert(runner, source, str(folder), "--force")
+    assert result.exit_code == 1 and "holds the source" in result.stderr
+    assert MemoryStore(source).episode_count == 6
+
+
+def test_force_never_replaces_a_folder_of_other_files(runner, tmp_path) -> None:
+    source = make_store(tmp_path / "s.zarr")
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "paper.tex").write_text("months of work")
+    result = convert(runner, source, str(folder), "--force")
+    assert result.exit_code == 1
+    assert "is not an emote memory store; --force replaces only a store" in result.stderr
+    assert (folder / "paper.tex").read_text() == "months of work"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results", "s.zarr"]  # no leftovers
+
+
+@pytest.mark.parametrize(
+    ("target", "name"), [("npz", "mine.npz"), ("pt", "mine.pt"), ("csv", "mine.csv"),
+                         ("emote-v1", "mine.zip")],
+)  # fmt: skip
+def test_force_never_replaces_a_file_of_another_kind(runner, tmp_path, target, name) -> None:
+    source = make_store(tmp_path / "s.zarr")
+    mine = tmp_path / name
+    mine.write_text("a user's own file that happens to have this name\n")
+    result = convert(runner, source, str(mine), "--to", target, "--force")
+    assert result.exit_code == 1 and f"is not a {target} file" in result.stderr
+    assert mine.read_text().startswith("a user's own file")
+    directory = tmp_path / f"dir.{target}"
+    directory.mkdir()
+    result = convert(runner, source, str(directory), "--to", target, "--force")
+    assert result.exit_code == 1 and "is a directory" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("target", "name"), [("zarr", "out.zarr"), ("npz", "out.npz"), ("pt", "out.pt"),
+                         ("csv", "out.csv"), ("emote-v1", "out.zip")],
+)  # fmt: skip
+def test_force_replaces_what_emote_wrote_in_the_target_format(
+    runner, tmp_path, target, name
+) -> None:
+    source = make_store(tmp_path / "s.zarr")
+    out = str(tmp_path / name)
+    assert convert(runner, source, out, "--to", target).exit_code == 0
+    assert convert(runner, source, out, "--to", target).exit_code == 1  # exists
+    replaced = convert(runner, source, out, "--to", target, "--force")
+    assert replaced.exit_code == 0, replaced.stderr
