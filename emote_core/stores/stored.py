@@ -127,14 +127,35 @@ def signed_identity(value: Any, *, source: str) -> int:
     return identity - _UINT64_LIMIT if identity >= _INT64_LIMIT else identity
 
 
+MAX_EXPANSION = 200
+"""A member may decompress to at most this many times its compressed size..."""
+EXPANSION_FLOOR = 64 << 20
+"""...once it declares more than this many bytes (small members may compress as well as they
+like: a column of zeros does)."""
+
+
 def read_member(archive: zipfile.ZipFile, name: str, *, source: str) -> bytes:
-    """The bytes of one zip member.
+    """The bytes of one zip member, refusing decompression bombs before reading.
+
+    A member that declares more than :data:`EXPANSION_FLOOR` bytes and more than
+    :data:`MAX_EXPANSION` times its compressed size is refused unread; no member yields more
+    bytes than its header declares (zipfile stops there, and checks the CRC).
 
     Raises:
-        FormatError: If the member is missing or cannot be read (truncated or corrupt archive).
+        FormatError: If the member is missing, cannot be read (truncated or corrupt archive), or
+            would expand beyond the limits.
     """
     try:
-        return archive.read(name)
+        info = archive.getinfo(name)
+        declared, packed = int(info.file_size), int(info.compress_size)
+        if declared > EXPANSION_FLOOR and declared > MAX_EXPANSION * max(packed, 1):
+            raise FormatError(
+                f"{source}: member '{name}' declares {declared:,} bytes from {packed:,} "
+                f"compressed ({declared / max(packed, 1):,.0f}x); emote reads no member that "
+                f"expands over {MAX_EXPANSION}x beyond {EXPANSION_FLOOR >> 20} MiB (a "
+                "decompression bomb or a damaged header)"
+            )
+        return archive.read(info)
     except KeyError:
         raise FormatError(
             f"{source} has no member '{name}'; members: {sorted(archive.namelist())[:20]}"

@@ -113,3 +113,49 @@ def test_force_replaces_what_emote_wrote_in_the_target_format(
     assert convert(runner, source, out, "--to", target).exit_code == 1  # exists
     replaced = convert(runner, source, out, "--to", target, "--force")
     assert replaced.exit_code == 0, replaced.stderr
+
+
+def bomb(path: Path, declared_mib: int = 256) -> Path:
+    """A valid upstream V1 memory zip whose 'obs.npy' inflates from ~0.3 MB to ``declared_mib``."""
+    import zipfile
+
+    from emote_core.stores.convert import convert as convert_memory
+
+    honest = path.with_name("honest.zip")
+    convert_memory(make_store(path.with_name("b.zarr")), honest, target_format="emote-v1")
+    with zipfile.ZipFile(honest) as source, zipfile.ZipFile(path, "w") as archive:
+        for name in source.namelist():
+            if name != "obs.npy":
+                archive.writestr(name, source.read(name))
+        info = zipfile.ZipInfo("obs.npy")
+        info.compress_type = zipfile.ZIP_DEFLATED
+        with archive.open(info, "w", force_zip64=True) as member:
+            block = bytes(1 << 20)
+            for _ in range(declared_mib):
+                member.write(block)
+    return path
+
+
+def test_a_decompression_bomb_is_refused_before_it_is_inflated(runner, tmp_path) -> None:
+    import tracemalloc
+    import zipfile
+
+    path = bomb(tmp_path / "bomb.zip")
+    info = zipfile.ZipFile(path).getinfo("obs.npy")
+    assert info.file_size == 256 << 20 and info.compress_size < 1 << 20  # a real bomb
+    from emote_core.errors import FormatError
+    from emote_core.stores.stored import read_member
+
+    tracemalloc.start()
+    try:
+        with zipfile.ZipFile(path) as archive, pytest.raises(FormatError) as refused:
+            read_member(archive, "obs.npy", source=str(path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"{peak:,} bytes allocated to refuse it"
+    assert "declares 268,435,456 bytes" in str(refused.value)
+    for command in (["memory", "inspect", str(path)], ["memory", "convert", str(path), "o.zarr"]):
+        result = runner.invoke(app, command)
+        assert result.exit_code == 1 and "decompression bomb" in result.stderr, result.output
+        assert len(result.stderr.strip().splitlines()) == 1
