@@ -15,6 +15,8 @@
         episodes/return              float64 sum of rewards
         episodes/written_at          float64 unix time of the commit that added the episode
         episodes/checksum            uint32 crc32 over the episode's bytes in every stored column
+        episodes/table_checksum      uint32 crc32 over the episode's row of the fields above
+                                     (stores written before it have none; verify says so)
 
 Readers trust only what a shard's commit record counts; rows past it are a torn tail.
 """
@@ -48,6 +50,31 @@ EPISODE_FIELDS: dict[str, tuple[np.dtype[Any], tuple[int, ...]]] = {
     "written_at": (np.dtype(np.float64), ()),
     "checksum": (np.dtype(np.uint32), ()),
 }
+
+
+TABLE_CHECKSUM = "table_checksum"
+"""The episode table's own checksum field: optional for reading (older shards lack it)."""
+TABLE_CHECKSUM_DTYPE = np.dtype(np.uint32)
+
+
+def table_checksums(table: dict[str, np.ndarray], rows: np.ndarray | None = None) -> np.ndarray:
+    """crc32 of each episode's row of :data:`EPISODE_FIELDS` (little-endian bytes, field order).
+
+    Args:
+        table: The episode table, field -> array.
+        rows: Which rows (all when ``None``).
+    """
+    import zlib
+
+    picked = {
+        name: np.ascontiguousarray(table[name] if rows is None else table[name][rows])
+        .astype(dtype.newbyteorder("<"), copy=False)
+        .reshape(-1, int(np.prod(shape, dtype=np.int64)) if shape else 1)
+        for name, (dtype, shape) in EPISODE_FIELDS.items()
+    }
+    count = len(next(iter(picked.values())))
+    joined = np.concatenate([picked[name].view(np.uint8).reshape(count, -1) for name in picked], 1)
+    return np.fromiter((zlib.crc32(row) for row in joined), dtype=TABLE_CHECKSUM_DTYPE, count=count)
 
 
 class StoreVersion(IntEnum):
@@ -165,8 +192,10 @@ __all__ = [
     "EPISODE_FIELDS",
     "FORMAT_NAME",
     "SHARDS",
+    "TABLE_CHECKSUM",
     "RowKind",
     "StoreColumn",
     "StoreVersion",
     "check_format",
+    "table_checksums",
 ]

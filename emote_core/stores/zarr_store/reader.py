@@ -20,9 +20,11 @@ from emote_core.stores.zarr_store.layout import (
     EPISODES,
     FORMAT_NAME,
     SHARDS,
+    TABLE_CHECKSUM,
     RowKind,
     StoreColumn,
     check_format,
+    table_checksums,
 )
 from emote_core.stores.zarr_store.writer import child_names, keys_under, open_group
 from emote_core.typing import EpisodeState
@@ -97,7 +99,9 @@ def damaged_episodes(
     data: dict[str, tuple[np.ndarray, np.ndarray]],
     indices: np.ndarray,
 ) -> np.ndarray:
-    """Which of episodes ``indices`` have unreadable rows or a checksum that does not match.
+    """Which of episodes ``indices`` have unreadable rows, data that does not match their
+    checksum, or a row of the episode table (id, offsets, length, end state, return) that does
+    not match the table's checksum (where the shard has one).
 
     Args:
         columns: The stored columns, in the store's order (the order checksums chain them in).
@@ -119,7 +123,13 @@ def damaged_episodes(
             checksums[j] = zlib.crc32(
                 memoryview(np.ascontiguousarray(values[start:stop])).cast("B"), int(checksums[j])
             )
-    return unreadable | (checksums != table["checksum"][indices])
+    damaged = unreadable | (checksums != table["checksum"][indices])
+    if TABLE_CHECKSUM in table:
+        expected = table[TABLE_CHECKSUM]
+        inside = indices < len(expected)
+        damaged[~inside] = True  # committed rows the checksum array does not reach
+        damaged[inside] |= table_checksums(table, indices[inside]) != expected[indices[inside]]
+    return damaged
 
 
 class MemoryStore:
@@ -199,6 +209,14 @@ class MemoryStore:
                 raise FormatError(
                     f"{where}: {path}/{EPISODES}/{field} is unreadable "
                     f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+                ) from error
+        if TABLE_CHECKSUM in group[EPISODES]:  # shards written before it have none
+            try:
+                table[TABLE_CHECKSUM] = group[f"{EPISODES}/{TABLE_CHECKSUM}"][:count]
+            except Exception as error:
+                raise FormatError(
+                    f"{where}: {path}/{EPISODES}/{TABLE_CHECKSUM} is unreadable "
+                    f"({type(error).__name__})"
                 ) from error
         return ShardView(name, group, commit, table)
 

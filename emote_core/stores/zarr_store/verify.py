@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from emote_core.stores.zarr_store.layout import COLUMNS, RowKind
+from emote_core.stores.zarr_store.layout import COLUMNS, TABLE_CHECKSUM, RowKind
 from emote_core.stores.zarr_store.reader import (
     MemoryStore,
     ShardView,
@@ -135,6 +135,11 @@ def _verify_shard(store: MemoryStore, shard: ShardView, report: VerifyReport) ->
         report.problems += [f"{where}: {problem}" for problem in problems]
         report.bytes_checked += values.nbytes
         read[column.name] = (values, bad)
+    if TABLE_CHECKSUM not in table:
+        report.notes.append(
+            f"{where}: its episode table has no checksums (written by an earlier emote); ids, "
+            "end states and returns are unchecked until a writer appends to it"
+        )
     damaged = damaged_episodes(store.columns, table, read, np.arange(count))
     for k in np.flatnonzero(damaged):
         report.damaged_episodes.append(

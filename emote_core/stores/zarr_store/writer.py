@@ -28,10 +28,13 @@ from emote_core.stores.zarr_store.layout import (
     EPISODES,
     FORMAT_NAME,
     SHARDS,
+    TABLE_CHECKSUM,
+    TABLE_CHECKSUM_DTYPE,
     RowKind,
     StoreColumn,
     StoreVersion,
     check_format,
+    table_checksums,
 )
 from emote_core.stores.zarr_store.lease import DEFAULT_TIMEOUT, ShardLease, describe
 from emote_core.typing import EpisodeState
@@ -200,6 +203,7 @@ class ShardWriter:
                 self.group.attrs.update({"commit": commit, "writer": producer()})
             self.commit = commit
             self._repair()
+            self._table_checksums = self._require_table_checksums()
         except BaseException:
             self.lease.release()
             raise
@@ -224,6 +228,22 @@ class ShardWriter:
         shards = require_group(root, SHARDS)
         attributes = {"commit": _empty_commit(self.columns), "writer": producer()}
         return shards.create_group(self.shard, attributes=attributes)
+
+    def _require_table_checksums(self) -> Any:
+        """The episode table's checksum array; a shard written before it had one gets it, over
+        its committed rows as they are now (from then on a changed row is detected)."""
+        count = int(self.commit["episodes"])
+        array = self._require_plain(f"{EPISODES}/{TABLE_CHECKSUM}", TABLE_CHECKSUM_DTYPE, ())
+        if array.shape[0] < count:
+            table = {name: self._episode_arrays[name][:count] for name in EPISODE_FIELDS}
+            _write_rows(array, 0, table_checksums(table))
+            log.info(
+                "store '%s' shard '%s': checksummed the episode table of %d episodes written "
+                "by an earlier emote", self.url, self.shard, count,
+            )  # fmt: skip
+        elif array.shape[0] > count:
+            self._truncate(array, count)
+        return array
 
     def _refuse_uncommitted_data(self) -> None:
         arrays = [*self._arrays.values(), *self._episode_arrays.values()]
@@ -330,6 +350,7 @@ class ShardWriter:
         }
         for name, values in fields.items():
             _write_rows(self._episode_arrays[name], first_episode, values)
+        _write_rows(self._table_checksums, first_episode, table_checksums(fields))
         commit = {
             "sequence": int(self.commit["sequence"]) + 1,
             "episodes": first_episode + len(episodes),

@@ -355,3 +355,48 @@ def test_training_refuses_damaged_episodes_unless_told_to_skip_them(
     assert "damaged episodes (checksum mismatch or unreadable chunks), ids [0]: skipped" in (
         trained.stderr
     )
+
+
+# The episode table is checksummed too.
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("end_state", 2), ("return", 1e9), ("id", 12345), ("length", 3), ("offset", 7)],
+)
+def test_a_rewritten_episode_table_row_is_damage(kit, tmp_path, runner, field, value) -> None:
+    import zarr
+
+    url = new_store(kit, tmp_path / "s.zarr")
+    fill(kit, url, "main", range(1, 7))
+    array = zarr.open_array(str(Path(url) / "shards" / "main" / "episodes" / field), mode="r+")
+    row = 2  # id 3 ends INTERRUPTED; end_state 2 (TERMINAL) would zero its last mask
+    array[row] = value
+    verified = json.loads(runner.invoke(app, ["memory", "verify", url, "--json"]).stdout)
+    assert not verified["ok"]
+    assert [d["index"] for d in verified["damaged_episodes"]][:1] == [row]
+    with pytest.raises(FormatError, match="damaged episodes"):
+        list(MemoryStore(url).episodes())
+    kept = list(MemoryStore(url).episodes(skip_damaged=True))
+    assert [r[0] for r in kept] == [1, 2, 4, 5, 6]
+    for record in kept:
+        kit.check(record)
+
+
+def test_shards_written_before_the_table_checksum_read_and_get_one_on_the_next_append(
+    kit, tmp_path
+) -> None:
+    import shutil
+
+    url = new_store(kit, tmp_path / "s.zarr")
+    fill(kit, url, "main", range(5))
+    # What an earlier emote wrote: no episodes/table_checksum.
+    shutil.rmtree(Path(url) / "shards" / "main" / "episodes" / "table_checksum")
+    report = verify_store(url)
+    assert report.ok and any("no checksums" in note for note in report.notes)
+    assert [r[0] for r in MemoryStore(url).episodes()] == list(range(5))
+    fill(kit, url, "main", range(5, 8))  # the writer checksums the old rows, then appends
+    report = verify_store(url)
+    assert report.ok and not report.notes
+    for record in MemoryStore(url).episodes():
+        kit.check(record)
