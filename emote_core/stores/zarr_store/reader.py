@@ -158,6 +158,7 @@ class MemoryStore:
             raise FormatError(
                 f"store '{self.url}' names length_key '{self.length_key}' among no column"
             )
+        self._unique_ids: dict[str, list[int]] | None = None
         self.shards: list[ShardView] = []
         self.damaged_shards: dict[str, str] = {}
         """Shards that cannot be read at all, with one line saying why (their file)."""
@@ -283,7 +284,7 @@ class MemoryStore:
         return values, bad
 
     def _damaged(self, shard: ShardView, indices: np.ndarray, skip: bool) -> None:
-        ids = [int(shard.table["id"][k]) for k in indices[:10]]
+        ids = [self._ids()[shard.name][k] for k in indices[:10]]
         more = " ..." if len(indices) > 10 else ""
         what = (
             f"store '{self.url}' shard '{shard.name}': {len(indices)} damaged episodes "
@@ -327,7 +328,27 @@ class MemoryStore:
             else:
                 episode[column.name] = data[column.name][step : step + length]
         end_state = EpisodeState(int(shard.table["end_state"][k]))
-        return int(shard.table["id"][k]), episode, end_state
+        return self._ids()[shard.name][k], episode, end_state
+
+    def _ids(self) -> dict[str, list[int]]:
+        """Store-unique episode ids by shard: each stored id, except that an id already handed
+        to an earlier episode (by shard name, then position) gets the next id above the store's
+        largest. Parallel collectors and repeated collects all count from 0; their episodes keep
+        apart in every export this way, and the same store always reads the same ids."""
+        if self._unique_ids is None:
+            stored = {s.name: [int(i) for i in s.table["id"]] for s in self.shards}
+            seen: set[int] = set()
+            fresh = max((max(ids) for ids in stored.values() if ids), default=-1) + 1
+            unique: dict[str, list[int]] = {}
+            for name, ids in stored.items():
+                unique[name] = []
+                for identity in ids:
+                    if identity in seen:
+                        identity, fresh = fresh, fresh + 1
+                    seen.add(identity)
+                    unique[name].append(identity)
+            self._unique_ids = unique
+        return self._unique_ids
 
     def info(self) -> dict[str, Any]:
         """The ``emote memory inspect`` report; reads only the episode tables, not the columns."""

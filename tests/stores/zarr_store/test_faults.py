@@ -352,7 +352,8 @@ def test_training_refuses_damaged_episodes_unless_told_to_skip_them(
     assert "shard 'b': 1 damaged episodes" in refused.stderr and not Path("r1").exists()
     trained = runner.invoke(app, [*train, "--run-dir", "r2", "--skip-damaged", "--json"])
     assert trained.exit_code == 0, trained.stderr
-    assert "damaged episodes (checksum mismatch or unreadable chunks), ids [0]: skipped" in (
+    # Shard b's first episode is id 3 in the store: shard a already counted 0, 1 and 2.
+    assert "damaged episodes (checksum mismatch or unreadable chunks), ids [3]: skipped" in (
         trained.stderr
     )
 
@@ -400,3 +401,30 @@ def test_shards_written_before_the_table_checksum_read_and_get_one_on_the_next_a
     assert report.ok and not report.notes
     for record in MemoryStore(url).episodes():
         kit.check(record)
+
+
+# Episode ids are unique across a store, whoever wrote it.
+
+
+@pytest.mark.parametrize("target", ["emote-v1", "zarr", "npz", "pt", "csv", "minari"])
+def test_a_store_of_several_collects_and_shards_round_trips_through_every_format(
+    tmp_path, runner, monkeypatch, target
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    collect = ["collect", "sac_hit_the_middle", "--out", "s.zarr", "--episodes", "3"]
+    for shard in ("main", "main", "b"):  # two collects counting from 0 on one shard, one more
+        assert runner.invoke(app, [*collect, "--shard", shard]).exit_code == 0
+    store = MemoryStore("s.zarr")
+    ids = [record[0] for record in store.episodes()]
+    assert len(ids) == 9 and len(set(ids)) == 9
+    out = {"emote-v1": "s.zip", "zarr": "copy.zarr", "npz": "s.npz", "pt": "s.pt",
+           "csv": "s.csv", "minari": "emote/s-v0"}[target]  # fmt: skip
+    written = runner.invoke(app, ["memory", "convert", "s.zarr", out, "--to", target])
+    assert written.exit_code == 0, written.stderr
+    back = runner.invoke(app, ["memory", "convert", out, "back.zarr", "--json"])
+    assert back.exit_code == 0, back.stderr
+    assert json.loads(back.stdout)["episodes"] == 9
+    before = sorted(r[1]["obs"].tobytes() for r in store.episodes())
+    after = sorted(r[1]["obs"].tobytes() for r in MemoryStore("back.zarr").episodes())
+    assert before == after
