@@ -144,17 +144,16 @@ def acting_state(checkpoint: dict[str, Any], family: AlgorithmFamily) -> dict[st
 
 
 def resolve_checkpoint(target: Path) -> tuple[Path, Path]:
-    """``(checkpoint file, run directory)`` for a checkpoint file or a run directory.
+    """``(checkpoint file, run directory)`` for a checkpoint file or a run directory (its
+    newest checkpoint that loads; newer ones that do not are skipped with a warning).
 
     Raises:
-        CheckpointError: If there is no checkpoint there.
+        CheckpointError: If there is no checkpoint there, or none that loads.
     """
-    from emote_core.runs import RunDirectory
+    from emote_core.callbacks.checkpointing import load_latest_checkpoint
 
     if target.is_dir():
-        latest = RunDirectory(target).latest_checkpoint()
-        if latest is None:
-            raise CheckpointError(f"run directory '{target}' holds no checkpoints")
+        latest, _ = load_latest_checkpoint(target)
         return latest, target
     if not target.is_file():
         raise CheckpointError(f"'{target}' is neither a checkpoint file nor a run directory")

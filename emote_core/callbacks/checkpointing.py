@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import tempfile
+import time
 from collections.abc import Sequence
 from enum import IntEnum
 from pathlib import Path
@@ -77,6 +78,42 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     return data
 
 
+def load_latest_checkpoint(run_dir: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]]:
+    """The newest checkpoint of a run that loads, and its content.
+
+    A checkpoint that does not load (truncated by a full disk, damaged) is skipped with a
+    warning naming it and why; the one before it is tried.
+
+    Raises:
+        CheckpointError: If the run has no checkpoints, or none of them loads.
+    """
+    available = list_checkpoints(run_dir)
+    if not available:
+        raise CheckpointError(f"run directory '{run_dir}' holds no checkpoints")
+    skipped = []
+    for _, path in reversed(available):
+        try:
+            data = load_checkpoint(path)
+        except CheckpointError as error:
+            log.warning("skipping checkpoint '%s': %s", path, error)
+            skipped.append(path.name)
+            continue
+        if skipped:
+            log.warning("using checkpoint '%s' (newer ones do not load: %s)", path, skipped)
+        return path, data
+    raise CheckpointError(
+        f"none of the {len(available)} checkpoints in '{run_dir}' loads ({', '.join(skipped)})"
+    )
+
+
+def _loads(path: Path) -> bool:
+    try:
+        load_checkpoint(path)
+    except CheckpointError:
+        return False
+    return True
+
+
 def _check_unique_names(callbacks: Sequence[Callback], owner: str) -> None:
     duplicated = repeated_names(callbacks)
     if duplicated:
@@ -125,8 +162,16 @@ class Checkpointer(Callback):
         self.keep_last = keep_last
         self.last_saved_step = 0
 
+    def _clean_leftovers(self) -> None:
+        """Removes the temporary files of checkpoint writes that were killed (this run's own)."""
+        if self.directory.is_dir():
+            for leftover in self.directory.glob(".checkpoint_*.tmp"):
+                leftover.unlink(missing_ok=True)
+                log.info("removed '%s', left by a checkpoint write that was cut off", leftover)
+
     def begin_training(self, bp_step: int) -> None:
         self.last_saved_step = bp_step  # a resumed run has its starting step on disk already
+        self._clean_leftovers()
 
     def end_cycle(self, bp_step: int, bp_samples: int) -> None:
         self.save(bp_step=bp_step, bp_samples=bp_samples)
@@ -148,6 +193,11 @@ class Checkpointer(Callback):
 
         self.directory.mkdir(parents=True, exist_ok=True)
         target = self.directory / f"checkpoint_{bp_step}.tar"
+        if target.exists() and not _loads(target):
+            # A checkpoint this run could not load (the resume fell back past it): kept aside.
+            aside = target.with_name(f"{target.name}.damaged-{int(time.time())}")
+            os.rename(target, aside)
+            log.warning("moved the unreadable checkpoint '%s' aside to '%s'", target, aside.name)
         if target.exists():
             raise CheckpointError(
                 f"'{target}' already exists; this run would overwrite a checkpoint of an earlier "
@@ -253,8 +303,11 @@ class CheckpointLoader(Callback):
         )
 
     def restore_state(self) -> dict[str, Any] | None:
-        path = self.resolve()
-        data = load_checkpoint(path)
+        if self.checkpoint == "latest":
+            path, data = load_latest_checkpoint(self.run_dir)
+        else:
+            path = self.resolve()
+            data = load_checkpoint(path)
         saved = data["callbacks"]
         missing = [c.name for c in self.callbacks if c.name not in saved]
         if missing:
@@ -283,4 +336,5 @@ __all__ = [
     "Checkpointer",
     "list_checkpoints",
     "load_checkpoint",
+    "load_latest_checkpoint",
 ]

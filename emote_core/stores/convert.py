@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -182,6 +183,7 @@ def write_target(
         write(stored, text, options)
     else:
         _check_destination(None, text, force, target.name)
+        clean_leftovers(Path(text).parent)
         with _temporary_sibling(Path(text), target.target) as temporary:
             write(stored, str(temporary), options)
             _move_into_place(temporary, Path(text), force)
@@ -281,6 +283,44 @@ def _is_format(path: Path, target_format: str) -> bool:
     except (OSError, UnicodeDecodeError, zipfile.BadZipFile):
         return False
     return False
+
+
+_LEFTOVER = re.compile(r"^\.emote-(tmp|old)-(\d+)-(.+)$")
+
+
+def clean_leftovers(directory: Path) -> None:
+    """Tidies what conversions killed midway left in ``directory``: only emote's own temporary
+    names, and only those of processes no longer running on this machine.
+
+    ``.emote-tmp-<pid>-*`` is an unfinished target: removed. ``.emote-old-<pid>-<name>`` is a
+    replaced destination set aside: removed when ``<name>`` (its replacement) is in place, put
+    back as ``<name>`` when the process died before the replacement arrived.
+    """
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        return
+    for path in entries:
+        match = _LEFTOVER.match(path.name)
+        if match is None or _running(int(match.group(2))):
+            continue
+        kind, name = match.group(1), match.group(3)
+        if kind == "old" and not (directory / name).exists():
+            os.rename(path, directory / name)
+            log.warning("restored '%s' from '%s', set aside by a conversion cut off", name, path)
+            continue
+        _remove(path)
+        log.info("removed '%s', left by a conversion that was cut off", path)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
 
 
 @contextmanager

@@ -184,3 +184,27 @@ def test_every_shipped_recipe_trains_evaluates_and_exports(
     stored = run(runner, "memory", "inspect", "c.zarr", "--json")
     assert stored.exit_code == 0, stored.output
     assert json.loads(stored.stdout)["episodes"] >= 2
+
+
+def test_resume_and_eval_fall_back_past_a_truncated_checkpoint(runner, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    train = ["train", "sac_hit_the_middle", "--run-dir", "run", "--set", "memory.warmup_steps=64",
+             "--set", "training.checkpoint_interval=10"]  # fmt: skip
+    assert runner.invoke(app, [*train, "--steps", "20"]).exit_code == 0
+    latest = tmp_path / "run" / "checkpoints" / "checkpoint_20.tar"
+    latest.write_bytes(latest.read_bytes()[:1000])  # a full disk cut the last write short
+    leftover = tmp_path / "run" / "checkpoints" / ".checkpoint_30.abc.tmp"
+    leftover.write_bytes(b"half a checkpoint")
+
+    evaluated = runner.invoke(app, ["eval", "run", "--episodes", "1", "--json"])
+    assert evaluated.exit_code == 0, evaluated.stderr
+    assert json.loads(evaluated.stdout)["checkpoint"].endswith("checkpoint_10.tar")
+    assert "skipping checkpoint" in evaluated.stderr and "checkpoint_20.tar" in evaluated.stderr
+
+    resumed = runner.invoke(app, [*train, "--resume", "--steps", "30"])
+    assert resumed.exit_code == 0, resumed.stderr
+    names = {p.name for p in (tmp_path / "run" / "checkpoints").iterdir()}
+    aside = [name for name in names if name.startswith("checkpoint_20.tar.damaged-")]
+    assert len(aside) == 1  # the unreadable one is kept, out of the way
+    assert names - set(aside) == {"checkpoint_10.tar", "checkpoint_20.tar", "checkpoint_30.tar"}
+    assert not leftover.exists()

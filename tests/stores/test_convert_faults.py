@@ -4,6 +4,7 @@ files, not a file of another kind, even with --force."""
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import numpy as np
@@ -159,3 +160,26 @@ def test_a_decompression_bomb_is_refused_before_it_is_inflated(runner, tmp_path)
         result = runner.invoke(app, command)
         assert result.exit_code == 1 and "decompression bomb" in result.stderr, result.output
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_leftovers_of_killed_conversions_are_tidied_by_the_next_one(runner, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    source = make_store(tmp_path / "s.zarr")
+    assert convert(runner, source, str(tmp_path / "kept.npz"), "--to", "npz").exit_code == 0
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    alive = str(os.getpid())
+    (tmp_path / f".emote-tmp-{dead}-abc").mkdir()  # an unfinished store
+    (tmp_path / f".emote-tmp-{dead}-abc" / "zarr.json").write_text("{}")
+    (tmp_path / f".emote-tmp-{alive}-def-x.npz").write_text("another conversion, running")
+    # Killed after setting the old destination aside, before the new one arrived:
+    os.rename(tmp_path / "kept.npz", tmp_path / f".emote-old-{dead}-kept.npz")
+    (tmp_path / "notes.txt").write_text("mine")
+
+    assert convert(runner, source, str(tmp_path / "new.npz"), "--to", "npz").exit_code == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == sorted([f".emote-tmp-{alive}-def-x.npz", "kept.npz", "new.npz", "notes.txt",
+                            "s.zarr"])  # fmt: skip
+    assert np.load(tmp_path / "kept.npz").files  # the set-aside file is whole again

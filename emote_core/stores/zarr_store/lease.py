@@ -190,6 +190,8 @@ class ShardLease:
             return
         self.held = False
         if self._file is not None:
+            self._file.seek(0)
+            self._file.truncate()  # a lease let go of names no holder
             self._file.close()  # closing drops the flock
             self._file = None
         elif self._read_remote().get("token") == self.token:
