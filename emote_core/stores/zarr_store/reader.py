@@ -232,7 +232,7 @@ class MemoryStore:
             more = len(self.damaged_shards) - 1
             raise FormatError(
                 f"{first}{f' (and {more} more damaged shards)' if more else ''} — run `emote "
-                "memory verify`; pass skip_damaged to read the other shards"
+                "memory verify`, or pass --skip-damaged to read the other shards"
             )
 
     @property
@@ -270,25 +270,38 @@ class MemoryStore:
             chosen = order[order[:, 0] == shard_index][:, 1] if len(order) else np.zeros(0, int)
             if len(chosen) == 0:
                 continue
-            read = {c.name: self._committed_rows(shard, c.name) for c in self.columns}
+            problems: list[str] = []
+            read = {c.name: self._committed_rows(shard, c.name, problems) for c in self.columns}
             damaged = damaged_episodes(self.columns, shard.table, read, chosen)
             if damaged.any():
-                self._damaged(shard, chosen[damaged], skip_damaged)
+                self._damaged(shard, chosen[damaged], skip_damaged, problems)
             data = {name: values for name, (values, _) in read.items()}
             for k in chosen[~damaged]:
                 yield self._episode(shard, data, int(k))
 
-    def _committed_rows(self, shard: ShardView, name: str) -> tuple[np.ndarray, np.ndarray]:
-        array = shard.group[f"{COLUMNS}/{name}"]
-        values, bad, _ = read_rows(array, min(int(shard.commit["rows"][name]), array.shape[0]))
+    def _committed_rows(
+        self, shard: ShardView, name: str, problems: list[str]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A column's committed rows and unreadable-row mask (nothing readable: empty)."""
+        path = f"{SHARDS}/{shard.name}/{COLUMNS}/{name}"
+        try:
+            array = shard.group[f"{COLUMNS}/{name}"]
+        except Exception as error:  # missing or unparseable array metadata
+            problems.append(f"{path}/zarr.json is unreadable ({type(error).__name__})")
+            return np.zeros(0), np.zeros(0, dtype=bool)
+        values, bad, found = read_rows(array, min(int(shard.commit["rows"][name]), array.shape[0]))
+        problems += found
         return values, bad
 
-    def _damaged(self, shard: ShardView, indices: np.ndarray, skip: bool) -> None:
+    def _damaged(
+        self, shard: ShardView, indices: np.ndarray, skip: bool, problems: list[str]
+    ) -> None:
         ids = [self._ids()[shard.name][k] for k in indices[:10]]
         more = " ..." if len(indices) > 10 else ""
+        cause = f"; {problems[0]}" if problems else ""
         what = (
             f"store '{self.url}' shard '{shard.name}': {len(indices)} damaged episodes "
-            f"(checksum mismatch or unreadable chunks), ids {ids}{more}"
+            f"(checksum mismatch or unreadable chunks), ids {ids}{more}{cause}"
         )
         if not skip:
             raise FormatError(

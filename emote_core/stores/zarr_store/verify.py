@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from emote_core.stores.zarr_store.layout import COLUMNS, TABLE_CHECKSUM, RowKind
+from emote_core.stores.zarr_store.layout import COLUMNS, SHARDS, TABLE_CHECKSUM, RowKind
 from emote_core.stores.zarr_store.reader import (
     MemoryStore,
     ShardView,
@@ -117,7 +117,8 @@ def _verify_shard(store: MemoryStore, shard: ShardView, report: VerifyReport) ->
             array = shard.group[f"{COLUMNS}/{column.name}"]
         except Exception as error:  # missing or unreadable array metadata
             report.problems.append(
-                f"{where}: columns/{column.name} is unreadable ({type(error).__name__})"
+                f"{where}: {SHARDS}/{shard.name}/{COLUMNS}/{column.name}/zarr.json is unreadable "
+                f"({type(error).__name__})"
             )
             read[column.name] = (np.zeros((0,)), np.zeros(0, dtype=bool))
             continue

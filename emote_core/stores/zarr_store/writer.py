@@ -68,7 +68,9 @@ def open_group(
     except FileNotFoundError as error:
         raise FormatError(f"no emote memory store at '{location}'") from error
     except (ValueError, KeyError, TypeError) as error:
-        raise FormatError(f"'{location}' is not a readable Zarr store ({error})") from error
+        raise FormatError(
+            f"'{location}' is not a readable Zarr store: its zarr.json is unreadable ({error})"
+        ) from error
 
 
 def producer() -> dict[str, Any]:

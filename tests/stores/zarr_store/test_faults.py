@@ -428,3 +428,27 @@ def test_a_store_of_several_collects_and_shards_round_trips_through_every_format
     before = sorted(r[1]["obs"].tobytes() for r in store.episodes())
     after = sorted(r[1]["obs"].tobytes() for r in MemoryStore("back.zarr").episodes())
     assert before == after
+
+
+@pytest.mark.parametrize(
+    ("garbled", "named"),
+    [
+        ("zarr.json", "its zarr.json is unreadable"),
+        ("shards/main/columns/obs/zarr.json", "shards/main/columns/obs/zarr.json is unreadable"),
+        ("shards/main/episodes/length/c/0", "shards/main/episodes/length is unreadable"),
+        ("shards/main/episodes/end_state/zarr.json", "shards/main/episodes/end_state"),
+    ],
+)
+def test_damaged_metadata_or_tables_are_one_line_naming_the_file(
+    tmp_path, runner, monkeypatch, garbled, named
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    collect = ["collect", "sac_pendulum", "--out", "p.zarr", "--episodes", "3"]
+    assert runner.invoke(app, collect).exit_code == 0
+    (tmp_path / "p.zarr" / garbled).write_bytes(b"{garbage")
+    train = ["train", "sac_pendulum", "--memory", "p.zarr", "--no-live", "--steps", "2"]
+    for command in (["memory", "verify", "p.zarr"], train):
+        result = runner.invoke(app, command)
+        assert result.exit_code == 1, result.output
+        assert named in result.stderr and "internal error" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
