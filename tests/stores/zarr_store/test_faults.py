@@ -205,6 +205,31 @@ def test_a_writer_killed_at_random_moments_while_creating_its_shard_never_wedges
         fill(kit, url, shard, range(100 + trial, 101 + trial))  # the shard is usable
 
 
+@pytest.mark.slow
+def test_many_writers_killed_at_random_moments_around_shard_creation(kit, tmp_path) -> None:
+    """The slow set's longer loop of the case above: 60 kills, random delays, one store."""
+    import random
+
+    rng = random.Random(13)
+    url = new_store(kit, tmp_path / "s.zarr")
+    fill(kit, url, "main", range(3))
+    for trial in range(60):
+        shard = f"w{trial % 7}"
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, str(kit.conftest), url, shard, "append"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        _wait_for_creation(Path(url) / "shards" / shard, rng.uniform(0.0, 0.3))
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        store = MemoryStore(url)
+        assert not store.damaged_shards, store.damaged_shards
+        assert verify_store(url).ok, verify_store(url).problems
+        for record in store.episodes():
+            kit.check(record)
+    fill(kit, url, "w0", range(500, 502))  # every shard is still writable
+
+
 def _wait_for_creation(folder: Path, delay: float) -> None:
     import time
 
