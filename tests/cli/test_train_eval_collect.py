@@ -195,6 +195,8 @@ def test_resume_and_eval_fall_back_past_a_truncated_checkpoint(runner, tmp_path,
     latest.write_bytes(latest.read_bytes()[:1000])  # a full disk cut the last write short
     leftover = tmp_path / "run" / "checkpoints" / ".checkpoint_30.abc.tmp"
     leftover.write_bytes(b"half a checkpoint")
+    mine = tmp_path / "run" / "checkpoints" / "my_notes.tmp"  # a user's file beside them
+    mine.write_text("keep me")
 
     evaluated = runner.invoke(app, ["eval", "run", "--episodes", "1", "--json"])
     assert evaluated.exit_code == 0, evaluated.stderr
@@ -206,5 +208,7 @@ def test_resume_and_eval_fall_back_past_a_truncated_checkpoint(runner, tmp_path,
     names = {p.name for p in (tmp_path / "run" / "checkpoints").iterdir()}
     aside = [name for name in names if name.startswith("checkpoint_20.tar.damaged-")]
     assert len(aside) == 1  # the unreadable one is kept, out of the way
-    assert names - set(aside) == {"checkpoint_10.tar", "checkpoint_20.tar", "checkpoint_30.tar"}
-    assert not leftover.exists()
+    assert names - set(aside) == {
+        "checkpoint_10.tar", "checkpoint_20.tar", "checkpoint_30.tar", "my_notes.tmp",
+    }  # fmt: skip
+    assert not leftover.exists() and mine.read_text() == "keep me"
