@@ -35,6 +35,8 @@ from emote_core.recipes.loading import recipe_to_toml
 from emote_core.recipes.schema import Recipe
 
 RUNS_DIRECTORY = "runs"
+RUN_FORMAT = "emote-run"
+"""The ``format`` entry of every ``run.json`` emote writes."""
 _PACKAGES = ("emote", "torch", "numpy", "gymnasium", "zarr", "onnx", "onnxruntime", "typer")
 
 
@@ -129,6 +131,7 @@ def prepare_run(
                 f"run directory '{run.path}' already exists; pass --resume to continue it, "
                 "--force to delete it and start over, or choose another --run-dir"
             )
+        check_replaceable_run(run.path)
         shutil.rmtree(run.path)
     for directory in (run.path, run.checkpoints, run.tensorboard, run.exports):
         directory.mkdir(parents=True, exist_ok=True)
@@ -143,6 +146,7 @@ def prepare_run(
             "unix_time": time.time(),
         }
     )
+    record["format"] = RUN_FORMAT
     record["seed"] = recipe.seed
     record["python"] = platform.python_version()
     record["executable"] = sys.executable
@@ -151,11 +155,55 @@ def prepare_run(
     return run
 
 
+def is_run(path: Path) -> bool:
+    """Whether ``path`` is an emote run directory: its ``run.json`` is emote's (tagged
+    ``format = "emote-run"``, or, as runs before the tag wrote it, with ``starts`` and the
+    ``packages`` emote records)."""
+    record = _read_json(path / "run.json")
+    if record.get("format") == RUN_FORMAT:
+        return True
+    packages = record.get("packages")
+    return (
+        isinstance(record.get("starts"), list)
+        and isinstance(packages, dict)
+        and ("emote" in packages)
+    )
+
+
+def check_replaceable_run(path: Path) -> None:
+    """``--force`` deletes a run and nothing else.
+
+    Raises:
+        ConfigurationError: If ``path`` is a link, the working directory or one of its parents,
+            not an emote run, or a directory that holds other runs — nothing is touched.
+    """
+    if path.is_symlink():
+        raise ConfigurationError(f"--force: '{path}' is a symbolic link; it replaces no links")
+    resolved, here = path.resolve(), Path.cwd().resolve()
+    if resolved == here or resolved in here.parents:
+        raise ConfigurationError(
+            f"--force: '{path}' is the working directory or holds it; it replaces only a run "
+            "directory — choose another --run-dir"
+        )
+    if not is_run(path):
+        raise ConfigurationError(
+            f"--force: '{path}' is not an emote run (no run.json of emote's in it); it replaces "
+            "only a run directory, never other files — choose another --run-dir"
+        )
+    nested = [p for p in path.rglob("run.json") if p.parent != path and is_run(p.parent)]
+    if nested:
+        raise ConfigurationError(
+            f"--force: '{path}' holds other runs ({nested[0].parent}); it replaces one run at a "
+            "time — choose another --run-dir"
+        )
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _version(name: str) -> str | None:
@@ -165,4 +213,13 @@ def _version(name: str) -> str | None:
         return None
 
 
-__all__ = ["RUNS_DIRECTORY", "RunDirectory", "default_run_path", "latest_run_path", "prepare_run"]
+__all__ = [
+    "RUNS_DIRECTORY",
+    "RUN_FORMAT",
+    "RunDirectory",
+    "check_replaceable_run",
+    "default_run_path",
+    "is_run",
+    "latest_run_path",
+    "prepare_run",
+]

@@ -7,10 +7,16 @@ import tomllib
 from pathlib import Path
 
 from emote_core.assembly.builders import load_trained_agent, make_env, policy_graph
-from emote_core.errors import ConfigurationError, ExportError
+from emote_core.errors import ConfigurationError
 from emote_core.onnx.format import PolicyMetadata
 from emote_core.onnx.graph import policy_metadata
-from emote_core.onnx.writer import DEFAULT_OPSET, ExportReport, check_opset, export_policy
+from emote_core.onnx.writer import (
+    DEFAULT_OPSET,
+    ExportReport,
+    check_destination,
+    check_opset,
+    export_policy,
+)
 from emote_core.recipes.loading import recipe_from_dict, recipe_to_toml
 from emote_core.recipes.schema import Recipe
 
@@ -43,8 +49,7 @@ def export_checkpoint(
 
     check_opset(opset)
     out = Path(out)
-    if out.exists() and not force:  # before loading anything
-        raise ExportError(f"'{out}' already exists; pass --force to replace it")
+    check_destination(out, force=force)  # before loading anything
     loaded, networks, _, spaces, checkpoint = load_trained_agent(
         Path(target), device=torch.device("cpu"), recipe=recipe
     )

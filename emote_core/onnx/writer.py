@@ -166,10 +166,7 @@ def export_policy(
     """
     destination = Path(destination)
     check_opset(opset)
-    if destination.exists() and not force:
-        raise ExportError(f"'{destination}' already exists; pass --force to replace it")
-    if destination.is_dir():
-        raise ExportError(f"'{destination}' is a directory; --out names the .onnx file to write")
+    check_destination(destination, force=force)
     directory = destination.parent
     if not directory.is_dir() or not os.access(directory, os.W_OK | os.X_OK):
         reason = "is not writable" if directory.is_dir() else "is not an existing directory"
@@ -186,6 +183,32 @@ def export_policy(
         with contextlib.suppress(FileNotFoundError):
             temporary.unlink()
     return replace(report, out=str(destination))
+
+
+def check_destination(destination: Path, *, force: bool) -> None:
+    """An export writes a new file, or (with ``force``) replaces an ONNX model, nothing else.
+
+    Raises:
+        ExportError: If ``destination`` exists without ``force``, or is a directory, a link or
+            a file that is not an ONNX model.
+    """
+    if destination.is_dir():
+        raise ExportError(f"'{destination}' is a directory; --out names the .onnx file to write")
+    if not (destination.exists() or destination.is_symlink()):
+        return
+    if not force:
+        raise ExportError(f"'{destination}' already exists; pass --force to replace it")
+    if destination.is_symlink():
+        raise ExportError(f"'{destination}' is a symbolic link; --force replaces no links")
+    import onnx
+
+    try:
+        onnx.load(str(destination), load_external_data=False)
+    except Exception:  # onnx raises protobuf's own errors for files of other kinds
+        raise ExportError(
+            f"'{destination}' is not an ONNX model; --force replaces only an ONNX file — choose "
+            "another --out"
+        ) from None
 
 
 def _trace(graph: PolicyGraph, path: Path, opset: int) -> None:
@@ -313,6 +336,7 @@ __all__ = [
     "PARITY_RTOL",
     "SUPPORTED_OPSETS",
     "ExportReport",
+    "check_destination",
     "check_opset",
     "export_policy",
     "write_policy",

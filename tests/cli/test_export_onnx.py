@@ -205,5 +205,10 @@ def test_bad_input_is_one_line_and_nothing_is_written(
     assert (in_tmp / "taken.onnx").read_bytes() == b"keep"
 
     forced = run(runner, "export", "onnx", str(trained), "--out", "taken.onnx", "--force")
-    assert forced.exit_code == 0, forced.output
+    assert forced.exit_code == 1 and "is not an ONNX model" in forced.stderr  # a user's file
+    assert (in_tmp / "taken.onnx").read_bytes() == b"keep"
+    (in_tmp / "taken.onnx").unlink()
+    assert run(runner, "export", "onnx", str(trained), "--out", "taken.onnx").exit_code == 0
+    forced = run(runner, "export", "onnx", str(trained), "--out", "taken.onnx", "--force")
+    assert forced.exit_code == 0, forced.output  # an ONNX model is replaced
     assert onnx.load("taken.onnx").graph.output[0].name == "actions"

@@ -212,3 +212,62 @@ def test_resume_and_eval_fall_back_past_a_truncated_checkpoint(runner, tmp_path,
         "checkpoint_10.tar", "checkpoint_20.tar", "checkpoint_30.tar", "my_notes.tmp",
     }  # fmt: skip
     assert not leftover.exists() and mine.read_text() == "keep me"
+
+
+def test_force_replaces_a_run_and_never_a_user_folder_the_cwd_or_a_folder_of_runs(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    train = ["train", "sac_hit_the_middle", "--steps", "2", "--set", "memory.warmup_steps=64",
+             "-q", "--force"]  # fmt: skip
+    (in_tmp / "notes.txt").write_text("mine")
+    Path("mine").mkdir()
+    (in_tmp / "mine" / "data.csv").write_text("1,2,3")
+    assert run(runner, "train", "sac_hit_the_middle", "--steps", "2", "--run-dir", "runs/a",
+               "--set", "memory.warmup_steps=64", "-q").exit_code == 0  # fmt: skip
+    Path("runs/a/my_plot.png").write_bytes(b"a user's file inside a run is the run's")
+    Path("linked").symlink_to("mine")
+    refusals = {
+        ".": "is the working directory or holds it",
+        "..": "is the working directory or holds it",
+        "mine": "is not an emote run",
+        "runs": "is not an emote run",
+        "linked": "is a symbolic link",
+    }
+    for target, message in refusals.items():
+        result = run(runner, *train, "--run-dir", target)
+        assert result.exit_code == 1, (target, result.output)
+        assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    # A folder of runs that carries a run.json itself is still refused.
+    Path("runs/run.json").write_text(Path("runs/a/run.json").read_text())
+    result = run(runner, *train, "--run-dir", "runs")
+    assert result.exit_code == 1 and "holds other runs" in result.stderr
+    Path("runs/run.json").unlink()
+    assert (in_tmp / "notes.txt").read_text() == "mine"
+    assert (in_tmp / "mine" / "data.csv").read_text() == "1,2,3"
+    assert Path("runs/a/my_plot.png").exists()
+    replaced = run(runner, *train, "--run-dir", "runs/a")  # a real run: replaced
+    assert replaced.exit_code == 0, replaced.stderr
+    assert not Path("runs/a/my_plot.png").exists()
+    assert json.loads(Path("runs/a/run.json").read_text())["format"] == "emote-run"
+
+
+def test_collect_and_export_never_write_over_a_folder_of_user_files(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    Path("mine").mkdir()
+    (in_tmp / "mine" / "data.csv").write_text("1,2,3")
+    collect = run(runner, "collect", "sac_pendulum", "--out", "mine", "--episodes", "1")
+    assert collect.exit_code == 1 and "already holds data" in collect.stderr
+    assert sorted(p.name for p in (in_tmp / "mine").iterdir()) == ["data.csv"]
+    assert run(runner, "train", "sac_hit_the_middle", "--steps", "2", "--run-dir", "r",
+               "--set", "memory.warmup_steps=64", "-q").exit_code == 0  # fmt: skip
+    for flags in ([], ["--force"]):
+        exported = run(runner, "export", "onnx", "r", "--out", "mine", *flags)
+        assert exported.exit_code == 1, exported.output
+        assert sorted(p.name for p in (in_tmp / "mine").iterdir()) == ["data.csv"]
+    (in_tmp / "mine.onnx").write_text("a user's file that happens to end in .onnx")
+    exported = run(runner, "export", "onnx", "r", "--out", "mine.onnx", "--force")
+    assert exported.exit_code == 1 and "is not an ONNX model" in exported.stderr
+    assert (in_tmp / "mine.onnx").read_text().startswith("a user's file")
+    assert run(runner, "export", "onnx", "r", "--out", "p.onnx").exit_code == 0
+    assert run(runner, "export", "onnx", "r", "--out", "p.onnx", "--force").exit_code == 0

@@ -157,7 +157,12 @@ def test_existing_and_unwritable_destinations(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match="already exists; pass --force"):
         export_sac(tmp_path / "policy.onnx")
     assert (tmp_path / "policy.onnx").read_bytes() == b"keep me"
-    export_sac(tmp_path / "policy.onnx", force=True)
+    with pytest.raises(ExportError, match="is not an ONNX model; --force replaces only"):
+        export_sac(tmp_path / "policy.onnx", force=True)
+    assert (tmp_path / "policy.onnx").read_bytes() == b"keep me"
+    (tmp_path / "policy.onnx").unlink()
+    export_sac(tmp_path / "policy.onnx")
+    export_sac(tmp_path / "policy.onnx", force=True)  # an ONNX model is replaced
     assert onnx.load(str(tmp_path / "policy.onnx")).graph.output[0].name == "actions"
 
     with pytest.raises(ExportError, match="is not an existing directory"):
