@@ -8,7 +8,6 @@ no temporary files, and an existing destination is replaced only with ``force``.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import re
@@ -30,6 +29,7 @@ from emote_core.stores.sources import (
     read_source,
 )
 from emote_core.stores.stored import StoredTable
+from emote_core.stores.zarr_store.writer import is_store
 
 log = logging.getLogger(__name__)
 # Hashing sources.
@@ -235,7 +235,7 @@ def _check_replaceable(target: Path, target_format: str) -> None:
     if target.is_symlink():
         raise FormatError(f"'{target}' is a symbolic link; --force replaces no links")
     if target_format == "zarr":
-        if target.is_dir() and _is_memory_store(target):
+        if target.is_dir() and is_store(target):
             return
         raise FormatError(
             f"'{target}' is not an emote memory store; --force replaces only a store (it would "
@@ -251,16 +251,6 @@ def _check_replaceable(target: Path, target_format: str) -> None:
             f"'{target}' is not a {target_format} file; --force replaces only a file of the "
             "format it writes — choose another destination"
         )
-
-
-def _is_memory_store(path: Path) -> bool:
-    try:
-        metadata = json.loads((path / "zarr.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(metadata, dict) and (metadata.get("attributes") or {}).get("format") == (
-        "emote-memory"
-    )
 
 
 def _is_format(path: Path, target_format: str) -> bool:

@@ -160,8 +160,8 @@ class ShardLease:
         except (ValueError, UnicodeDecodeError):
             return {"heartbeat": 0.0}  # an unreadable lease is as good as stale
 
-    def check(self) -> None:
-        """Before a commit: the lease is still ours (remote leases: refreshes the heartbeat).
+    def check(self, *, refresh: bool = True) -> None:
+        """The lease is still ours; a remote lease also gets a fresh heartbeat (``refresh``).
 
         Raises:
             StorageError: If it was released, or another writer took it over.
@@ -179,6 +179,8 @@ class ShardLease:
                 f"{describe(holder)} (no heartbeat for over {self.timeout:.0f} s); nothing more "
                 "is committed by this writer"
             )
+        if not refresh:
+            return
         fs, path = self._remote()
         holder["heartbeat"] = time.time()
         with fs.open(path, "wb") as file:

@@ -17,12 +17,12 @@ from emote_core.stores.stored import (
     StoredTable,
     restore_stored,
 )
-from emote_core.stores.zarr_store.layout import DEFAULT_SHARD, FORMAT_NAME
+from emote_core.stores.zarr_store.layout import DEFAULT_SHARD
 from emote_core.stores.zarr_store.reader import MemoryStore
 from emote_core.stores.zarr_store.writer import (
     ShardWriter,
     create_store,
-    open_group,
+    is_store,
     store_columns,
 )
 
@@ -73,7 +73,7 @@ class StoreAppender:
         shard: str = DEFAULT_SHARD,
     ) -> None:
         self.url = os.fspath(url)
-        if not _is_store(self.url):
+        if not is_store(self.url):
             columns = store_columns(
                 table_schemas(table), None, table.length_key, _observation_like(table)
             )
@@ -121,20 +121,11 @@ def batches(episodes: Sequence[EpisodeRecord], limit: int) -> Iterator[list[Epis
         yield batch
 
 
-def _is_store(url: str) -> bool:
-    """Whether an emote-memory store's root metadata is at ``url`` (its shards unread)."""
-    try:
-        attributes = dict(open_group(url, "r").attrs)
-    except FormatError:
-        return False
-    return attributes.get("format") == FORMAT_NAME
-
-
 def _wait_for_store(url: str, seconds: float = 2.0) -> bool:
     """Whether a store appears at ``url`` within ``seconds`` (another creator mid-write)."""
     deadline = time.monotonic() + seconds
     while True:
-        if _is_store(url):
+        if is_store(url):
             return True
         if time.monotonic() > deadline:
             return False

@@ -73,6 +73,15 @@ def open_group(
         ) from error
 
 
+def is_store(url: str | os.PathLike[str]) -> bool:
+    """Whether an emote-memory store's root metadata is at ``url`` (its shards unread)."""
+    try:
+        attributes = dict(open_group(url, "r").attrs)
+    except FormatError:
+        return False
+    return attributes.get("format") == FORMAT_NAME
+
+
 def producer() -> dict[str, Any]:
     """What wrote a store: emote's version, the host's Python and platform, the process."""
     from emote_core import __version__
@@ -359,7 +368,7 @@ class ShardWriter:
             "transitions": transitions + int(batch.lengths.sum()),
             "rows": rows,
         }
-        self.lease.check()  # a remote writer that lost its lease commits nothing
+        self.lease.check(refresh=False)  # a remote writer that lost its lease commits nothing
         self.group.attrs.update({"commit": commit})  # the commit record goes last
         self.commit = commit
 
@@ -478,6 +487,7 @@ __all__ = [
     "ShardWriter",
     "child_names",
     "create_store",
+    "is_store",
     "keys_under",
     "open_group",
     "producer",
