@@ -18,6 +18,7 @@ from emote_cli._common import (
     JsonOption,
     QuietOption,
     SkipDamagedOption,
+    abort,
     emit_json,
     handle_errors,
     setup_logging,
@@ -28,7 +29,14 @@ __all__ = ["train"]
 
 
 def train(
-    recipe: Annotated[str, typer.Argument(help="A recipe file, or the name of one in recipes/.")],
+    recipe: Annotated[
+        str | None,
+        typer.Argument(
+            help="A recipe file, or the name of one in recipes/ (with --resume: optional; the "
+            "run's own recipe.toml is used).",
+            show_default=False,
+        ),
+    ] = None,
     memory: Annotated[
         list[str] | None,
         typer.Option("--memory", help="An emote memory store to start from (repeatable)."),
@@ -54,7 +62,12 @@ def train(
         ),
     ] = None,
     resume: Annotated[
-        bool, typer.Option("--resume", help="Continue the run from its latest checkpoint.")
+        bool,
+        typer.Option(
+            "--resume",
+            help="Continue the run from its latest checkpoint, with its own recipe; --set may "
+            "change only bp_steps, log/checkpoint/export intervals, [eval] and [logging].",
+        ),
     ] = False,
     force: Annotated[
         bool, typer.Option("--force", help="Delete an existing run directory and start over.")
@@ -78,34 +91,32 @@ def train(
 
         from emote_core.assembly.builders import check_env_id
         from emote_core.assembly.training import build_training
+        from emote_core.errors import ConfigurationError
         from emote_core.recipes import load_recipe
-        from emote_core.runs import default_run_path, latest_run_path, prepare_run
+        from emote_core.runs import default_run_path, prepare_run
         from emote_core.utils.devices import resolve_device
 
         settings = list(overrides or [])
         if seed is not None:
             settings.append(f"seed={seed}")
-        loaded = load_recipe(recipe, settings)
         chosen = resolve_device(device)
-        path = run_dir
-        if path is None and resume:
-            path = latest_run_path(loaded.name)
-            if path is None:
-                from emote_core.errors import ConfigurationError
-
-                raise ConfigurationError(
-                    f"--resume: no runs/{loaded.name}-* run to continue; pass --run-dir"
-                )
-        path = path or default_run_path(loaded.name)
+        if resume:
+            path, loaded, changes, memory = _resume_plan(recipe, run_dir, settings, memory, live)
+        else:
+            if recipe is None:
+                abort("RECIPE is needed to start a run (only --resume can omit it)", ExitCode.USAGE)
+            loaded = load_recipe(recipe, settings)
+            path, changes = run_dir or default_run_path(loaded.name), {}
         check_env_id(loaded.env.id)
-        if not live and not memory:
-            from emote_core.errors import ConfigurationError
-
+        if not live and not memory and not resume:  # a resumed run has its own memory
             raise ConfigurationError(
                 "--no-live trains from stored memory only: pass --memory STORE"
             )
         created = not path.exists()
-        run = prepare_run(path, recipe=loaded, command=sys.argv, resume=resume, force=force)
+        run = prepare_run(
+            path, recipe=loaded, command=sys.argv, resume=resume, force=force, changes=changes,
+            memory=memory, live=live,
+        )  # fmt: skip
         torch.manual_seed(loaded.seed)
         if threads is not None:
             torch.set_num_threads(threads)
@@ -143,6 +154,46 @@ def train(
             console.print(f"done: {summary['steps']} updates; checkpoint {summary['checkpoint']}")
         if interrupted():
             raise typer.Exit(int(ExitCode.INTERRUPTED))
+
+
+def _resume_plan(
+    recipe: str | None,
+    run_dir: Path | None,
+    settings: list[str],
+    memory: list[str] | None,
+    live: bool,
+) -> tuple[Path, Any, dict[str, list[Any]], list[str]]:
+    """What a resumed run continues with: its directory, its own recipe with the allowed
+    ``--set`` changes, those changes, and its stores. Refuses before anything is written."""
+    from emote_core.errors import ConfigurationError
+    from emote_core.recipes import load_recipe
+    from emote_core.recipes.loading import apply_override, recipe_from_dict, recipe_to_dict
+    from emote_core.runs import (
+        check_resumable_run,
+        check_resume_inputs,
+        latest_run_path,
+        resume_changes,
+        run_recipe,
+    )
+
+    named = load_recipe(recipe).name if recipe is not None else None
+    path = run_dir
+    if path is None:
+        if named is None:
+            abort("--resume needs the run: pass --run-dir RUN (or RECIPE for its newest)", 2)
+        path = latest_run_path(named)
+        if path is None:
+            raise ConfigurationError(f"--resume: no runs/{named}-* run to continue; pass --run-dir")
+    run = check_resumable_run(path)
+    current = run_recipe(run)
+    data = recipe_to_dict(current)
+    if named is not None:
+        data["name"] = named
+    for setting in settings:
+        apply_override(data, setting)
+    requested = recipe_from_dict(data, source=f"{run.recipe_file} with --set")
+    changes = resume_changes(current, requested, run_path=run.path)
+    return run.path, requested, changes, check_resume_inputs(run, memory=memory, live=live)
 
 
 def _stop_on_ctrl_c(trainer: Any) -> Callable[[], bool]:

@@ -13,6 +13,11 @@
 
 A run directory is never overwritten: a second run into it needs ``resume`` (continue from its
 latest checkpoint) or ``force`` (delete it and start over).
+
+``recipe.toml`` is written once, when the run starts. Each start appends an entry to ``run.json``'s
+``starts`` (command, seed, ``memory`` stores, ``live``); a resume's entry also holds the settings
+it changed as ``changes: {key: [old, new]}`` (only :data:`RESUMABLE_SETTINGS`), and
+:func:`run_recipe` is ``recipe.toml`` with those changes applied in order.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import platform
 import shutil
 import sys
 import time
+import tomllib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
@@ -31,7 +37,7 @@ from typing import Any
 
 from emote_core.callbacks.checkpointing import list_checkpoints
 from emote_core.errors import ConfigurationError
-from emote_core.recipes.loading import recipe_to_toml
+from emote_core.recipes.loading import recipe_from_dict, recipe_to_dict, recipe_to_toml
 from emote_core.recipes.schema import Recipe
 
 RUNS_DIRECTORY = "runs"
@@ -84,9 +90,7 @@ class RunDirectory:
 
     def write_eval(self, report: dict[str, Any]) -> None:
         """Writes ``eval.json`` atomically."""
-        temporary = self.eval_file.with_suffix(".json.tmp")
-        temporary.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        os.replace(temporary, self.eval_file)
+        _write_atomically(self.eval_file, json.dumps(report, indent=2) + "\n")
 
 
 def default_run_path(recipe_name: str) -> Path:
@@ -102,6 +106,106 @@ def latest_run_path(recipe_name: str) -> Path | None:
     return runs[-1] if runs else None
 
 
+def check_resumable_run(path: Path) -> RunDirectory:
+    """The run at ``path``, when it is an emote run with checkpoints to continue from.
+
+    Raises:
+        ConfigurationError: If it is not.
+    """
+    run = RunDirectory(Path(path))
+    if not run.path.is_dir() or not is_run(run.path) or not run.has_checkpoints():
+        raise ConfigurationError(
+            f"--resume: '{run.path}' holds no run with checkpoints to continue from"
+        )
+    return run
+
+
+def run_recipe(run: RunDirectory) -> Recipe:
+    """The recipe a run trains with now: its ``recipe.toml`` (never rewritten) with the changes
+    that resumes recorded in ``run.json`` applied in order.
+
+    Raises:
+        ConfigurationError: If the recipe is missing or does not load.
+    """
+    if not run.recipe_file.is_file():
+        raise ConfigurationError(f"run '{run.path}' has no recipe.toml to continue with")
+    try:
+        data = tomllib.loads(run.recipe_file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise ConfigurationError(f"'{run.recipe_file}' is not valid TOML: {error}") from error
+    data.setdefault("name", run.path.name)
+    for start in _read_json(run.run_file).get("starts", []):
+        for key, (_, new) in (start.get("changes") or {}).items():
+            _set_key(data, key, new)
+    return recipe_from_dict(data, source=str(run.recipe_file))
+
+
+RESUMABLE_SETTINGS = (
+    "training.bp_steps",
+    "training.log_interval",
+    "training.checkpoint_interval",
+    "training.export_interval",
+    "eval.",
+    "logging.",
+)
+"""Recipe keys (or ``section.`` prefixes) that ``--resume --set`` may change: how long the run
+goes on, how it logs, checkpoints and evaluates. Every other key shapes what the checkpoint holds
+(networks, optimisers, the environment, the memory) and stays as the run began."""
+
+
+def resume_changes(current: Recipe, requested: Recipe, *, run_path: Path) -> dict[str, list[Any]]:
+    """The settings ``requested`` changes against the run's ``current`` recipe, as
+    ``{key: [old, new]}``.
+
+    Raises:
+        ConfigurationError: If it names another recipe or changes a key outside
+            :data:`RESUMABLE_SETTINGS`, naming the keys and their values.
+    """
+    if requested.name != current.name:
+        raise ConfigurationError(
+            f"--resume: run '{run_path}' trains recipe '{current.name}', not '{requested.name}'; "
+            "resume it with its own recipe (omit RECIPE) or start a new run"
+        )
+    before, after = _flatten(recipe_to_dict(current)), _flatten(recipe_to_dict(requested))
+    changes = {
+        key: [before.get(key), after.get(key)]
+        for key in sorted(set(before) | set(after))
+        if before.get(key) != after.get(key)
+    }
+    frozen = {k: v for k, v in changes.items() if not k.startswith(RESUMABLE_SETTINGS)}
+    if frozen:
+        shown = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in frozen.items())
+        raise ConfigurationError(
+            f"--resume: {shown} would change what the checkpoints of '{run_path}' hold; a resumed "
+            "run may change only bp_steps, log, checkpoint and export intervals, [eval] and "
+            "[logging] — start a new run for the rest"
+        )
+    return changes
+
+
+def check_resume_inputs(run: RunDirectory, *, memory: list[str] | None, live: bool) -> list[str]:
+    """The ``--memory`` stores of a resumed run: those it began with (its checkpoints count
+    their episodes), which a resume may repeat but not change. A live run may go on from its
+    memory alone (``--no-live``); a run without live collection cannot start collecting.
+
+    Raises:
+        ConfigurationError: If they differ from the run's first start.
+    """
+    first = (_read_json(run.run_file).get("starts") or [{}])[0]
+    began_with = first.get("memory")
+    if began_with is not None and memory and list(memory) != list(began_with):
+        raise ConfigurationError(
+            f"--resume: run '{run.path}' trains from --memory {began_with}, not {list(memory)}; "
+            "its checkpoints count the episodes of those stores — omit --memory to reuse them"
+        )
+    if first.get("live") is False and live:  # its checkpoints hold no collector to continue
+        raise ConfigurationError(
+            f"--resume: run '{run.path}' trains from stored memory only; resume it with "
+            "--no-live, or start a new run to collect live"
+        )
+    return list(began_with if began_with is not None else memory or [])
+
+
 def prepare_run(
     path: Path,
     *,
@@ -109,8 +213,14 @@ def prepare_run(
     command: list[str],
     resume: bool = False,
     force: bool = False,
+    changes: dict[str, list[Any]] | None = None,
+    memory: list[str] | None = None,
+    live: bool = True,
 ) -> RunDirectory:
     """Creates (or reopens, for ``resume``) a run directory and records how the run started.
+
+    A new run writes its resolved ``recipe.toml``; a resumed one leaves it as it is and records
+    its ``changes`` (see :func:`resume_changes`) as a new entry of ``run.json``'s ``starts``.
 
     Raises:
         ConfigurationError: For ``resume`` without a run holding checkpoints there, or an existing
@@ -121,10 +231,7 @@ def prepare_run(
     if resume and force:
         raise ConfigurationError("--resume and --force contradict each other; pass one of them")
     if resume:
-        if not exists or not run.has_checkpoints():
-            raise ConfigurationError(
-                f"--resume: '{run.path}' holds no run with checkpoints to continue from"
-            )
+        check_resumable_run(run.path)
     elif exists:
         if not force:
             raise ConfigurationError(
@@ -135,23 +242,27 @@ def prepare_run(
         shutil.rmtree(run.path)
     for directory in (run.path, run.checkpoints, run.tensorboard, run.exports):
         directory.mkdir(parents=True, exist_ok=True)
-    run.recipe_file.write_text(recipe_to_toml(recipe), encoding="utf-8")
+    if not resume:
+        _write_atomically(run.recipe_file, recipe_to_toml(recipe))
     record = _read_json(run.run_file) if resume else {}
-    record.setdefault("starts", []).append(
-        {
-            "command": command,
-            "seed": recipe.seed,
-            "resume": resume,
-            "time": datetime.now(UTC).isoformat(),
-            "unix_time": time.time(),
-        }
-    )
+    start: dict[str, Any] = {
+        "command": command,
+        "seed": recipe.seed,
+        "resume": resume,
+        "time": datetime.now(UTC).isoformat(),
+        "unix_time": time.time(),
+        "memory": [str(m) for m in memory or []],
+        "live": live,
+    }
+    if resume:
+        start["changes"] = changes or {}
+    record.setdefault("starts", []).append(start)
     record["format"] = RUN_FORMAT
     record["seed"] = recipe.seed
     record["python"] = platform.python_version()
     record["executable"] = sys.executable
     record["packages"] = {name: _version(name) for name in _PACKAGES}
-    run.run_file.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    _write_atomically(run.run_file, json.dumps(record, indent=2) + "\n")
     return run
 
 
@@ -198,6 +309,32 @@ def check_replaceable_run(path: Path) -> None:
         )
 
 
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _set_key(data: dict[str, Any], key: str, value: Any) -> None:
+    *sections, leaf = key.split(".")
+    for section in sections:
+        data = data.setdefault(section, {})
+    if value is None:
+        data.pop(leaf, None)
+    else:
+        data[leaf] = value
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -214,12 +351,17 @@ def _version(name: str) -> str | None:
 
 
 __all__ = [
+    "RESUMABLE_SETTINGS",
     "RUNS_DIRECTORY",
     "RUN_FORMAT",
     "RunDirectory",
     "check_replaceable_run",
+    "check_resumable_run",
+    "check_resume_inputs",
     "default_run_path",
     "is_run",
     "latest_run_path",
     "prepare_run",
+    "resume_changes",
+    "run_recipe",
 ]

@@ -179,13 +179,15 @@ def load_trained_agent(
 
     checkpoint_path, run_path = resolve_checkpoint(target)
     if recipe is None:
-        recipe_file = run_path / "recipe.toml"
-        if not recipe_file.is_file():
+        from emote_core.runs import RunDirectory, run_recipe
+
+        run = RunDirectory(run_path)
+        if not run.recipe_file.is_file():
             raise CheckpointError(
                 f"no recipe.toml in '{run_path}' to rebuild the networks of '{checkpoint_path}'; "
                 "pass --recipe"
             )
-        recipe = recipe_file
+        recipe = run_recipe(run)  # with the [eval] settings that resumes changed
     if not isinstance(recipe, Recipe):
         recipe = load_recipe(recipe)
     data = load_checkpoint(checkpoint_path)

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -20,7 +20,7 @@ from emote_core.assembly.builders import (
     stores_spaces_match,
     training_parts,
 )
-from emote_core.callback import Callback, Order
+from emote_core.callback import Callback
 from emote_core.errors import ConfigurationError
 from emote_core.recipes.loading import recipe_to_toml
 from emote_core.recipes.schema import Recipe
@@ -28,23 +28,6 @@ from emote_core.runs import RunDirectory
 from emote_core.trainer import Trainer
 
 log = logging.getLogger(__name__)
-
-
-class FinalMemoryExport(Callback):
-    """Appends the episodes completed since the exporter's last export when training ends, and
-    lets go of the store's shard."""
-
-    order: ClassVar[int] = Order.CHECKPOINT
-
-    def __init__(self, *, exporter: Any, name: str = "final_memory_export") -> None:
-        super().__init__(name=name)
-        self.exporter = exporter
-
-    def end_training(self) -> None:
-        try:
-            self.exporter.export()
-        finally:
-            self.exporter.close()  # the store's shard is free for the next run, even in-process
 
 
 @dataclass
@@ -94,10 +77,10 @@ def build_training(
     from emote_core.callbacks.generic import BackPropStepsTerminator
     from emote_core.callbacks.logging import TensorboardLogger, TerminalLogger
     from emote_core.memory import DictObsMemoryTable, DictObsNStepMemoryTable, MemoryLoader
+    from emote_core.stores.memory_checkpoint import ReplayMemoryCheckpoint
     from emote_core.stores.zarr_store import MemoryStore
-    from emote_core.stores.zarr_store.tables import load_table
 
-    if not live and not stores:
+    if not live and not stores and not resume:
         raise ConfigurationError("--no-live trains from stored memory only: pass --memory STORE")
     env = make_env(recipe)
     spaces = env.spaces
@@ -108,17 +91,16 @@ def build_training(
         DictObsNStepMemoryTable if recipe.memory.rollout_length > 1 else DictObsMemoryTable
     )
     table = table_class(spaces=spaces, maxlen=recipe.memory.maxlen, device=device, seed=recipe.seed)
-    sources = [str(store) for store in stores]
-    if resume and recipe.memory.store_episodes and run.memory_export.exists():
-        sources.append(str(run.memory_export))
-    if sources:
-        loaded = load_table(table, sources, skip_damaged=skip_damaged)
-        log.info("memory: %d episodes (%d transitions) from %s", loaded, table.size(), sources)
     loader = MemoryLoader(
         table=table, rollout_count=recipe.memory.batch_size,
         rollout_length=recipe.memory.rollout_length,
     )  # fmt: skip
-    if not live and not loader.is_ready():
+    memory = ReplayMemoryCheckpoint(
+        table=table, sources=stores, skip_damaged=skip_damaged, export_store=run.memory_export
+    )
+    if not resume:  # a resumed run's memory is what its checkpoint recorded (restore_state)
+        memory.fill()
+    if not live and not resume and not loader.is_ready():
         raise ConfigurationError(
             f"the stores hold {table.size()} transitions in {table.episode_count} episodes; a "
             f"batch needs {recipe.memory.batch_size} windows of {recipe.memory.rollout_length}"
@@ -126,15 +108,15 @@ def build_training(
 
     networks = make_networks(recipe, spaces, device)
     parts = training_parts(recipe, networks, build_context(recipe, spaces, device, table=table))
-    callbacks: list[Callback] = list(parts.callbacks)
-    checkpointed: list[Callback] = list(parts.callbacks)
+    callbacks: list[Callback] = [*parts.callbacks, memory]
+    checkpointed: list[Callback] = [*parts.callbacks, memory]
 
     collector = None
     if live:
-        collector = _collector(recipe, env, parts, run, table, loader)
+        collector = _collector(recipe, env, parts, run, table, loader, resume=resume)
         callbacks.append(collector)
         if recipe.memory.store_episodes:
-            callbacks.append(FinalMemoryExport(exporter=collector.memory))
+            memory.exporter = collector.memory
         checkpointed.append(collector)
     else:
         env.close()
@@ -173,18 +155,27 @@ def build_training(
 
 
 def _collector(
-    recipe: Recipe, env: Any, parts: TrainingParts, run: RunDirectory, table: Any, loader: Any
+    recipe: Recipe,
+    env: Any,
+    parts: TrainingParts,
+    run: RunDirectory,
+    table: Any,
+    loader: Any,
+    *,
+    resume: bool,
 ) -> Any:
     from emote_core.env import GymCollector, ThreadedGymCollector
     from emote_core.memory.proxy import MemoryTableProxy
     from emote_core.proxies import RandomAgentProxy
     from emote_core.stores.memory_export import MemoryExporterProxyWrapper
+    from emote_core.stores.zarr_store.layout import DEFAULT_SHARD
 
     memory: Any = MemoryTableProxy(table)
     if recipe.memory.store_episodes:
         memory = MemoryExporterProxyWrapper(
             memory, target_memory_name="memory", inf_steps_per_memory_export=1_000,
             experiment_root_path=run.path, min_time_per_export=0.0,
+            shard=_fresh_shard(run.memory_export) if resume else DEFAULT_SHARD,
         )  # fmt: skip
     warmup_agent = RandomAgentProxy(action_space=env.single_action_space, seed=recipe.seed)
     collector_class = ThreadedGymCollector if recipe.training.threaded else GymCollector
@@ -195,4 +186,12 @@ def _collector(
     )  # fmt: skip
 
 
-__all__ = ["FinalMemoryExport", "TrainingRun", "build_training"]
+def _fresh_shard(store: Path) -> str:
+    """A shard name the run's export store does not have yet: each resume writes its own."""
+    from emote_core.stores.zarr_store.layout import SHARDS
+
+    taken = {p.name for p in (store / SHARDS).iterdir()} if (store / SHARDS).is_dir() else set()
+    return next(f"resume-{k}" for k in range(1, len(taken) + 2) if f"resume-{k}" not in taken)
+
+
+__all__ = ["TrainingRun", "build_training"]

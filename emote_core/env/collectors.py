@@ -30,6 +30,7 @@ from emote_core.memory.proxy import MemoryProxy
 from emote_core.proxies.base import AgentProxy
 from emote_core.trainer import TrainingShutdownException
 from emote_core.typing import AgentId, DictObservation, EpisodeState
+from emote_core.utils.random_state import capture, generators_of, restore
 
 log = logging.getLogger(__name__)
 
@@ -216,13 +217,21 @@ class GymCollector(LoggingMixin, Callback):
 
     # Checkpoints.
 
+    def random_generators(self) -> dict[str, Any]:
+        """The acting and warm-up agents' generators, for checkpoints."""
+        generators = generators_of(self.agent, "agent.")
+        if self.warmup_agent is not None:
+            generators.update(generators_of(self.warmup_agent, "warmup_agent."))
+        return generators
+
     def state_dict(self) -> dict[str, Any]:
-        """The step and episode counters and the logs."""
+        """The step and episode counters, the agents' random generators and the logs."""
         state = super().state_dict()
         state.update(
             env_steps=self.env_steps,
             completed_episodes=self.completed_episodes,
             resets=self._resets,
+            random_state=capture(self.random_generators()),
         )
         return state
 
@@ -238,6 +247,8 @@ class GymCollector(LoggingMixin, Callback):
         self.env_steps = int(state_dict.get("env_steps", 0))
         self.completed_episodes = int(state_dict.get("completed_episodes", 0))
         self._resets = int(state_dict.get("resets", 0))
+        if "random_state" in state_dict:  # checkpoints before it have none
+            restore(self.random_generators(), state_dict["random_state"], owner=self.name)
 
     def __repr__(self) -> str:
         return (

@@ -138,6 +138,16 @@ class ArrayMemoryTable:
         """Whether the table holds ``maxlen`` transitions (the next episode ejects old ones)."""
         return self._size >= self.maxlen
 
+    def random_generators(self) -> dict[str, np.random.Generator | torch.Generator]:
+        """The sampling generator and those of adaptors that draw (image shifts), for
+        checkpoints."""
+        from emote_core.utils.random_state import generators_of
+
+        generators: dict[str, np.random.Generator | torch.Generator] = {"sampling": self.rng}
+        for position, adaptor in enumerate(self.adaptors):
+            generators.update(generators_of(adaptor, f"adaptor{position}."))
+        return generators
+
     # Adding.
 
     def add_sequence(

@@ -83,6 +83,10 @@ class OnnxAgentProxy:
         if spaces is not None:
             self.check_spaces(spaces)
 
+    def random_generators(self) -> dict[str, np.random.Generator]:
+        """Its exploration draws, for checkpoints."""
+        return {"actions": self._rng}
+
     @property
     def input_names(self) -> tuple[str, ...]:
         """The observation keys the policy reads."""

@@ -71,6 +71,10 @@ class EpsilonGreedyAgentProxy:
         self.input_key = input_key
         self._rng = np.random.default_rng(seed)
 
+    def random_generators(self) -> dict[str, np.random.Generator]:
+        """Its exploration draws, for checkpoints."""
+        return {"actions": self._rng}
+
     @property
     def policy(self) -> nn.Module:
         """The Q network (under the name collectors that copy policies look for)."""

@@ -92,6 +92,10 @@ class GenericAgentProxy:
         if self._takes_epsilon:
             self._noise_shape = self._find_noise_shape(owner)
 
+    def random_generators(self) -> dict[str, torch.Generator]:
+        """Its sampling noise, for checkpoints."""
+        return {"noise": self._generator}
+
     def _find_noise_shape(self, owner: str) -> tuple[int, ...]:
         if self.spaces is not None:
             return tuple(self.spaces.actions.shape)

@@ -67,6 +67,10 @@ class RandomAgentProxy:
         self._dtype = np.dtype(dtype)
         self._rng = np.random.default_rng(seed)
 
+    def random_generators(self) -> dict[str, np.random.Generator]:
+        """Its exploration draws, for checkpoints."""
+        return {"actions": self._rng}
+
     @property
     def input_names(self) -> tuple[str, ...]:
         """No observation keys: random actions read nothing."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -14,6 +15,7 @@ from emote_core.callback import Callback, Order
 from emote_core.errors import CheckpointError, ConfigurationError
 from emote_core.memory.proxy import MemoryProxy
 from emote_core.memory.wrappers import MemoryTableProxyWrapper, agent_steps
+from emote_core.stores.zarr_store.layout import DEFAULT_SHARD
 from emote_core.typing import AgentId, DictObservation, DictResponse, EpisodeState
 from emote_core.utils import BlockTimers
 
@@ -112,6 +114,8 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
         experiment_root_path: The directory of the export (created when missing).
         min_time_per_export: The fewest seconds between two exports.
         clock: The time source, in seconds (for tests).
+        shard: The store shard this run writes (a resumed run writes a shard of its own, so
+            that episodes committed after its checkpoint by the run it continues stay apart).
 
     Raises:
         ConfigurationError: If the step count is not positive or the time is negative.
@@ -126,6 +130,7 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
         experiment_root_path: str | os.PathLike[str],
         min_time_per_export: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
+        shard: str = DEFAULT_SHARD,
     ) -> None:
         if (
             isinstance(inf_steps_per_memory_export, bool)
@@ -145,6 +150,8 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
         self.inf_steps_per_memory_export = inf_steps_per_memory_export
         self.min_time_per_export = float(min_time_per_export)
         self.export_path = export_path(experiment_root_path, target_memory_name)
+        self.shard = shard
+        self._lock = threading.Lock()  # the collector's thread and checkpoints both export
         self._clock = clock
         self._steps_since_export = 0
         self._last_export_time: float | None = None
@@ -161,7 +168,8 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
         self._appender: StoreAppender | None = None
 
     def _completed(self, identity: int, sequence: dict[str, Any], end_state: EpisodeState) -> None:
-        self._pending.append((identity, sequence, end_state))
+        with self._lock:
+            self._pending.append((identity, sequence, end_state))
 
     def add(
         self,
@@ -204,19 +212,27 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
         )
         return self.export_path
 
+    def committed(self) -> int:
+        """Exports what is pending now and returns the episodes committed to this run's shard."""
+        self.export()
+        with self._lock:
+            return self._appender.writer.episodes if self._appender is not None else 0
+
     def close(self) -> None:
         """Lets go of the export store's shard (its lease); a later export takes it again."""
-        if self._appender is not None:
-            self._appender.close()
-            self._appender = None
+        with self._lock:
+            if self._appender is not None:
+                self._appender.close()
+                self._appender = None
 
     def _append_pending(self) -> None:
         from emote_core.stores.zarr_store.tables import StoreAppender
 
-        if self._appender is None:
-            self._appender = StoreAppender(self.export_path, self.table)
-        pending, self._pending = self._pending, []
-        self._appender.append(pending)
+        with self._lock:
+            if self._appender is None:
+                self._appender = StoreAppender(self.export_path, self.table, shard=self.shard)
+            pending, self._pending = self._pending, []
+            self._appender.append(pending)
 
 
 __all__ = ["MemoryExporterProxyWrapper", "MemoryImporterCallback", "export_path"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -251,21 +251,34 @@ class MemoryStore:
         """Stored columns, then the virtual columns recorded at creation."""
         return [c.schema for c in (*self.columns, *self.virtual_columns)]
 
+    def committed(self) -> dict[str, int]:
+        """Episodes committed per shard (readable shards only)."""
+        return {shard.name: shard.episodes for shard in self.shards}
+
     def episodes(
-        self, *, max_transitions: int | None = None, skip_damaged: bool = False
+        self,
+        *,
+        max_transitions: int | None = None,
+        skip_damaged: bool = False,
+        limits: Mapping[str, int] | None = None,
     ) -> Iterator[EpisodeRecord]:
         """Every committed episode, oldest first across shards (by commit time).
 
         Args:
             max_transitions: Keep only the most recent episodes that fit in this many transitions.
             skip_damaged: Read the readable shards of a store with damaged ones.
+            limits: Read only the first ``limits[shard]`` episodes of the shards it names, and
+                nothing of other shards (what a checkpoint saw of a store that grew since).
 
         Raises:
-            FormatError: If a shard is damaged and ``skip_damaged`` is false.
+            FormatError: If a shard is damaged and ``skip_damaged`` is false, or ``limits`` asks
+                for more episodes than a shard holds.
         """
         if not skip_damaged:
             self.check_readable()
-        order = self._order(max_transitions)
+        if limits is not None:
+            self._check_limits(limits)
+        order = self._order(max_transitions, limits)
         for shard_index, shard in enumerate(self.shards):
             chosen = order[order[:, 0] == shard_index][:, 1] if len(order) else np.zeros(0, int)
             if len(chosen) == 0:
@@ -310,12 +323,25 @@ class MemoryStore:
             )
         log.warning("%s: skipped", what)
 
-    def _order(self, max_transitions: int | None) -> np.ndarray:
+    def _check_limits(self, limits: Mapping[str, int]) -> None:
+        held = self.committed()
+        for name, count in limits.items():
+            if held.get(name, 0) < count:
+                raise FormatError(
+                    f"store '{self.url}' shard '{name}' holds {held.get(name, 0)} committed "
+                    f"episodes, fewer than the {count} it held when they were read before — "
+                    "episodes were lost since; run `emote memory verify`"
+                )
+
+    def _order(
+        self, max_transitions: int | None, limits: Mapping[str, int] | None = None
+    ) -> np.ndarray:
         """``(shard, episode)`` pairs oldest first, trimmed to the newest that fit."""
         keys = [
             (float(t), s, k)
             for s, shard in enumerate(self.shards)
             for k, t in enumerate(shard.table["written_at"])
+            if limits is None or k < limits.get(shard.name, 0)
         ]
         keys.sort()
         if max_transitions is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -163,6 +163,7 @@ def load_table(
     urls: Sequence[str | os.PathLike[str]],
     *,
     skip_damaged: bool = False,
+    limits: Sequence[Mapping[str, int] | None] | None = None,
 ) -> int:
     """Replaces ``table``'s content with the newest episodes of one or more stores.
 
@@ -177,6 +178,8 @@ def load_table(
         table: The table to fill.
         urls: The stores.
         skip_damaged: Leave damaged episodes (and unreadable shards) out instead of refusing.
+        limits: Per store, ``None`` or the episodes to read per shard (see
+            :meth:`MemoryStore.episodes`): the part of a store that a checkpoint saw.
 
     Returns:
         The number of episodes loaded.
@@ -186,9 +189,14 @@ def load_table(
             ``skip_damaged``) it holds damaged episodes, naming them.
     """
     stores = [MemoryStore(url) for url in urls]
+    per_store = list(limits) if limits is not None else [None] * len(stores)
+    if len(per_store) != len(stores):
+        raise ValueError(f"load_table got {len(per_store)} limits for {len(stores)} stores")
     episodes: list[EpisodeRecord] = []
-    for store in stores:
-        episodes.extend(store.episodes(max_transitions=table.maxlen, skip_damaged=skip_damaged))
+    for store, limit in zip(stores, per_store, strict=True):
+        episodes.extend(
+            store.episodes(max_transitions=table.maxlen, skip_damaged=skip_damaged, limits=limit)
+        )
     kept, total = [], 0
     for episode in reversed(episodes):
         length = len(episode[1][table.length_key])

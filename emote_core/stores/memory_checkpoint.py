@@ -1,0 +1,157 @@
+"""The replay memory in a checkpoint, by reference to the stores that hold its episodes.
+
+A checkpoint does not copy the table. It records which committed episodes the table was filled
+from: so many episodes of each shard of each ``--memory`` store, and of the run's own export
+store the shards this run wrote, committed up to the moment of the checkpoint. Resuming reads
+exactly those episodes back (all of them, none twice): episodes that the interrupted run committed
+after its checkpoint stay in the store, but the resumed run, which writes a shard of its own, does
+not train on them. The table's random generators go into the checkpoint too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from emote_core.callback import Callback, Order
+from emote_core.errors import CheckpointError
+from emote_core.utils.random_state import capture, restore
+
+if TYPE_CHECKING:
+    from emote_core.memory.table import ArrayMemoryTable
+    from emote_core.stores.memory_export import MemoryExporterProxyWrapper
+
+log = logging.getLogger(__name__)
+
+
+class ReplayMemoryCheckpoint(Callback):
+    """Records (``state_dict``) and restores (``load_state_dict``) what a table holds.
+
+    Taking the state first commits the episodes the exporter still holds, so that the store and
+    the checkpoint agree on what was collected before it.
+
+    Args:
+        table: The replay table.
+        sources: The stores the table starts from (``--memory``), read in this order.
+        exporter: The run's export of live episodes, when this run collects them.
+        export_store: The run's export store (``exporter.export_path``); a run resumed without
+            collecting still reads the episodes its earlier parts collected there.
+        skip_damaged: Leave damaged episodes out when reading (refused otherwise).
+        name: The callback's name (keys its checkpoint entry).
+    """
+
+    # After the Checkpointer: its final checkpoint commits the last episodes, then the export's
+    # shard is let go.
+    order: ClassVar[int] = Order.CHECKPOINT + 50
+
+    def __init__(
+        self,
+        *,
+        table: ArrayMemoryTable,
+        sources: Sequence[str | os.PathLike[str]] = (),
+        exporter: MemoryExporterProxyWrapper | None = None,
+        export_store: str | os.PathLike[str] | None = None,
+        skip_damaged: bool = False,
+        name: str = "replay_memory",
+    ) -> None:
+        super().__init__(name=name)
+        self.table = table
+        self.exporter = exporter
+        self.export_store = export_store
+        self.skip_damaged = skip_damaged
+        self.sources: list[dict[str, Any]] = [
+            {"url": os.fspath(url), "shards": None} for url in sources
+        ]
+        self.exported: dict[str, int] = {}
+        """Episodes per shard of the export store that earlier parts of this run committed."""
+
+    def fill(self) -> int:
+        """Fills the table from the sources, pinning what was read; returns the episodes read."""
+        from emote_core.stores.zarr_store import MemoryStore
+
+        for source in self.sources:
+            source["shards"] = MemoryStore(source["url"]).committed()
+        return self._load(self.sources, {})
+
+    def _load(self, sources: list[dict[str, Any]], exported: dict[str, int]) -> int:
+        from emote_core.stores.zarr_store.tables import load_table
+
+        urls = [source["url"] for source in sources]
+        limits = [dict(source["shards"]) for source in sources]
+        if exported and self.export_store is not None:
+            urls.append(os.fspath(self.export_store))
+            limits.append(dict(exported))
+        if not urls:
+            return 0
+        loaded = load_table(self.table, urls, skip_damaged=self.skip_damaged, limits=limits)
+        log.info("memory: %d episodes (%d transitions) from %s", loaded, self.table.size(), urls)
+        return loaded
+
+    def state_dict(self) -> dict[str, Any]:
+        exported = dict(self.exported)
+        if self.exporter is not None:
+            exported[self.exporter.shard] = self.exporter.committed()
+        return {
+            "sources": [dict(s, shards=dict(s["shards"] or {})) for s in self.sources],
+            "exported": {k: v for k, v in exported.items() if v},
+            "episodes": self.table.episode_count,
+            "transitions": self.table.size(),
+            "random_state": capture(self.table.random_generators()),
+        }
+
+    def load_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        load_network: bool = True,
+        load_optimizer: bool = True,
+        load_hparams: bool = True,
+    ) -> None:
+        """Refills the table with exactly the episodes the checkpoint recorded.
+
+        Raises:
+            CheckpointError: If the run's export is gone, or the exporter would write into a
+                shard the checkpoint already counts.
+            FormatError: If a store holds fewer episodes than recorded, or damaged ones.
+        """
+        sources = [dict(s) for s in state_dict["sources"]]
+        exported = {str(k): int(v) for k, v in state_dict.get("exported", {}).items()}
+        if exported and (self.export_store is None or not os.path.exists(self.export_store)):
+            raise CheckpointError(
+                f"the checkpoint counts {sum(exported.values())} episodes in the run's memory "
+                f"export '{self.export_store}', which is missing — the replay memory cannot be "
+                "restored"
+            )
+        if self.exporter is not None and self.exporter.shard in exported:
+            raise CheckpointError(
+                f"the resumed run would append to shard '{self.exporter.shard}' of "
+                f"'{self.exporter.export_path}', which the checkpoint already counts"
+            )
+        self.sources, self.exported = sources, exported
+        self._load(sources, exported)
+        if (self.table.episode_count, self.table.size()) != (
+            state_dict["episodes"],
+            state_dict["transitions"],
+        ):
+            log.warning(
+                "the restored memory holds %d episodes (%d transitions); the checkpoint's held %d "
+                "(%d)",
+                self.table.episode_count,
+                self.table.size(),
+                state_dict["episodes"],
+                state_dict["transitions"],
+            )
+        restore(self.table.random_generators(), state_dict["random_state"], owner="the memory")
+
+    def end_training(self) -> None:
+        """Commits the episodes completed since the last export and lets go of the shard."""
+        if self.exporter is None:
+            return
+        try:
+            self.exporter.export()
+        finally:
+            self.exporter.close()  # the store's shard is free for the next run, even in-process
+
+
+__all__ = ["ReplayMemoryCheckpoint"]
