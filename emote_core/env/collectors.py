@@ -247,8 +247,15 @@ class GymCollector(LoggingMixin, Callback):
         self.env_steps = int(state_dict.get("env_steps", 0))
         self.completed_episodes = int(state_dict.get("completed_episodes", 0))
         self._resets = int(state_dict.get("resets", 0))
-        if "random_state" in state_dict:  # checkpoints before it have none
-            restore(self.random_generators(), state_dict["random_state"], owner=self.name)
+        saved = state_dict.get("random_state", {})  # checkpoints before it have none
+        fresh = restore(self.random_generators(), saved, owner=self.name, strict=False)
+        if fresh and saved:
+            log.warning(
+                "'%s': the checkpoint holds no random state for %s (another agent?); they start "
+                "afresh, so the resumed run is not an exact continuation",
+                self.name,
+                fresh,
+            )
 
     def __repr__(self) -> str:
         return (

@@ -40,29 +40,44 @@ def capture(generators: Mapping[str, Generator]) -> dict[str, Any]:
     return state
 
 
-def restore(generators: Mapping[str, Generator], state: Mapping[str, Any], *, owner: str) -> None:
+def restore(
+    generators: Mapping[str, Generator],
+    state: Mapping[str, Any],
+    *,
+    owner: str,
+    strict: bool = True,
+) -> list[str]:
     """Sets ``generators`` to the states :func:`capture` took.
 
+    Args:
+        generators: The generators to set, by name.
+        state: What :func:`capture` returned.
+        owner: Who holds them, for messages.
+        strict: Refuse generators without a saved state of their kind; otherwise they are left
+            as they are and returned (an agent swapped for another kind between two runs).
+
+    Returns:
+        The names of the generators left as they were (only when not ``strict``).
+
     Raises:
-        CheckpointError: If a generator has no saved state, or a state of another kind.
+        CheckpointError: When ``strict``, if a generator has no saved state, or one of another
+            kind.
     """
-    missing = sorted(set(generators) - set(state))
-    if missing:
-        raise CheckpointError(
-            f"the checkpoint has no random state for {owner}'s generators {missing}; it holds "
-            f"{sorted(state)} — was it written by another kind of run?"
-        )
+    unmatched = []
     for name, generator in generators.items():
-        saved = state[name]
+        saved = state.get(name, {})
         if isinstance(generator, np.random.Generator) and "numpy" in saved:
             generator.bit_generator.state = json.loads(saved["numpy"])
         elif isinstance(generator, torch.Generator) and "torch" in saved:
             generator.set_state(saved["torch"])
         else:
-            raise CheckpointError(
-                f"{owner}'s generator '{name}' is a {type(generator).__name__}, but the "
-                f"checkpoint holds a state of another kind ({sorted(saved)})"
-            )
+            unmatched.append(name)
+    if unmatched and strict:
+        raise CheckpointError(
+            f"the checkpoint holds no random state for {owner}'s generators {unmatched} (it holds "
+            f"{sorted(state)}) — was it written by another kind of run?"
+        )
+    return unmatched
 
 
 def generators_of(owner: object, prefix: str = "") -> dict[str, Generator]:
