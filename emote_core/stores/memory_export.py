@@ -19,6 +19,7 @@ from emote_core.utils import BlockTimers
 
 if TYPE_CHECKING:
     from emote_core.memory.table import ArrayMemoryTable
+    from emote_core.stores.provenance import Provenance
     from emote_core.stores.zarr_store.tables import StoreAppender
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,8 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
         experiment_root_path: The directory of the export (created when missing).
         min_time_per_export: The fewest seconds between two exports.
         clock: The time source, in seconds (for tests).
+        spaces: The MDP spaces to record in a store created now (``MDPSpace.to_json()``).
+        provenance: Who writes (the run), recorded in the store with the first export.
 
     Raises:
         ConfigurationError: If the step count is not positive or the time is negative.
@@ -126,6 +129,8 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
         experiment_root_path: str | os.PathLike[str],
         min_time_per_export: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
+        spaces: dict[str, Any] | None = None,
+        provenance: Provenance | None = None,
     ) -> None:
         if (
             isinstance(inf_steps_per_memory_export, bool)
@@ -146,6 +151,8 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
         self.min_time_per_export = float(min_time_per_export)
         self.export_path = export_path(experiment_root_path, target_memory_name)
         self._clock = clock
+        self._spaces = spaces
+        self._provenance = provenance
         self._steps_since_export = 0
         self._last_export_time: float | None = None
         self.export_count = 0
@@ -214,7 +221,9 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
         from emote_core.stores.zarr_store.tables import StoreAppender
 
         if self._appender is None:
-            self._appender = StoreAppender(self.export_path, self.table)
+            self._appender = StoreAppender(
+                self.export_path, self.table, spaces=self._spaces, provenance=self._provenance
+            )
         pending, self._pending = self._pending, []
         self._appender.append(pending)
 
