@@ -77,6 +77,7 @@ def train(
         import torch
 
         from emote_core.assembly.builders import check_env_id
+        from emote_core.assembly.compatibility import check_training_stores
         from emote_core.assembly.training import build_training
         from emote_core.recipes import load_recipe
         from emote_core.runs import default_run_path, latest_run_path, prepare_run
@@ -104,6 +105,7 @@ def train(
             raise ConfigurationError(
                 "--no-live trains from stored memory only: pass --memory STORE"
             )
+        check_training_stores(loaded, memory or [])  # before the run directory is written
         created = not path.exists()
         run = prepare_run(path, recipe=loaded, command=sys.argv, resume=resume, force=force)
         torch.manual_seed(loaded.seed)
