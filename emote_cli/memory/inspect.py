@@ -236,7 +236,7 @@ def _print_provenance(console: Any, provenance: dict[str, Any] | None) -> None:
         console.print(f"[bold]made on[/bold]: {provenance['env_id']}", highlight=False)
     for shard, sessions in provenance.get("shards", {}).items():
         if not sessions:
-            console.print(f"shard '{shard}': no provenance recorded (written by an older emote)")
+            console.print(f"shard '{shard}': who wrote it is not recorded")
             continue
         table = Table(title=f"shard '{shard}': who wrote it", title_justify="left", show_lines=True)
         table.add_column("episodes", justify="right")
