@@ -136,6 +136,8 @@ def check_store_fits(store: Any, spaces: MDPSpace, recipe: Recipe, *, use: Store
     difference = _difference(held_by_store(store), spaces, where, "holds", env_id)
     if difference is not None:
         made_on = " and ".join(recorded) if recorded else "another environment"
+        if recorded and not others:  # the same id, built with other env.kwargs
+            made_on += " with other settings (env.kwargs)"
         raise ConfigurationError(f"{difference} — the store was collected on {made_on}; {advice}")
     if others:
         why = (

@@ -160,3 +160,19 @@ def test_a_policy_that_does_not_fit_names_both_envs(caplog: pytest.LogCaptureFix
     with caplog.at_level(logging.WARNING):
         check_policy_fits("p", "Pendulum-v0", spaces.state, spaces.actions, spaces, pendulum)
     assert "trained on Pendulum-v0 and acts here in Pendulum-v1" in caplog.text
+
+
+def test_a_store_of_the_same_env_id_with_other_settings_says_so(tmp_path: Path) -> None:
+    store = collected_store(tmp_path / "h.zarr", load_recipe("sac_hit_the_middle"))
+    other = load_recipe("sac_hit_the_middle")
+    held = spaces_of(other)
+    wider = MDPSpace(
+        rewards=held.rewards, actions=held.actions,
+        state=DictSpace({"obs": BoxSpace(np.float32, (5,))}),
+    )  # fmt: skip
+    with pytest.raises(ConfigurationError) as error:
+        check_store_fits(store, wider, other, use=StoreUse.TRAIN)
+    assert refusal(error).startswith(
+        f"store '{store.url}' holds observations 'obs' of 2 numbers; emote/HitTheMiddle-v0 gives "
+        "5 numbers — the store was collected on emote/HitTheMiddle-v0 with other settings"
+    )
