@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -92,11 +91,11 @@ def collect(
     with handle_errors(debug=debug):
         if (episodes is None) == (steps is None):
             abort("pass exactly one of --episodes N or --steps N", ExitCode.USAGE)
-        from emote_core.assembly.builders import load_trained_agent, make_env
+        from emote_core.assembly.builders import make_env
+        from emote_core.assembly.compatibility import check_collect_store, collect_agent
+        from emote_core.assembly.provenance import session_provenance
         from emote_core.env import BatchGymCollector
         from emote_core.memory import DictObsMemoryTable
-        from emote_core.onnx.agent import OnnxAgentProxy, is_onnx_file
-        from emote_core.proxies import RandomAgentProxy
         from emote_core.recipes import load_recipe
         from emote_core.stores.zarr_store.tables import StoreAppender
         from emote_core.utils.devices import resolve_device
@@ -104,17 +103,18 @@ def collect(
         loaded = load_recipe(recipe, [f"seed={seed}"] if seed is not None else [])
         env = make_env(loaded, num_envs=envs)
         spaces = env.spaces
-        if policy == "random":
-            agent: Any = RandomAgentProxy(action_space=env.single_action_space, seed=loaded.seed)
-        elif is_onnx_file(policy):  # onnxruntime alone, sampling actions
-            agent = OnnxAgentProxy(policy, deterministic=False, seed=loaded.seed, spaces=spaces)
-        else:
-            _, _, agent, _, _ = load_trained_agent(
-                Path(policy), device=resolve_device(device), deterministic=False
-            )
+        try:  # the store and the policy must fit the env before it steps or anything is written
+            check_collect_store(out, loaded, spaces)
+            agent, acting = collect_agent(policy, loaded, env, resolve_device(device))
+        except BaseException:
+            env.close()
+            raise
+        record = session_provenance(loaded, policy=acting, num_envs=env.num_envs)
         # The table only gives the store its columns: episodes go from the collector to the store.
         schema = DictObsMemoryTable(spaces=spaces, maxlen=1_000)
-        appender = StoreAppender(out, schema, spaces=spaces.to_json(), shard=shard)
+        appender = StoreAppender(
+            out, schema, spaces=spaces.to_json(), shard=shard, provenance=record
+        )
         batches = _Batches(appender)
         collector = BatchGymCollector(
             env=env, agent=agent, on_episode=batches.add, seed=loaded.seed

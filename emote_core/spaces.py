@@ -7,6 +7,7 @@ spaces and round-trip through JSON, which is how stores and exported policies re
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -300,11 +301,65 @@ def _box_from_gym(space: Any, key: str) -> BoxSpace:
     )
 
 
+_CHANNELS = (1, 2, 3, 4)
+"""Channel counts of an image: a 3-d value with one of these first or last is read as one."""
+
+
+def describe_shape(shape: Sequence[int]) -> str:
+    """A value's shape in words for messages and reports: "1 number", "3 numbers",
+    "4x5 grid of numbers", "84x84 image with 3 channels", "2x3x5x7 array of numbers"."""
+    dims = tuple(int(s) for s in shape)
+    if len(dims) <= 1:
+        count = dims[0] if dims else 1
+        return "1 number" if count == 1 else f"{count} numbers"
+    if len(dims) == 2:
+        return f"{dims[0]}x{dims[1]} grid of numbers"
+    if len(dims) == 3:
+        for channels, (height, width) in ((dims[2], dims[:2]), (dims[0], dims[1:])):
+            if channels in _CHANNELS and min(height, width) > max(_CHANNELS):
+                plural = "channel" if channels == 1 else "channels"
+                return f"{height}x{width} image with {channels} {plural}"
+    return "x".join(str(d) for d in dims) + " array of numbers"
+
+
+def describe_space(space: BoxSpace) -> str:
+    """A space's values in words: "one of 2 choices" for discrete ones, else its shape's words."""
+    if isinstance(space, DiscreteSpace):
+        return f"one of {space.n} choices"
+    return describe_shape(space.shape)
+
+
+_LISTED_ENTRIES = 6
+"""Bounds that differ between entries are listed one by one up to this many entries."""
+
+
+def describe_bounds(space: BoxSpace) -> str:
+    """A space's bounds in words: "-1 to 1", "0 to 255", "unbounded". Bounds that differ between
+    entries are listed ("-4.8 to 4.8, -inf to inf") or, for many entries, given as the lowest
+    and highest marked "(per entry)"."""
+    if isinstance(space, DiscreteSpace):
+        return f"0 to {space.n - 1}"
+    if space.low is None and space.high is None:
+        return "unbounded"
+    low = np.full(space.shape, -math.inf) if space.low is None else space.low
+    high = np.full(space.shape, math.inf) if space.high is None else space.high
+    if low.size == 0:
+        return "no entries"
+    if np.all(low == low.flat[0]) and np.all(high == high.flat[0]):
+        return f"{low.flat[0]:g} to {high.flat[0]:g}"
+    if low.size <= _LISTED_ENTRIES:
+        return ", ".join(f"{a:g} to {b:g}" for a, b in zip(low.flat, high.flat, strict=True))
+    return f"{np.min(low):g} to {np.max(high):g} (per entry)"
+
+
 __all__ = [
     "SPACES_JSON_VERSION",
     "BoxSpace",
     "DictSpace",
     "DiscreteSpace",
     "MDPSpace",
+    "describe_bounds",
+    "describe_shape",
+    "describe_space",
     "space_from_json",
 ]

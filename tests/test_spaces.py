@@ -12,7 +12,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from emote_core.errors import ConfigurationError
-from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, MDPSpace, space_from_json
+from emote_core.spaces import (
+    BoxSpace,
+    DictSpace,
+    DiscreteSpace,
+    MDPSpace,
+    describe_bounds,
+    describe_shape,
+    describe_space,
+    space_from_json,
+)
 from emote_core.typing import EpisodeState
 
 
@@ -96,3 +105,37 @@ def test_gymnasium_flags_map_to_episode_states() -> None:
     assert EpisodeState.from_gymnasium(terminated=False, truncated=False) is EpisodeState.RUNNING
     assert EpisodeState.TERMINAL.is_final and EpisodeState.INTERRUPTED.is_final
     assert not EpisodeState.INITIAL.is_final and not EpisodeState.RUNNING.is_final
+
+
+@pytest.mark.parametrize(
+    ("shape", "words"),
+    [
+        ((), "1 number"),
+        ((1,), "1 number"),
+        ((3,), "3 numbers"),
+        ((4, 5), "4x5 grid of numbers"),
+        ((84, 84, 3), "84x84 image with 3 channels"),
+        ((1, 64, 48), "64x48 image with 1 channel"),
+        ((2, 3, 4), "2x3x4 array of numbers"),
+    ],
+)
+def test_shapes_read_as_words_in_messages(shape, words) -> None:
+    assert describe_shape(shape) == words
+
+
+def test_real_spaces_read_as_words_with_their_bounds() -> None:
+    cartpole = gym.make("CartPole-v1")
+    space = MDPSpace.from_gymnasium(cartpole.observation_space, cartpole.action_space)
+    assert describe_space(space.actions) == "one of 2 choices"
+    assert describe_bounds(space.actions) == "0 to 1"
+    assert describe_space(space.state["obs"]) == "4 numbers"
+    high = space.state["obs"].high
+    assert describe_bounds(space.state["obs"]) == (
+        f"{-high[0]:g} to {high[0]:g}, -inf to inf, {-high[2]:g} to {high[2]:g}, -inf to inf"
+    )
+    pendulum = gym.make("Pendulum-v1")
+    actions = MDPSpace.from_gymnasium(pendulum.observation_space, pendulum.action_space).actions
+    assert (describe_space(actions), describe_bounds(actions)) == ("1 number", "-2 to 2")
+    assert describe_bounds(BoxSpace(np.float32, (2,))) == "unbounded"
+    wide = BoxSpace(np.float32, (8,), low=-np.arange(8.0), high=np.arange(8.0))
+    assert describe_bounds(wide) == "-7 to 7 (per entry)"

@@ -7,6 +7,7 @@ command line, shows progress on stderr and prints the summary.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -91,6 +92,7 @@ def convert(
                 force=force,
                 progress=progress,
                 skip_damaged=skip_damaged,
+                command=sys.argv,
             )
         if json_output:
             emit_json(summary)

@@ -133,9 +133,7 @@ def _statistics(stats: dict[str, Any] | None) -> str:
 
 
 def _print_report(report: dict[str, Any]) -> None:
-    """The report as Rich tables on stdout: overview, columns, shards and spaces."""
-    import json
-
+    """The report as Rich tables on stdout: overview, columns, shards, spaces and provenance."""
     from rich.table import Table
 
     console = stdout_console()
@@ -197,5 +195,80 @@ def _print_report(report: dict[str, Any]) -> None:
                 _number(shard.get("commit_sequence")),
             )
         console.print(table)
-    spaces = report.get("spaces")
-    console.print(f"[bold]spaces[/bold]: {json.dumps(spaces) if spaces else '-'}", soft_wrap=True)
+    _print_spaces(console, report.get("spaces"))
+    _print_provenance(console, report.get("provenance"))
+
+
+def _print_spaces(console: Any, spaces: dict[str, Any] | None) -> None:
+    """The recorded spaces as a table: what each observation entry, the actions and the rewards
+    hold, in words, with dtypes and bounds."""
+    import json
+
+    from rich.table import Table
+
+    from emote_core.errors import ConfigurationError
+    from emote_core.spaces import MDPSpace, describe_bounds, describe_space
+
+    if not spaces:
+        console.print("[bold]spaces[/bold]: not recorded")
+        return
+    try:
+        mdp = MDPSpace.from_json(spaces)
+    except (ConfigurationError, AttributeError):
+        console.print(f"[bold]spaces[/bold] (unreadable): {json.dumps(spaces)}", soft_wrap=True)
+        return
+    table = Table(title="spaces", title_justify="left")
+    for header in ("entry", "dtype", "holds", "bounds"):
+        table.add_column(header)
+    entries = [(f"observation '{key}'", space) for key, space in mdp.state.spaces.items()]
+    for name, space in (*entries, ("actions", mdp.actions), ("rewards", mdp.rewards)):
+        table.add_row(name, str(space.dtype), describe_space(space), describe_bounds(space))
+    console.print(table)
+
+
+def _print_provenance(console: Any, provenance: dict[str, Any] | None) -> None:
+    """Who wrote each shard: one table per shard, one block of rows per writing session."""
+    from rich.table import Table
+
+    if provenance is None:
+        return
+    if provenance.get("env_id"):
+        console.print(f"[bold]made on[/bold]: {provenance['env_id']}", highlight=False)
+    for shard, sessions in provenance.get("shards", {}).items():
+        if not sessions:
+            console.print(f"shard '{shard}': who wrote it is not recorded")
+            continue
+        table = Table(title=f"shard '{shard}': who wrote it", title_justify="left", show_lines=True)
+        table.add_column("episodes", justify="right")
+        table.add_column("session", overflow="fold")
+        for session in sessions:
+            first, count = session.get("first_episode", 0), session.get("episodes", 0)
+            span = {0: "none", 1: f"{first:,}"}.get(count, f"{first:,}-{first + count - 1:,}")
+            table.add_row(span, "\n".join(_session_lines(session)))
+        console.print(table)
+
+
+def _session_lines(session: dict[str, Any]) -> list[str]:
+    lines = [f"command: {' '.join(session.get('command') or []) or 'unknown'}"]
+    if session.get("env_id"):
+        lines.append(f"env: {session['env_id']}")
+    if session.get("recipe_name"):
+        lines.append(f"recipe: {session['recipe_name']} (its TOML is in --json)")
+    if session.get("seed") is not None:
+        seeds = session.get("env_seeds") or []
+        resets = f" (env resets {', '.join(str(s) for s in seeds)})" if seeds else ""
+        lines.append(f"seed: {session['seed']}{resets}")
+    policy = session.get("policy")
+    if isinstance(policy, dict):
+        described = str(policy.get("kind"))
+        if policy.get("path"):
+            described += f" {policy['path']}"
+        if policy.get("sha256"):
+            described += f" (sha256 {policy['sha256']})"
+        lines.append(f"policy: {described}")
+    source = session.get("source")
+    if isinstance(source, dict):
+        sha = f" (sha256 {source['sha256']})" if source.get("sha256") else ""
+        lines.append(f"converted from: {source.get('format')} {source.get('path')}{sha}")
+    lines.append(f"emote {session.get('emote_version', '?')}, {session.get('time') or '?'}")
+    return lines

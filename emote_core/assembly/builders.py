@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import difflib
 import logging
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -206,29 +205,6 @@ def load_trained_agent(
     return recipe, networks, agent, spaces, checkpoint_path
 
 
-def stores_spaces_match(stores: Sequence[Any], spaces: MDPSpace, recipe: Recipe) -> None:
-    """Checks that memory stores hold what the recipe's environment produces.
-
-    Raises:
-        ConfigurationError: Naming the store and the mismatch.
-    """
-    expected = {key: tuple(space.shape) for key, space in spaces.state.spaces.items()}
-    expected["actions"] = tuple(spaces.actions.shape)
-    for store in stores:
-        held = {s.name: tuple(s.shape) for s in store.schemas() if s.stored}
-        for name, shape in expected.items():
-            if name not in held:
-                raise ConfigurationError(
-                    f"store '{store.url}' has no '{name}' column, which '{recipe.env.id}' needs "
-                    f"(it holds {sorted(held)})"
-                )
-            if held[name] != shape:
-                raise ConfigurationError(
-                    f"store '{store.url}' column '{name}' has shape {held[name]}; "
-                    f"'{recipe.env.id}' gives {shape} — the store was collected on another env"
-                )
-
-
 __all__ = [
     "acting_state",
     "build_context",
@@ -240,6 +216,5 @@ __all__ = [
     "plugins",
     "policy_graph",
     "resolve_checkpoint",
-    "stores_spaces_match",
     "training_parts",
 ]

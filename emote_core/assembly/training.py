@@ -17,9 +17,9 @@ from emote_core.assembly.builders import (
     make_env,
     make_networks,
     policy_graph,
-    stores_spaces_match,
     training_parts,
 )
+from emote_core.assembly.compatibility import StoreUse, check_store_use
 from emote_core.callback import Callback
 from emote_core.errors import ConfigurationError
 from emote_core.recipes.loading import recipe_to_toml
@@ -86,7 +86,7 @@ def build_training(
     spaces = env.spaces
     env_action_space = env.env.single_action_space  # the env's own bounds, for ONNX metadata
     opened = [MemoryStore(store) for store in stores]
-    stores_spaces_match(opened, spaces, recipe)
+    check_store_use(opened, spaces, recipe, use=StoreUse.TRAIN)
     table_class = (
         DictObsNStepMemoryTable if recipe.memory.rollout_length > 1 else DictObsMemoryTable
     )
@@ -164,17 +164,21 @@ def _collector(
     *,
     resume: bool,
 ) -> Any:
+    from emote_core.assembly.provenance import session_provenance
     from emote_core.env import GymCollector, ThreadedGymCollector
     from emote_core.memory.proxy import MemoryTableProxy
     from emote_core.proxies import RandomAgentProxy
     from emote_core.stores.memory_export import MemoryExporterProxyWrapper
+    from emote_core.stores.provenance import PolicyKind, PolicyRecord
     from emote_core.stores.zarr_store.layout import DEFAULT_SHARD
 
     memory: Any = MemoryTableProxy(table)
     if recipe.memory.store_episodes:
+        acting = PolicyRecord(PolicyKind.TRAINING, str(run.path.absolute()))
         memory = MemoryExporterProxyWrapper(
             memory, target_memory_name="memory", inf_steps_per_memory_export=1_000,
             experiment_root_path=run.path, min_time_per_export=0.0,
+            spaces=env.spaces.to_json(), provenance=session_provenance(recipe, policy=acting),
             shard=_fresh_shard(run.memory_export) if resume else DEFAULT_SHARD,
         )  # fmt: skip
     warmup_agent = RandomAgentProxy(action_space=env.single_action_space, seed=recipe.seed)

@@ -21,7 +21,7 @@ import numpy as np
 from emote_core.errors import ConfigurationError, FormatError
 from emote_core.onnx.format import ACTIONS_OUTPUT, EPSILON_INPUT, PolicyMetadata
 from emote_core.proxies.base import acting_agents
-from emote_core.spaces import DiscreteSpace, MDPSpace
+from emote_core.spaces import DiscreteSpace, MDPSpace, describe_shape, describe_space
 from emote_core.typing import AgentId, DictObservation, DictResponse
 
 
@@ -103,13 +103,15 @@ class OnnxAgentProxy:
         Raises:
             ConfigurationError: Naming the mismatch.
         """
-        given = {key: space.shape for key, space in spaces.state.spaces.items()}
-        wanted = dict(self._shapes)
-        if any(given.get(key) != shape for key, shape in wanted.items()):
-            raise ConfigurationError(
-                f"policy '{self.path}' reads observations {wanted}; the environment gives "
-                f"{given} — run it on the environment it was trained on"
-            )
+        given = spaces.state.spaces
+        for key, shape in self._shapes.items():
+            if key not in given or given[key].shape != shape:
+                gives = describe_space(given[key]) if key in given else "none"
+                raise ConfigurationError(
+                    f"policy '{self.path}' reads observations '{key}' of "
+                    f"{describe_shape(shape)}; the environment gives {gives} — run it on the "
+                    "environment it was trained on"
+                )
         discrete = isinstance(spaces.actions, DiscreteSpace)
         mismatch = discrete != self.metadata.discrete or (
             tuple(spaces.actions.shape) != self._action_shape
@@ -117,8 +119,9 @@ class OnnxAgentProxy:
         )
         if mismatch:
             raise ConfigurationError(
-                f"policy '{self.path}' acts in {self.metadata.action_space.to_json()}; the "
-                f"environment takes {spaces.actions.to_json()}"
+                f"policy '{self.path}' acts with {describe_space(self.metadata.action_space)}; "
+                f"the environment takes {describe_space(spaces.actions)} — run it on the "
+                "environment it was trained on"
             )
 
     def __call__(

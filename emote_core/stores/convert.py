@@ -15,12 +15,13 @@ import shutil
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from emote_core.errors import FormatError, StorageError
+from emote_core.stores.provenance import Provenance
 from emote_core.stores.sources import (
     Progress,
     WriteOptions,
@@ -88,12 +89,14 @@ def convert(
     force: bool = False,
     progress: Progress | None = None,
     skip_damaged: bool = False,
+    command: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Reads ``source`` and writes it to ``destination`` in ``target_format``, atomically.
 
     The target is written under a temporary name in the destination's directory and renamed
     into place when complete. It records where it came from: ``{"format", "sha256", "path"}``
-    (see :func:`source_sha256`).
+    (see :func:`source_sha256`); an emote-memory store also records the converting ``command``
+    and emote's version in its shard's provenance.
 
     Args:
         source: Any source :func:`read_source` reads.
@@ -104,6 +107,7 @@ def convert(
         force: Replace an existing destination.
         progress: Called with (episodes written, episodes in all) while writing.
         skip_damaged: Convert the intact episodes of a damaged store (by default it is refused).
+        command: The command line that asked for the conversion (``sys.argv``).
 
     Returns:
         The summary: ``source``, ``source_format``, ``source_sha256``, ``destination``,
@@ -127,7 +131,11 @@ def convert(
     sha256, hashed = source_sha256(_local_path(source_text, name))
     origin: dict[str, Any] = {"format": name, "sha256": sha256, "sha256_of": hashed}
     origin["path"] = source_text if "://" in source_text else os.path.abspath(source_text)
-    write_target(stored, target_text, target.name, source=origin, force=force, progress=progress)
+    record = Provenance(command=tuple(command), source=origin)
+    write_target(
+        stored, target_text, target.name, source=origin, force=force, progress=progress,
+        provenance=record,
+    )  # fmt: skip
     key = length_key(stored)
     return {
         "source": source_text,
@@ -149,6 +157,7 @@ def write_target(
     source: dict[str, Any] | None = None,
     force: bool = False,
     progress: Progress | None = None,
+    provenance: Provenance | None = None,
 ) -> None:
     """Writes ``stored`` to ``destination`` in ``target_format``, all or nothing.
 
@@ -163,7 +172,7 @@ def write_target(
         source: Where ``stored`` came from, recorded in the target where the format has room.
         force: Replace an existing destination.
         progress: Called with (episodes written, episodes in all) while writing.
-        skip_damaged: Convert the intact episodes of a damaged store (by default it is refused).
+        provenance: Who writes, recorded where the format has room (emote-memory stores).
 
     Raises:
         FormatError: If the format is unknown, the destination exists without ``force``, or an
@@ -176,7 +185,7 @@ def write_target(
     if write is None:  # pragma: no cover - _lookup returns only formats with a writer
         raise FormatError(f"'{target.name}' cannot be written")
     origin = dict(source or {"format": stored.format, "sha256": None, "path": stored.source})
-    options = WriteOptions(origin, force, progress)
+    options = WriteOptions(origin, force, progress, provenance)
     if progress is not None:
         progress(0, len(stored.episodes))
     if target.target == "dataset":

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from emote_core.stores.provenance import ENV_ID, FIRST_EPISODE, shard_sessions
 from emote_core.stores.sources import FORMATS, detect_format, length_key, read_source
 from emote_core.stores.summary import bytes_on_disk, summarize_stored
+
+if TYPE_CHECKING:
+    from emote_core.stores.zarr_store import MemoryStore
 
 
 def inspect_source(
@@ -24,7 +28,8 @@ def inspect_source(
         A JSON-compatible dict with at least ``format``, ``format_version``, ``location``,
         ``episodes``, ``transitions``, ``columns`` (name -> ``{dtype, shape, kind}``),
         ``episode_length`` and ``episode_return`` (``{min, mean, max}``), ``end_states``,
-        ``spaces``, ``shards``, ``bytes_on_disk`` and ``producer``.
+        ``spaces``, ``shards``, ``bytes_on_disk``, ``producer`` and ``provenance`` (stores:
+        :func:`store_provenance`; other sources: ``None``).
 
     Raises:
         FormatError: As :func:`read_source`.
@@ -35,8 +40,10 @@ def inspect_source(
     if name == "zarr":
         from emote_core.stores.zarr_store import MemoryStore
 
-        report = MemoryStore(text).info()
+        store = MemoryStore(text)
+        report = store.info()
         report["location"] = report.pop("store", text)
+        report["provenance"] = store_provenance(store)
         return report
     name, stored = read_source(text, source_format=name, trust_pickle=trust_pickle)
     key = length_key(stored)
@@ -55,8 +62,31 @@ def inspect_source(
         "source": stored.metadata.get("source"),
         "producer": stored.metadata.get("producer"),
         "shards": None,
+        "provenance": None,
         "bytes_on_disk": bytes_on_disk(text) if Path(text).exists() else None,
     }
 
 
-__all__ = ["inspect_source"]
+def store_provenance(store: MemoryStore) -> dict[str, Any]:
+    """Who made a store: ``{"env_id", "shards": {shard: [session, ...]}}``.
+
+    ``env_id`` is the root's (``None``: unknown); each session is its provenance record with
+    ``first_episode`` and ``episodes`` (how many of the shard's committed episodes it wrote).
+    Shards written before provenance was recorded have no sessions.
+
+    Raises:
+        FormatError: If a shard's provenance attribute is malformed.
+    """
+    shards: dict[str, list[dict[str, Any]]] = {}
+    for shard in store.shards:
+        where = f"store '{store.url}' shard '{shard.name}'"
+        sessions = shard_sessions(dict(shard.group.attrs), where=where)
+        ends = [first for first, _ in sessions[1:]] + [shard.episodes] * bool(sessions)
+        shards[shard.name] = [
+            {**record.to_attrs(), FIRST_EPISODE: first, "episodes": max(0, end - first)}
+            for (first, record), end in zip(sessions, ends, strict=True)
+        ]
+    return {"env_id": store.attributes.get(ENV_ID), "shards": shards}
+
+
+__all__ = ["inspect_source", "store_provenance"]

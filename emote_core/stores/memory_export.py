@@ -21,6 +21,7 @@ from emote_core.utils import BlockTimers
 
 if TYPE_CHECKING:
     from emote_core.memory.table import ArrayMemoryTable
+    from emote_core.stores.provenance import Provenance
     from emote_core.stores.zarr_store.tables import StoreAppender
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,8 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
         clock: The time source, in seconds (for tests).
         shard: The store shard this run writes (a resumed run writes a shard of its own, so
             that episodes committed after its checkpoint by the run it continues stay apart).
+        spaces: The MDP spaces to record in a store created now (``MDPSpace.to_json()``).
+        provenance: Who writes (the run), recorded in the store with the first export.
 
     Raises:
         ConfigurationError: If the step count is not positive or the time is negative.
@@ -131,6 +134,8 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
         min_time_per_export: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
         shard: str = DEFAULT_SHARD,
+        spaces: dict[str, Any] | None = None,
+        provenance: Provenance | None = None,
     ) -> None:
         if (
             isinstance(inf_steps_per_memory_export, bool)
@@ -153,6 +158,8 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
         self.shard = shard
         self._lock = threading.Lock()  # the collector's thread and checkpoints both export
         self._clock = clock
+        self._spaces = spaces
+        self._provenance = provenance
         self._steps_since_export = 0
         self._last_export_time: float | None = None
         self.export_count = 0
@@ -230,7 +237,10 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
 
         with self._lock:
             if self._appender is None:
-                self._appender = StoreAppender(self.export_path, self.table, shard=self.shard)
+                self._appender = StoreAppender(
+                    self.export_path, self.table, spaces=self._spaces,
+                    provenance=self._provenance, shard=self.shard,
+                )  # fmt: skip
             pending, self._pending = self._pending, []
             self._appender.append(pending)
 

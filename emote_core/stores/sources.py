@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from emote_core.errors import FormatError
+from emote_core.stores.provenance import Provenance
 from emote_core.stores.stored import StoredTable
 from emote_core.stores.summary import REWARD_COLUMNS
 from emote_core.stores.zarr_store.tables import BATCH_BYTES
@@ -108,11 +109,13 @@ class WriteOptions:
             the target has room.
         force: Replace an existing destination (writers that place it themselves: datasets).
         progress: Called with (episodes written, episodes in all) between batches.
+        provenance: Who writes, recorded where the target has room (emote-memory stores).
     """
 
     source: dict[str, Any]
     force: bool = False
     progress: Progress | None = None
+    provenance: Provenance | None = None
 
 
 @dataclass(frozen=True)
@@ -199,7 +202,7 @@ def _write_zarr(stored: StoredTable, destination: str, options: WriteOptions) ->
         virtual=[c for c in stored.columns if not c.stored],
     )
     written = 0
-    with ShardWriter(destination) as writer:
+    with ShardWriter(destination, provenance=options.provenance) as writer:
         for batch in batches(stored.episodes, BATCH_BYTES):
             writer.append(batch)
             written += len(batch)

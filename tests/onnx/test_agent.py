@@ -115,6 +115,15 @@ def test_observations_that_do_not_fit_are_refused_by_name(sac_export) -> None:
     )  # fmt: skip
     with pytest.raises(ConfigurationError, match="run it on the environment it was trained on"):
         OnnxAgentProxy(path, spaces=other_env)
+    wider = MDPSpace(
+        rewards=SPACES.rewards, actions=SPACES.actions,
+        state=DictSpace({"pos": BoxSpace(np.float32, (4,)), "grid": SPACES.state["grid"]}),
+    )  # fmt: skip
+    with pytest.raises(ConfigurationError) as refused:
+        OnnxAgentProxy(path, spaces=wider)
+    assert "reads observations 'pos' of 3 numbers; the environment gives 4 numbers" in str(
+        refused.value
+    )
 
 
 def test_files_that_are_not_emote_exports_are_refused(tmp_path: Path, sac_export) -> None:

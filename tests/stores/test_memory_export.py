@@ -181,3 +181,28 @@ def test_exporter_rejects_bad_settings(tmp_path):
             experiment_root_path=tmp_path,
             min_time_per_export=-1,
         )
+
+
+def test_the_export_records_its_spaces_env_and_who_wrote_it(tmp_path):
+    from emote_core.stores.inspect import store_provenance
+    from emote_core.stores.provenance import PolicyKind, PolicyRecord, Provenance
+
+    run = PolicyRecord(PolicyKind.TRAINING, str(tmp_path))
+    who = Provenance(command=("emote", "train", "r"), env_id="emote/HitTheMiddle-v0", policy=run)
+    exporter = MemoryExporterProxyWrapper(
+        MemoryTableProxy(make_table()), target_memory_name="memory",
+        inf_steps_per_memory_export=1, experiment_root_path=tmp_path, min_time_per_export=0.0,
+        spaces=SPACES.to_json(), provenance=who,
+    )  # fmt: skip
+    feed_episode(exporter, agent=0, length=3)
+    exporter.export()  # as FinalMemoryExport does when training ends
+    exporter.close()
+
+    store = MemoryStore(tmp_path / "memory_export")
+    assert MDPSpace.from_json(store.spaces) == SPACES
+    report = store_provenance(store)
+    assert report["env_id"] == "emote/HitTheMiddle-v0"
+    (session,) = report["shards"]["main"]
+    assert session["command"] == ["emote", "train", "r"]
+    assert session["policy"] == {"kind": "training", "path": str(tmp_path), "sha256": None}
+    assert session["episodes"] == 1

@@ -3,8 +3,11 @@
 ::
 
     <store>/                         attrs: format, format_version, columns, length_key, spaces,
-                                            producer, created, source (converted stores)
-      shards/<name>/                 attrs: commit {sequence, episodes, rows {column: n}}, writer
+                                            producer, created, source (converted stores),
+                                            env_id (optional: the env it was made on)
+      shards/<name>/                 attrs: commit {sequence, episodes, rows {column: n}}, writer,
+                                            provenance (optional: one record per writing
+                                            session, see emote_core.stores.provenance)
         columns/<column>             per-step columns: all episodes' rows back to back
                                      (observations N + 1 rows, actions and rewards N);
                                      tag columns: one row per episode
@@ -81,7 +84,10 @@ class StoreVersion(IntEnum):
     """Versions of the emote-memory Zarr layout."""
 
     V1 = 1
-    """Zarr v3 group; shards of flat per-column arrays, an episode table and a commit record."""
+    """Zarr v3 group; shards of flat per-column arrays, an episode table and a commit record.
+
+    Later additions within V1 are optional attributes that readers take as unknown when absent
+    (and older readers ignore): the root's ``env_id``, the shards' ``provenance`` records."""
     LATEST = V1
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from emote_core.errors import FormatError
+from emote_core.stores.provenance import Provenance
 from emote_core.stores.stored import (
     ColumnSchema,
     EpisodeRecord,
@@ -62,6 +63,8 @@ class StoreAppender:
         table: The table whose schema the store takes.
         spaces: The MDP spaces to record (``MDPSpace.to_json()``), if known.
         shard: This writer's shard.
+        provenance: Who writes: recorded in the shard with the first commit; its ``env_id``
+            also names the environment of a store created now.
     """
 
     def __init__(
@@ -71,6 +74,7 @@ class StoreAppender:
         *,
         spaces: dict[str, Any] | None = None,
         shard: str = DEFAULT_SHARD,
+        provenance: Provenance | None = None,
     ) -> None:
         self.url = os.fspath(url)
         if not is_store(self.url):
@@ -84,12 +88,13 @@ class StoreAppender:
                     length_key=table.length_key,
                     spaces=spaces,
                     virtual=_virtual(table),
+                    env_id=provenance.env_id if provenance is not None else None,
                 )
             except FormatError:
                 # Another writer (on another shard) created it a moment ago: append to theirs.
                 if not _wait_for_store(self.url):
                     raise
-        self.writer = ShardWriter(self.url, shard=shard)
+        self.writer = ShardWriter(self.url, shard=shard, provenance=provenance)
 
     def append(self, episodes: Sequence[EpisodeRecord]) -> None:
         """Commits ``episodes`` in batches of about :data:`BATCH_BYTES`."""

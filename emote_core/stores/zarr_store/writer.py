@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from emote_core.errors import FormatError, SchemaError
+from emote_core.stores.provenance import ENV_ID, PROVENANCE, Provenance, with_session
 from emote_core.stores.stored import ColumnSchema, EpisodeRecord
 from emote_core.stores.summary import reward_column
 from emote_core.stores.zarr_store.layout import (
@@ -131,11 +132,13 @@ def create_store(
     source: dict[str, Any] | None = None,
     overwrite: bool = False,
     virtual: Sequence[ColumnSchema] = (),
+    env_id: str | None = None,
 ) -> None:
     """Creates an empty emote-memory store (no shards yet).
 
     ``virtual`` columns (next observations, dones, masks) hold no data; the store records them so
-    that the schema survives a round trip.
+    that the schema survives a round trip. ``env_id`` names the environment the store is made on
+    (its root's ``env_id``; see :mod:`emote_core.stores.provenance`).
 
     Raises:
         FormatError: If something exists there and ``overwrite`` is false, or the schema is bad.
@@ -154,6 +157,8 @@ def create_store(
         "created": datetime.now(UTC).isoformat(),
         "source": source,
     }
+    if env_id is not None:
+        attributes[ENV_ID] = env_id
     group = open_group(url, "w" if overwrite else "w-", attributes=attributes)
     require_group(group, SHARDS)
 
@@ -170,6 +175,9 @@ class ShardWriter:
         url: The store (local path or fsspec URL).
         shard: The shard's name; each parallel writer needs its own.
         lease_timeout: Seconds without a heartbeat after which a remote lease is taken over.
+        provenance: Who writes in this session: added to the shard's ``provenance`` list in the
+            same write as the session's first commit (a session that commits nothing leaves
+            no record).
 
     Raises:
         FormatError: If there is no emote-memory store at ``url``, or the shard is damaged.
@@ -182,7 +190,9 @@ class ShardWriter:
         *,
         shard: str = DEFAULT_SHARD,
         lease_timeout: float = DEFAULT_TIMEOUT,
+        provenance: Provenance | None = None,
     ) -> None:
+        self._provenance = provenance
         if not shard or "/" in shard or shard.startswith("."):
             raise FormatError(f"shard names are plain names without '/'; got {shard!r}")
         self.url = os.fspath(url)
@@ -368,8 +378,13 @@ class ShardWriter:
             "transitions": transitions + int(batch.lengths.sum()),
             "rows": rows,
         }
+        update: dict[str, Any] = {"commit": commit}
+        if self._provenance is not None:
+            attributes = dict(self.group.attrs)
+            update[PROVENANCE] = with_session(attributes, self._provenance, first_episode)
         self.lease.check(refresh=False)  # a remote writer that lost its lease commits nothing
-        self.group.attrs.update({"commit": commit})  # the commit record goes last
+        self.group.attrs.update(update)  # the commit record goes last
+        self._provenance = None  # recorded once per session
         self.commit = commit
 
 

@@ -1,0 +1,294 @@
+"""Do a store, a policy and an environment fit together? Checked before any environment steps.
+
+Every refusal is one line that names both sides in words ("store 'c.zarr' holds observations
+'obs' of 4 numbers; Pendulum-v1 gives 3 numbers — the store was collected on CartPole-v1; ..."),
+never as raw shapes or class names, and says what to do instead. Stores say which environment
+they were collected on through their provenance (:mod:`emote_core.stores.provenance`); stores
+without it are checked by their spaces (or, lacking those, their columns) alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from emote_core.assembly.builders import load_trained_agent, make_env
+from emote_core.errors import ConfigurationError
+from emote_core.recipes.schema import Recipe
+from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, MDPSpace, describe_space
+from emote_core.stores.provenance import PolicyKind, PolicyRecord, recorded_env_ids
+
+log = logging.getLogger(__name__)
+
+
+class StoreUse(StrEnum):
+    """What a store is about to be used for: it decides the advice a refusal gives."""
+
+    TRAIN = "train"
+    """Read into the table of a training run (``emote train --memory``)."""
+    COLLECT = "collect"
+    """Appended to (``emote collect --out`` an existing store)."""
+
+
+@dataclass(frozen=True)
+class Held:
+    """What one side holds (a store) or reads and produces (a policy).
+
+    Attributes:
+        observations: Observation key -> its space.
+        actions: The action space (``None``: a store without an actions column).
+        complete: Whether ``observations`` are exactly the observation keys (from recorded
+            spaces); a store known only by its columns lists other columns too, and its actions
+            column cannot tell a discrete choice from a number.
+    """
+
+    observations: dict[str, BoxSpace]
+    actions: BoxSpace | None
+    complete: bool = True
+
+
+def held_by_store(store: Any) -> Held:
+    """What a store holds: its recorded spaces, else its columns (converted stores from formats
+    that record no spaces)."""
+    if store.spaces:
+        try:
+            spaces = MDPSpace.from_json(store.spaces)
+            return Held(dict(spaces.state.spaces), spaces.actions)
+        except ConfigurationError:
+            log.warning("store '%s' records spaces this emote cannot read; using its columns",
+                        store.url)  # fmt: skip
+    columns = {s.name: BoxSpace(s.dtype, s.shape) for s in store.schemas() if s.stored}
+    actions = columns.pop("actions", None)
+    return Held(columns, actions, complete=False)
+
+
+def _fits(held: BoxSpace, given: BoxSpace, complete: bool) -> bool:
+    if isinstance(held, DiscreteSpace) and isinstance(given, DiscreteSpace):
+        return held.n == given.n
+    if isinstance(held, DiscreteSpace) or isinstance(given, DiscreteSpace):
+        return not complete and held.shape == given.shape  # a column does not know choices
+    return held.shape == given.shape
+
+
+def _difference(held: Held, given: MDPSpace, who: str, verb: str, env_id: str) -> str | None:
+    """The first difference between what ``who`` holds (``verb="holds"``: a store) or reads
+    (``"reads"``: a policy) and what ``env_id`` gives and takes, in words; ``None`` when they
+    fit. A policy may ignore observations the environment gives on top; a store may not."""
+    observations = given.state.spaces
+    for key, space in held.observations.items():
+        words = describe_space(space)
+        if key not in observations:
+            if not held.complete:
+                continue  # a column that is no observation (rewards, tags)
+            return f"{who} {verb} observations '{key}' of {words}, which {env_id} does not give"
+        if not _fits(space, observations[key], held.complete):
+            return (
+                f"{who} {verb} observations '{key}' of {words}; {env_id} gives "
+                f"{describe_space(observations[key])}"
+            )
+    if verb == "holds":
+        for key, space in observations.items():
+            if key not in held.observations:
+                return (
+                    f"{who} holds no observations '{key}', which {env_id} gives "
+                    f"({describe_space(space)})"
+                )
+    takes = describe_space(given.actions)
+    if held.actions is None:
+        return f"{who} holds no actions, which {env_id} takes ({takes})"
+    if not _fits(held.actions, given.actions, held.complete):
+        acts = "holds actions as" if verb == "holds" else "acts with"
+        return f"{who} {acts} {describe_space(held.actions)}; {env_id} takes {takes}"
+    return None
+
+
+def check_store_fits(store: Any, spaces: MDPSpace, recipe: Recipe, *, use: StoreUse) -> None:
+    """Refuses a store made on another environment, or holding other observations or actions.
+
+    Args:
+        store: An open :class:`~emote_core.stores.zarr_store.MemoryStore`.
+        spaces: The recipe's environment's spaces.
+        recipe: The recipe (its ``env.id`` names the environment).
+        use: What the store is for (the advice differs).
+
+    Raises:
+        ConfigurationError: One line naming the store, the environment, and both sides.
+    """
+    env_id = recipe.env.id
+    shards = [dict(shard.group.attrs) for shard in store.shards]
+    recorded = recorded_env_ids(store.attributes, shards)
+    others = [other for other in recorded if other != env_id]
+    where = f"store '{store.url}'"
+    if use == StoreUse.TRAIN:
+        advice = f"train from stores collected on {env_id}"
+    else:
+        advice = "collect into a new store (another --out)"
+    if others:
+        advice += f", or use a recipe for {others[0]}"
+    difference = _difference(held_by_store(store), spaces, where, "holds", env_id)
+    if difference is not None:
+        made_on = " and ".join(recorded) if recorded else "another environment"
+        if recorded and not others:  # the same id, built with other env.kwargs
+            made_on += " with other settings (env.kwargs)"
+        raise ConfigurationError(f"{difference} — the store was collected on {made_on}; {advice}")
+    if others:
+        why = (
+            "its episodes come from another environment"
+            if use == StoreUse.TRAIN
+            else "episodes of two environments do not mix in one store"
+        )
+        raise ConfigurationError(
+            f"{where} was collected on {' and '.join(others)}; this recipe runs {env_id} — "
+            f"{why}; {advice}"
+        )
+
+
+def check_store_use(
+    stores: Sequence[Any], spaces: MDPSpace, recipe: Recipe, *, use: StoreUse
+) -> None:
+    """:func:`check_store_fits` for each store."""
+    for store in stores:
+        check_store_fits(store, spaces, recipe, use=use)
+
+
+def check_training_stores(recipe: Recipe, urls: Sequence[str | os.PathLike[str]]) -> None:
+    """Checks ``emote train --memory`` stores against the recipe's environment before a run
+    directory is written (the environment is built, never stepped, and closed).
+
+    Raises:
+        FormatError: If a store cannot be opened.
+        ConfigurationError: As :func:`check_store_fits`.
+    """
+    from emote_core.stores.zarr_store import MemoryStore
+
+    stores = [MemoryStore(url) for url in urls]
+    if not stores:
+        return
+    env = make_env(recipe, num_envs=1)
+    try:
+        spaces = env.spaces
+    finally:
+        env.close()
+    check_store_use(stores, spaces, recipe, use=StoreUse.TRAIN)
+
+
+def check_collect_store(url: str | os.PathLike[str], recipe: Recipe, spaces: MDPSpace) -> None:
+    """Checks an existing store fits what ``emote collect`` is about to append (nothing to
+    check when there is no store there yet).
+
+    Raises:
+        ConfigurationError: As :func:`check_store_fits`.
+    """
+    from emote_core.stores.zarr_store import MemoryStore
+    from emote_core.stores.zarr_store.writer import is_store
+
+    if is_store(url):
+        check_store_fits(MemoryStore(url), spaces, recipe, use=StoreUse.COLLECT)
+
+
+def check_policy_fits(
+    policy: str,
+    trained_on: str | None,
+    reads: DictSpace,
+    acts: BoxSpace,
+    spaces: MDPSpace,
+    recipe: Recipe,
+) -> None:
+    """Refuses a policy that reads observations the environment does not give, or acts in
+    another action space; a policy trained on another environment id whose spaces fit is
+    allowed, with a warning.
+
+    Args:
+        policy: The checkpoint, run directory or ONNX file, as the user named it.
+        trained_on: The environment id the policy was trained on (``None``: unknown).
+        reads: The observations the policy reads.
+        acts: The actions it produces.
+        spaces: The environment's spaces.
+        recipe: The recipe (its ``env.id`` names the environment).
+
+    Raises:
+        ConfigurationError: One line naming the policy, both environments, and both sides.
+    """
+    env_id = recipe.env.id
+    where = f"policy '{policy}'"
+    difference = _difference(Held(dict(reads.spaces), acts), spaces, where, "reads", env_id)
+    if difference is not None:
+        origin = trained_on or "another environment"
+        advice = f"collect with a policy trained on {env_id}"
+        if trained_on and trained_on != env_id:
+            advice += f", or with a recipe for {trained_on}"
+        raise ConfigurationError(f"{difference} — it was trained on {origin}; {advice}")
+    if trained_on and trained_on != env_id:
+        log.warning(
+            "policy '%s' was trained on %s and acts here in %s: their spaces fit, so it runs",
+            policy, trained_on, env_id,
+        )  # fmt: skip
+
+
+def _onnx_env_id(recipe_toml: str) -> str | None:
+    """The env id inside an export's recipe TOML (``None`` when it carries none)."""
+    try:
+        found = tomllib.loads(recipe_toml).get("env", {}).get("id") if recipe_toml else None
+    except tomllib.TOMLDecodeError:
+        return None
+    return found if isinstance(found, str) else None
+
+
+def collect_agent(
+    policy: str, recipe: Recipe, env: Any, device: torch.device
+) -> tuple[Any, PolicyRecord]:
+    """The agent ``emote collect`` acts with, checked against the environment, and its record.
+
+    Args:
+        policy: ``"random"``, a checkpoint file or run directory, or an ``.onnx`` file.
+        recipe: The collect's recipe.
+        env: Its environment (a ``DictGymWrapper``), built but not stepped.
+        device: Where a checkpoint's networks live.
+
+    Raises:
+        ConfigurationError: If the policy does not fit the environment (:func:`check_policy_fits`).
+        CheckpointError: If a checkpoint does not load.
+    """
+    from emote_core.onnx.agent import OnnxAgentProxy, is_onnx_file
+    from emote_core.proxies import RandomAgentProxy
+
+    spaces = env.spaces
+    if policy == "random":
+        agent = RandomAgentProxy(action_space=env.single_action_space, seed=recipe.seed)
+        return agent, PolicyRecord(PolicyKind.RANDOM)
+    if is_onnx_file(policy):  # onnxruntime alone, sampling actions
+        onnx_agent = OnnxAgentProxy(policy, deterministic=False, seed=recipe.seed)
+        metadata = onnx_agent.metadata
+        trained_on = _onnx_env_id(metadata.recipe_toml)
+        check_policy_fits(
+            policy, trained_on, metadata.observation_space, metadata.action_space, spaces, recipe
+        )
+        return onnx_agent, PolicyRecord.of_file(PolicyKind.ONNX, policy)
+    trained, _, agent, trained_spaces, checkpoint = load_trained_agent(
+        Path(policy), device=device, deterministic=False
+    )
+    check_policy_fits(
+        policy, trained.env.id, trained_spaces.state, trained_spaces.actions, spaces, recipe
+    )
+    return agent, PolicyRecord.of_file(PolicyKind.CHECKPOINT, checkpoint)
+
+
+__all__ = [
+    "Held",
+    "StoreUse",
+    "check_collect_store",
+    "check_policy_fits",
+    "check_store_fits",
+    "check_store_use",
+    "check_training_stores",
+    "collect_agent",
+    "held_by_store",
+]

@@ -1,0 +1,237 @@
+"""Who made a store: the provenance record of one writing session, and where stores keep it.
+
+A store's root keeps what all its shards share: the environment id it was made on (``env_id``,
+from the writer that created it). Each shard keeps a list of :class:`Provenance` records under its
+``provenance`` attribute, one per writing session (a ``collect``, a training run's export, a
+conversion), each with ``first_episode``: how many episodes the shard held when the session
+began, so the records split the shard's episodes between them.
+
+Both attributes are optional: stores written before them, and stores written by library code
+that passes no record, lack them, and every reader takes their absence as "unknown". Adding them
+needed no new format version (:class:`~emote_core.stores.zarr_store.layout.StoreVersion`): older
+readers ignore attributes they do not know.
+
+The record is filled by whoever runs the session (the command line or the training assembly);
+this module only holds, hashes and (de)serialises it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from emote_core import __version__
+from emote_core.errors import FormatError
+
+ENV_ID = "env_id"
+"""Root attribute: the environment id the store was made on (absent: unknown)."""
+PROVENANCE = "provenance"
+"""Shard attribute: the list of writing sessions' records (absent: none recorded)."""
+FIRST_EPISODE = "first_episode"
+"""Key of a shard's session record: the shard's episode count when the session began."""
+
+
+class PolicyKind(StrEnum):
+    """What acted while a session collected."""
+
+    RANDOM = "random"
+    """Uniformly random actions."""
+    CHECKPOINT = "checkpoint"
+    """A training checkpoint (``path`` is the checkpoint file)."""
+    ONNX = "onnx"
+    """An exported ONNX policy (``path`` is the ``.onnx`` file)."""
+    TRAINING = "training"
+    """The policy being trained by the run at ``path`` (random during warm-up)."""
+
+
+def file_sha256(path: str | os.PathLike[str], *, chunk_bytes: int = 1 << 20) -> str:
+    """The sha256 hex digest of a file, read in chunks (checkpoints can be large).
+
+    Raises:
+        FormatError: If the file cannot be read.
+    """
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as file:
+            while chunk := file.read(chunk_bytes):
+                digest.update(chunk)
+    except OSError as error:
+        raise FormatError(f"cannot read '{os.fspath(path)}' to hash it ({error})") from error
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class PolicyRecord:
+    """The policy a session acted with.
+
+    Attributes:
+        kind: A :class:`PolicyKind` (another text when read from a newer emote).
+        path: The checkpoint, ONNX file or run directory (``None`` for random actions).
+        sha256: The sha256 of the checkpoint or ONNX file (``None`` where there is no file).
+    """
+
+    kind: str
+    path: str | None = None
+    sha256: str | None = None
+
+    @classmethod
+    def of_file(cls, kind: str, path: str | os.PathLike[str]) -> PolicyRecord:
+        """A checkpoint or ONNX policy, with its absolute path and its file's sha256."""
+        return cls(kind, str(Path(path).absolute()), file_sha256(path))
+
+    def to_attrs(self) -> dict[str, Any]:
+        return {"kind": str(self.kind), "path": self.path, "sha256": self.sha256}
+
+    @classmethod
+    def from_attrs(cls, document: Mapping[str, Any]) -> PolicyRecord:
+        return cls(
+            kind=str(document.get("kind", "unknown")),
+            path=_text(document.get("path")),
+            sha256=_text(document.get("sha256")),
+        )
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Who wrote a shard's episodes in one session.
+
+    Attributes:
+        command: The command line that ran the session (``sys.argv``), or empty when unknown.
+        emote_version: The emote that wrote it.
+        time: When the session began (ISO 8601, UTC).
+        env_id: The environment's gymnasium id (``None``: not collected from an environment).
+        recipe_name: The recipe's name.
+        recipe_toml: The resolved recipe as TOML (it rebuilds the environment and the policy).
+        seed: The run's seed (the recipe's, or ``--seed``).
+        env_seeds: The seed of each environment's first reset.
+        policy: What acted.
+        source: For converted stores: the source's ``format``, ``path`` and ``sha256``.
+    """
+
+    command: tuple[str, ...] = ()
+    emote_version: str = __version__
+    time: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+    env_id: str | None = None
+    recipe_name: str | None = None
+    recipe_toml: str | None = None
+    seed: int | None = None
+    env_seeds: tuple[int, ...] = ()
+    policy: PolicyRecord | None = None
+    source: dict[str, Any] | None = None
+
+    def to_attrs(self) -> dict[str, Any]:
+        """The record as a JSON-compatible dict (every key present; unknown values ``None``)."""
+        return {
+            "command": list(self.command),
+            "emote_version": self.emote_version,
+            "time": self.time,
+            "env_id": self.env_id,
+            "recipe_name": self.recipe_name,
+            "recipe_toml": self.recipe_toml,
+            "seed": self.seed,
+            "env_seeds": list(self.env_seeds),
+            "policy": self.policy.to_attrs() if self.policy is not None else None,
+            "source": dict(self.source) if self.source is not None else None,
+        }
+
+    @classmethod
+    def from_attrs(cls, document: Mapping[str, Any], *, where: str = "store") -> Provenance:
+        """Reads a record written by :meth:`to_attrs`; keys it lacks read as unknown.
+
+        Raises:
+            FormatError: If the record is not a JSON object or a value has the wrong type.
+        """
+        if not isinstance(document, Mapping):
+            raise FormatError(f"{where}: a provenance record is not an object: {document!r}")
+        try:
+            policy = document.get("policy")
+            seed = document.get("seed")
+            return cls(
+                command=tuple(str(part) for part in document.get("command") or ()),
+                emote_version=str(document.get("emote_version") or "unknown"),
+                time=str(document.get("time") or ""),
+                env_id=_text(document.get("env_id")),
+                recipe_name=_text(document.get("recipe_name")),
+                recipe_toml=_text(document.get("recipe_toml")),
+                seed=int(seed) if seed is not None else None,
+                env_seeds=tuple(int(s) for s in document.get("env_seeds") or ()),
+                policy=PolicyRecord.from_attrs(policy) if isinstance(policy, Mapping) else None,
+                source=dict(document["source"]) if document.get("source") else None,
+            )
+        except (TypeError, ValueError) as error:
+            raise FormatError(f"{where}: a provenance record is malformed ({error})") from error
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def shard_sessions(
+    attributes: Mapping[str, Any], *, where: str = "store"
+) -> list[tuple[int, Provenance]]:
+    """A shard's recorded sessions as ``(first_episode, record)``, oldest first (none: empty).
+
+    Raises:
+        FormatError: If the shard's ``provenance`` attribute is malformed.
+    """
+    recorded = attributes.get(PROVENANCE)
+    if recorded is None:
+        return []
+    if not isinstance(recorded, list):
+        raise FormatError(f"{where}: the provenance attribute is not a list: {recorded!r}")
+    sessions = []
+    for entry in recorded:
+        record = Provenance.from_attrs(entry, where=where)
+        try:
+            first = int(entry.get(FIRST_EPISODE, 0))
+        except (TypeError, ValueError) as error:
+            raise FormatError(f"{where}: a provenance record is malformed ({error})") from error
+        sessions.append((first, record))
+    return sessions
+
+
+def with_session(
+    attributes: Mapping[str, Any], record: Provenance, first_episode: int
+) -> list[dict[str, Any]]:
+    """A shard's ``provenance`` attribute with one more session appended (what a writer stores
+    in the same write as the session's first commit)."""
+    recorded = attributes.get(PROVENANCE)
+    earlier = list(recorded) if isinstance(recorded, list) else []
+    return [*earlier, {**record.to_attrs(), FIRST_EPISODE: int(first_episode)}]
+
+
+def recorded_env_ids(
+    root_attributes: Mapping[str, Any], shard_attributes: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """Every environment id a store records, at its root and in its shards' sessions, in the
+    order first met (empty: the store does not say)."""
+    found: list[str] = []
+    candidates = [root_attributes.get(ENV_ID)]
+    for attributes in shard_attributes:
+        recorded = attributes.get(PROVENANCE)
+        if isinstance(recorded, list):
+            candidates += [e.get("env_id") for e in recorded if isinstance(e, Mapping)]
+    for env_id in candidates:
+        if isinstance(env_id, str) and env_id and env_id not in found:
+            found.append(env_id)
+    return found
+
+
+__all__ = [
+    "ENV_ID",
+    "FIRST_EPISODE",
+    "PROVENANCE",
+    "PolicyKind",
+    "PolicyRecord",
+    "Provenance",
+    "file_sha256",
+    "recorded_env_ids",
+    "shard_sessions",
+    "with_session",
+]
