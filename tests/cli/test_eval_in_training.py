@@ -57,13 +57,17 @@ def test_training_evaluates_keeps_the_best_and_reports(runner: CliRunner, in_tmp
     assert missed.exit_code == 3
     assert "[eval] min_return of the run's recipe 'r/recipe.toml'" in missed.stderr
     assert missed.stderr.count("\n") == 1 and "pass --min-return" in missed.stderr
+    elsewhere = runner.invoke(app, ["eval", "r", "--env", "emote/HitTheMiddle-v0", "--episodes",
+                                    "1", "--json"])  # fmt: skip
+    assert elsewhere.exit_code == 0, elsewhere.output  # the recipe's threshold is for its env
+    assert json.loads(elsewhere.stdout)["threshold"] is None
     met = runner.invoke(app, ["eval", "r", "--episodes", "3", "--min-return", "-1e6", "--json"])
     assert met.exit_code == 0, met.output
     assert json.loads(met.stdout)["passed"] is True
 
     history = json.loads((in_tmp / "r" / "eval.json").read_text())["history"]
     assert [(h["source"], h["passed"]) for h in history] == [
-        ("training", False), ("emote eval", False), ("emote eval", True),
+        ("training", False), ("emote eval", False), ("emote eval", None), ("emote eval", True),
     ]  # fmt: skip
     assert history[1]["threshold_from"].endswith("'r/recipe.toml'")
 
