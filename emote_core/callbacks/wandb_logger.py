@@ -61,7 +61,9 @@ def start_wandb_run(
     chosen = os.environ.get("WANDB_MODE") or mode
     try:
         run = wandb.init(
-            project=project, entity=entity, name=name, dir=str(directory), mode=chosen,
+            # Absolute: W&B's service process, shared by the runs of one process, may have
+            # started in another working directory.
+            project=project, entity=entity, name=name, dir=str(directory.resolve()), mode=chosen,
             config=dict(config),
             # W&B must not wrap stdout (``--json`` keeps it for one document) or print banners.
             settings=wandb.Settings(console="off", silent=True),

@@ -35,6 +35,14 @@ def wandb_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "run"
 
 
+def wait_for_wandb() -> None:
+    """Waits until W&B's service has written everything, as it does when a process exits:
+    run.finish() can return before the service's writer has flushed the run file."""
+    import wandb
+
+    wandb.teardown()
+
+
 def start(directory: Path, **options: Any) -> Any:
     directory.mkdir(parents=True, exist_ok=True)
     arguments = dict(project="emote-tests", entity=None, mode="offline", name="unit",
@@ -48,6 +56,7 @@ def test_an_offline_run_is_written_into_the_run_directory(wandb_home: Path) -> N
     logger = WandbLogger(callbacks=[reporter], run=run, log_interval=5)
     logger.log_metrics({"eval/mean_return_for_wandb": 12.5}, 5)
     Trainer([reporter, logger], [{"batch_size": 2}] * 12).train()
+    wait_for_wandb()
 
     (offline,) = (wandb_home / "wandb").glob("offline-run-*")
     (records,) = offline.glob("run-*.wandb")

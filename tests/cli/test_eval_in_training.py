@@ -81,7 +81,7 @@ def test_training_evaluates_keeps_the_best_and_reports(runner: CliRunner, in_tmp
 def test_track_writes_an_offline_wandb_run_into_the_run_directory(
     runner: CliRunner, in_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("wandb", reason="the wandb extra is not installed")
+    wandb = pytest.importorskip("wandb", reason="the wandb extra is not installed")
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(in_tmp / "wandb-home"))
     monkeypatch.setenv("WANDB_CACHE_DIR", str(in_tmp / "wandb-home"))
@@ -89,6 +89,7 @@ def test_track_writes_an_offline_wandb_run_into_the_run_directory(
                     "--set", "training.log_interval=10")  # fmt: skip
     assert trained.exit_code == 0, trained.output
     assert json.loads(trained.stdout)["steps"] == 20  # W&B printed nothing to stdout
+    wandb.teardown()  # what the end of the process does: the service writes everything out
 
     (offline,) = (in_tmp / "r" / "wandb").glob("offline-run-*")
     data = next(offline.glob("run-*.wandb")).read_bytes()
