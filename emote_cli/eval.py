@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -39,10 +39,16 @@ def evaluate(
     episodes: Annotated[
         int | None, typer.Option("--episodes", min=1, help="Episodes (recipe's eval.episodes).")
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the evaluation env.")] = 1_000,
+    seed: Annotated[
+        int | None,
+        typer.Option("--seed", help="Seed of the evaluation env (the recipe's eval.seed)."),
+    ] = None,
     min_return: Annotated[
         float | None,
-        typer.Option("--min-return", help="Exit 3 when the mean return is below this."),
+        typer.Option(
+            "--min-return",
+            help="Exit 3 when the mean return is below this (the recipe's eval.min_return).",
+        ),
     ] = None,
     stochastic: Annotated[
         bool, typer.Option("--stochastic", help="Sample actions instead of acting greedily.")
@@ -54,8 +60,9 @@ def evaluate(
 ) -> None:
     """Run a trained agent for whole episodes and report its returns (deterministic by default).
 
-    Writes eval.json into the run directory when given one. An .onnx policy runs in onnxruntime
-    alone, on the environment of the recipe stored in it (or --recipe / --env).
+    Appends to eval.json in the run directory when given one. An .onnx policy runs in
+    onnxruntime alone, on the environment of the recipe stored in it (or --recipe / --env).
+    Without --min-return the recipe's [eval] min_return is the threshold (not with --env).
     """
     setup_logging(quiet=quiet, debug=debug)
     with handle_errors(debug=debug):
@@ -65,13 +72,14 @@ def evaluate(
         from emote_core.assembly.evaluation import evaluate as run_episodes
         from emote_core.assembly.export import recipe_from_policy
         from emote_core.onnx.agent import OnnxAgentProxy, is_onnx_file
-        from emote_core.recipes import load_recipe
+        from emote_core.recipes import EvalConfig, load_recipe
         from emote_core.runs import RunDirectory
         from emote_core.utils.devices import resolve_device
 
         extra = {}
         if is_onnx_file(target):  # onnxruntime alone: no torch network is built
-            agent = OnnxAgentProxy(target, deterministic=not stochastic, seed=seed)
+            noise_seed = seed if seed is not None else EvalConfig().seed
+            agent = OnnxAgentProxy(target, deterministic=not stochastic, seed=noise_seed)
             loaded = (
                 load_recipe(recipe)
                 if recipe
@@ -84,12 +92,20 @@ def evaluate(
                 target, device=resolve_device(device),
                 recipe=load_recipe(recipe) if recipe else None, deterministic=not stochastic,
             )  # fmt: skip
+        threshold, threshold_from = _threshold(min_return, loaded, target, recipe, env_id)
         if env_id is not None:
             loaded = replace(loaded, env=replace(loaded.env, id=env_id))
-        report = run_episodes(agent, loaded, episodes=episodes or loaded.eval.episodes, seed=seed)
+        env_seed = seed if seed is not None else loaded.eval.seed
+        report = run_episodes(
+            agent, loaded, episodes=episodes or loaded.eval.episodes, seed=env_seed
+        )
         report["checkpoint"] = str(checkpoint) if checkpoint is not None else None
         report["deterministic"] = not stochastic
         report.update(extra)
+        report.update(
+            source="emote eval", threshold=threshold, threshold_from=threshold_from,
+            passed=None if threshold is None else report["mean_return"] >= threshold,
+        )  # fmt: skip
         if target.is_dir():
             RunDirectory(target).write_eval(report)
         if json_output:
@@ -99,8 +115,32 @@ def evaluate(
                 f"{report['episodes']} episodes of {report['env']}: mean return "
                 f"{report['mean_return']:.2f} ± {report['std_return']:.2f}"
             )
-        if min_return is not None and report["mean_return"] < min_return:
+        if report["passed"] is False:
+            below = (
+                f"--min-return {threshold}"
+                if min_return is not None
+                else f"{threshold}, the {threshold_from}; pass --min-return X to judge by another"
+            )
             abort(
-                f"mean return {report['mean_return']:.2f} is below --min-return {min_return}",
+                f"mean return {report['mean_return']:.2f} is below {below}",
                 ExitCode.THRESHOLD_NOT_MET,
             )
+
+
+def _threshold(
+    given: float | None, recipe: Any, target: Path, recipe_option: str | None, env_id: str | None
+) -> tuple[float | None, str | None]:
+    """The mean return to reach and where it came from: ``--min-return``, else the recipe's
+    ``[eval] min_return`` (which is for the recipe's env, so not with ``--env``)."""
+    if given is not None:
+        return given, "--min-return"
+    if recipe.eval.min_return is None or env_id is not None:
+        return None, None
+    if recipe_option is not None:
+        where = f"recipe '{recipe_option}'"
+    elif target.suffix.lower() == ".onnx":
+        where = f"recipe stored in '{target}'"
+    else:
+        run_path = target if target.is_dir() else target.parent.parent
+        where = f"run's recipe '{run_path / 'recipe.toml'}'"
+    return recipe.eval.min_return, f"[eval] min_return of the {where}"

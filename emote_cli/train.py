@@ -73,6 +73,14 @@ def train(
         bool, typer.Option("--force", help="Delete an existing run directory and start over.")
     ] = False,
     seed: Annotated[int | None, typer.Option("--seed", help="Override the recipe's seed.")] = None,
+    track: Annotated[
+        bool,
+        typer.Option(
+            "--track",
+            help="Also log to Weights & Biases, into the run directory (offline unless the "
+            "recipe's logging.wandb_mode or WANDB_MODE says online); needs the wandb extra.",
+        ),
+    ] = False,
     overrides: Annotated[
         list[str] | None,
         typer.Option("--set", metavar="KEY=VALUE", help="Override a recipe value (repeatable)."),
@@ -100,6 +108,8 @@ def train(
         settings = list(overrides or [])
         if seed is not None:
             settings.append(f"seed={seed}")
+        if track:
+            settings.append("logging.wandb=true")
         chosen = resolve_device(device)
         if resume:
             path, loaded, changes, memory = _resume_plan(recipe, run_dir, settings, memory, live)

@@ -42,6 +42,8 @@ class Order:
     """Computes training targets before the losses use them."""
     DEFAULT = 0
     """Losses and most callbacks."""
+    EVALUATION = 50
+    """Plays the policy after this step's updates, so the loggers and checkpointers see it."""
     LOGGING = 100
     """Reads what the losses logged."""
     TERMINATOR = 200

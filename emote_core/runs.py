@@ -5,11 +5,18 @@
     <run_dir>/
       recipe.toml        the resolved recipe (loads back with `emote train <run_dir>/recipe.toml`)
       run.json           the exact command, the seed used, package versions, start times
-      checkpoints/       checkpoint_<bp_step>.tar
+      checkpoints/       checkpoint_<bp_step>.tar, and best.tar (the best evaluation's)
       tensorboard/       event files
       exports/           ONNX exports
       memory_export/     live episodes (an emote-memory store), when the recipe stores them
-      eval.json          the last evaluation
+      wandb/             the Weights & Biases run, when the recipe logs to W&B
+      eval.json          the latest evaluation, and every one before it under "history"
+
+``eval.json`` holds the latest evaluation's report at the top level (``mean_return``,
+``std_return``, ``lowest_return``, ``highest_return``, ``episodes``, ``returns``, ``threshold``,
+``passed``, ``source``: ``"training"`` for the one at the end of training, ``"emote eval"`` for
+the command's, ...) and a ``history`` list of every report written to it, oldest first, the
+latest included. Evaluations append to it; none overwrites an earlier one.
 
 A run directory is never overwritten: a second run into it needs ``resume`` (continue from its
 latest checkpoint) or ``force`` (delete it and start over).
@@ -88,9 +95,29 @@ class RunDirectory:
         found = list_checkpoints(self.path)
         return found[-1][1] if found else None
 
-    def write_eval(self, report: dict[str, Any]) -> None:
-        """Writes ``eval.json`` atomically."""
-        _write_atomically(self.eval_file, json.dumps(report, indent=2) + "\n")
+    def read_eval(self) -> dict[str, Any]:
+        """``eval.json`` as written by :meth:`write_eval` (``{}`` when there is none yet)."""
+        return _read_json(self.eval_file)
+
+    def write_eval(self, report: dict[str, Any]) -> dict[str, Any]:
+        """Appends ``report`` to ``eval.json`` atomically: it becomes the top level, and the
+        last entry of ``history`` (see the module docstring).
+
+        An ``eval.json`` from before histories (a report without ``history``) becomes the
+        first entry. ``report`` gets a ``time`` (UTC, ISO 8601) when it has none.
+
+        Returns:
+            What was written.
+        """
+        entry = {key: value for key, value in report.items() if key != "history"}
+        entry.setdefault("time", datetime.now(UTC).isoformat())
+        previous = self.read_eval()
+        history = previous.get("history")
+        if not isinstance(history, list):
+            history = [previous] if previous else []
+        written = entry | {"history": [*history, entry]}
+        _write_atomically(self.eval_file, json.dumps(written, indent=2) + "\n")
+        return written
 
 
 def default_run_path(recipe_name: str) -> Path:

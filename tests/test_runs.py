@@ -10,7 +10,7 @@ import torch
 
 from emote_core.errors import ConfigurationError
 from emote_core.recipes import load_recipe
-from emote_core.runs import prepare_run
+from emote_core.runs import RunDirectory, prepare_run
 from emote_core.utils.devices import resolve_device
 
 
@@ -59,3 +59,17 @@ def test_device_choice_is_explicit() -> None:
     if not torch.cuda.is_available():
         with pytest.raises(ConfigurationError, match="no CUDA device"):
             resolve_device("cuda")
+
+
+def test_evaluations_append_to_eval_json_instead_of_overwriting_it(tmp_path: Path) -> None:
+    run = RunDirectory(tmp_path)
+    run.eval_file.write_text(json.dumps({"mean_return": -3.0}))  # as emote wrote it before
+    run.write_eval({"mean_return": 1.0, "source": "training"})
+    run.write_eval({"mean_return": 2.0, "source": "emote eval", "history": ["ignored"]})
+
+    written = json.loads(run.eval_file.read_text())
+    assert written["mean_return"] == 2.0 and written["source"] == "emote eval"
+    assert [entry["mean_return"] for entry in written["history"]] == [-3.0, 1.0, 2.0]
+    assert all("history" not in entry for entry in written["history"])
+    assert written["history"][-1]["time"] == written["time"]
+    assert run.read_eval() == written

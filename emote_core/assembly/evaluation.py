@@ -14,7 +14,8 @@ def evaluate(agent: Any, recipe: Recipe, *, episodes: int, seed: int) -> dict[st
     """Runs ``agent`` on one environment for ``episodes`` whole episodes.
 
     Returns:
-        ``{episodes, returns, lengths, mean_return, std_return, seed, env}``.
+        ``{env, seed, episodes, returns, lengths, mean_return, std_return, lowest_return,
+        highest_return}``.
     """
     env = make_env(recipe, num_envs=1)
     returns: list[float] = []
@@ -37,6 +38,8 @@ def evaluate(agent: Any, recipe: Recipe, *, episodes: int, seed: int) -> dict[st
         "lengths": lengths,
         "mean_return": float(np.mean(returns)),
         "std_return": float(np.std(returns)),
+        "lowest_return": float(np.min(returns)),
+        "highest_return": float(np.max(returns)),
     }
 
 

@@ -20,6 +20,7 @@ from emote_core.assembly.builders import (
     training_parts,
 )
 from emote_core.assembly.compatibility import StoreUse, check_store_use
+from emote_core.assembly.monitoring import env_step_counter, monitoring_callbacks
 from emote_core.callback import Callback
 from emote_core.errors import ConfigurationError
 from emote_core.recipes.loading import recipe_to_toml
@@ -126,12 +127,20 @@ def build_training(
     loggables = [c for c in callbacks if hasattr(c, "scalar_logs")]
     writer = SummaryWriter(log_dir=str(run.tensorboard))
     interval = recipe.training.log_interval
+    checkpointer = Checkpointer(
+        callbacks=checkpointed, run_dir=run.path,
+        checkpoint_interval=recipe.training.checkpoint_interval,
+    )  # fmt: skip
     callbacks += [
         BackPropStepsTerminator(bp_steps=total),
-        TensorboardLogger(callbacks=loggables, writer=writer, log_interval=interval),
-        Checkpointer(
-            callbacks=checkpointed, run_dir=run.path,
-            checkpoint_interval=recipe.training.checkpoint_interval,
+        TensorboardLogger(
+            callbacks=loggables, writer=writer, log_interval=interval,
+            env_steps=env_step_counter(collector),
+        ),
+        checkpointer,
+        *monitoring_callbacks(
+            recipe, run=run, networks=networks, spaces=spaces, device=device, writer=writer,
+            checkpointer=checkpointer, collector=collector, loggables=loggables,
         ),
     ]  # fmt: skip
     if terminal_log:

@@ -3,6 +3,10 @@
 A checkpoint is ``<run_dir>/checkpoints/checkpoint_<bp_step>.tar``, written with ``torch.save`` to
 a temporary name and renamed into place, holding only tensors, numbers, strings, lists and dicts so
 it loads with ``torch.load(weights_only=True)``.
+
+``checkpoints/best.tar`` (:data:`BEST_CHECKPOINT_NAME`), written by the evaluation callback, is a
+checkpoint of the same layout taken at the best evaluation so far. It is never one of a run's
+numbered checkpoints: :func:`list_checkpoints`, the latest checkpoint and resuming ignore it.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from enum import IntEnum
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -26,6 +30,8 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = "emote-checkpoint"
 CHECKPOINT_DIRECTORY = "checkpoints"
+BEST_CHECKPOINT_NAME = "best.tar"
+"""The checkpoint of a run's best evaluation, in ``checkpoints/``."""
 _CHECKPOINT_NAME = re.compile(r"^checkpoint_(\d+)\.tar$")
 
 
@@ -164,8 +170,11 @@ class Checkpointer(Callback):
 
     def _clean_leftovers(self) -> None:
         """Removes the temporary files of checkpoint writes that were killed (this run's own)."""
-        if self.directory.is_dir():
-            for leftover in self.directory.glob(".checkpoint_*.tmp"):
+        if not self.directory.is_dir():
+            return
+        best_stem = Path(BEST_CHECKPOINT_NAME).stem
+        for pattern in (".checkpoint_*.tmp", f".{best_stem}.*.tmp"):
+            for leftover in self.directory.glob(pattern):
                 leftover.unlink(missing_ok=True)
                 log.info("removed '%s', left by a checkpoint write that was cut off", leftover)
 
@@ -189,8 +198,6 @@ class Checkpointer(Callback):
 
     def save(self, *, bp_step: int, bp_samples: int) -> Path:
         """Writes ``checkpoint_<bp_step>.tar`` atomically and returns its path."""
-        from emote_core import __version__
-
         self.directory.mkdir(parents=True, exist_ok=True)
         target = self.directory / f"checkpoint_{bp_step}.tar"
         if target.exists() and not _loads(target):
@@ -203,6 +210,32 @@ class Checkpointer(Callback):
                 f"'{target}' already exists; this run would overwrite a checkpoint of an earlier "
                 "run — resume from it, or use a new run directory"
             )
+        self.write(target, bp_step=bp_step, bp_samples=bp_samples)
+        self.last_saved_step = bp_step
+        log.info("wrote checkpoint %s", target)
+        self._prune()
+        return target
+
+    def write(
+        self,
+        target: Path,
+        *,
+        bp_step: int,
+        bp_samples: int,
+        extra: Mapping[str, dict[str, Any]] | None = None,
+    ) -> None:
+        """Writes the checkpoint of this moment to ``target`` atomically: into a temporary file
+        beside it, flushed to disk, then renamed into place.
+
+        Args:
+            target: The checkpoint file (``checkpoint_<bp_step>.tar``, or ``best.tar``).
+            bp_step: The step the checkpoint is of.
+            bp_samples: The samples trained on up to it.
+            extra: Further entries for the checkpoint's ``callbacks`` table, by name.
+        """
+        from emote_core import __version__
+
+        target.parent.mkdir(parents=True, exist_ok=True)
         rng: dict[str, Any] = {"torch": torch.get_rng_state()}
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             rng["cuda"] = torch.cuda.get_rng_state_all()
@@ -213,10 +246,10 @@ class Checkpointer(Callback):
             "bp_step": int(bp_step),
             "bp_samples": int(bp_samples),
             "rng": rng,
-            "callbacks": {c.name: c.state_dict() for c in self.callbacks},
+            "callbacks": {c.name: c.state_dict() for c in self.callbacks} | dict(extra or {}),
         }
         descriptor, temporary = tempfile.mkstemp(
-            prefix=f".checkpoint_{bp_step}.", suffix=".tmp", dir=self.directory
+            prefix=f".{target.stem}.", suffix=".tmp", dir=target.parent
         )
         try:
             with os.fdopen(descriptor, "wb") as stream:
@@ -227,10 +260,6 @@ class Checkpointer(Callback):
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
             raise
-        self.last_saved_step = bp_step
-        log.info("wrote checkpoint %s", target)
-        self._prune()
-        return target
 
     def _prune(self) -> None:
         if self.keep_last is None:
@@ -329,6 +358,7 @@ class CheckpointLoader(Callback):
 
 
 __all__ = [
+    "BEST_CHECKPOINT_NAME",
     "CHECKPOINT_DIRECTORY",
     "CHECKPOINT_FORMAT",
     "CheckpointLoader",

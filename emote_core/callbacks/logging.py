@@ -6,7 +6,9 @@ every ``log_interval`` steps (their ``cycle``).
 TensorBoard tags put the counter they are plotted against into the first part of the key, so that
 TensorBoard groups the curves by counter: a key ``"loss/q1"`` becomes ``"loss_bp_step/q1"`` at
 global step ``bp_step`` (and ``"loss_bp_samples/q1"`` at global step ``bp_samples`` when logging by
-samples too); a key without a slash, ``"k"``, becomes ``"k_bp_step"``.
+samples too); a key without a slash, ``"k"``, becomes ``"k_bp_step"``. Episode metrics
+(``episode/...``) are also plotted against environment steps when the logger is told how many
+there were: ``"episode_env_step/reward"`` at global step ``env_steps``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import importlib
 import io
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -141,6 +143,9 @@ class TensorboardLogger(Callback):
         writer: Where to write; closed at the end of training.
         log_interval: Write every this many training steps.
         log_by_samples: Also write every value against ``bp_samples``.
+        env_steps: The environment steps collected so far (a collector's count); keys that start
+            with one of ``env_step_prefixes`` are also written against it.
+        env_step_prefixes: Which keys ``env_steps`` applies to (the episode metrics by default).
         name: The callback's name.
 
     Raises:
@@ -157,6 +162,8 @@ class TensorboardLogger(Callback):
         writer: SummaryWriter,
         log_interval: int,
         log_by_samples: bool = False,
+        env_steps: Callable[[], int] | None = None,
+        env_step_prefixes: Sequence[str] = ("episode/",),
         name: str = "tensorboard_logger",
     ) -> None:
         log_interval = _check_log_interval(log_interval, name)
@@ -165,6 +172,9 @@ class TensorboardLogger(Callback):
         self.writer = writer
         self.log_interval = log_interval
         self.log_by_samples = log_by_samples
+        self.env_steps = env_steps
+        self.env_step_prefixes = tuple(env_step_prefixes)
+        self._env_step: int | None = None
         self._video_encoder: _VideoEncoder | None = None
         self._last_time: float | None = None
         self._last_bp_step = 0
@@ -179,6 +189,7 @@ class TensorboardLogger(Callback):
         steps: dict[str, int] = {"bp_step": bp_step}
         if self.log_by_samples:
             steps["bp_samples"] = bp_samples
+        self._env_step = self.env_steps() if self.env_steps is not None else None
 
         self._write_throughput(bp_step, bp_samples, steps)
         for callback in self.callbacks:
@@ -229,6 +240,8 @@ class TensorboardLogger(Callback):
     def _add_scalar(self, key: str, value: float, steps: dict[str, int]) -> None:
         for counter, step in steps.items():
             self.writer.add_scalar(tag_for(key, counter), value, step)
+        if self._env_step is not None and key.startswith(self.env_step_prefixes):
+            self.writer.add_scalar(tag_for(key, "env_step"), value, self._env_step)
 
     def _add_histogram(self, key: str, values: np.ndarray, steps: dict[str, int]) -> None:
         # np.histogram cannot bin empty or non-finite data; one bad histogram should not end a

@@ -15,17 +15,21 @@ from emote_core.recipes.loading import (
 from emote_core.recipes.schema import (
     EnvConfig,
     EvalConfig,
+    LoggingConfig,
     MemoryConfig,
     Recipe,
     TrainingConfig,
+    WandbMode,
 )
 
 __all__ = [
     "EnvConfig",
     "EvalConfig",
+    "LoggingConfig",
     "MemoryConfig",
     "Recipe",
     "TrainingConfig",
+    "WandbMode",
     "available_recipes",
     "find_recipe",
     "load_recipe",

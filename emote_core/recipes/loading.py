@@ -272,10 +272,16 @@ def validate_recipe(recipe: Recipe, source: str = "recipe") -> None:
     non_negative = {
         "memory.warmup_steps": recipe.memory.warmup_steps,
         "training.export_interval": recipe.training.export_interval,
+        "eval.interval": recipe.eval.interval,
+        "eval.seed": recipe.eval.seed,
     }
     for key, value in non_negative.items():
         if value < 0:
             raise ConfigurationError(f"{source}: '{key}' must be >= 0; got {value}")
+    if not recipe.logging.wandb_project.strip():
+        raise ConfigurationError(
+            f"{source}: 'logging.wandb_project' must name a W&B project; got an empty string"
+        )
     for name, config in recipe.sections.items():
         plugin = find_plugin(name)
         if plugin is not None:

@@ -10,6 +10,7 @@ declare (:mod:`emote_core.algorithms.registry`); a loaded recipe holds them, typ
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 
@@ -63,12 +64,47 @@ class TrainingConfig:
 
 @dataclass
 class EvalConfig:
-    """Evaluation after training and by ``emote eval``."""
+    """Evaluation while training, when training ends, and by ``emote eval``."""
 
     episodes: int = 10
     """Episodes per evaluation."""
+    interval: int = 0
+    """Updates between evaluations while training; 0 evaluates only when training ends (every
+    run is evaluated then, into ``eval.json``)."""
+    deterministic: bool = True
+    """Act with the mean (SAC) or greedy (DQN) action while training evaluates; false samples
+    actions from the evaluation's own seeded generator."""
+    seed: int = 1_000
+    """Seed of the evaluation environment, apart from the training seed: every evaluation plays
+    the same episodes, and ``emote eval`` replays them unless given ``--seed``."""
     min_return: float | None = None
-    """Mean return the run is expected to reach (``emote eval --min-return`` overrides)."""
+    """Mean return the run is expected to reach: ``eval.json`` records whether it did, and
+    ``emote eval`` exits 3 below it (``--min-return`` overrides)."""
+
+
+class WandbMode(StrEnum):
+    """How a Weights & Biases run is kept."""
+
+    OFFLINE = "offline"
+    """Written into the run directory only (``wandb sync <run_dir>/wandb/offline-run-*`` uploads
+    it later); needs no network or account."""
+    ONLINE = "online"
+    """Streamed to the W&B server as training goes (needs ``wandb login``)."""
+
+
+@dataclass
+class LoggingConfig:
+    """Where training logs go besides TensorBoard."""
+
+    wandb: bool = False
+    """Also log to Weights & Biases (``emote train --track`` turns it on); needs the ``wandb``
+    extra: ``pip install -e ".[wandb]"`` from a clone."""
+    wandb_project: str = "emote"
+    """The W&B project the run is filed under."""
+    wandb_entity: str | None = None
+    """The W&B user or team (your default entity when unset)."""
+    wandb_mode: WandbMode = WandbMode.OFFLINE
+    """``offline`` or ``online``; a ``WANDB_MODE`` environment variable, when set, wins."""
 
 
 @dataclass
@@ -87,6 +123,7 @@ class Recipe:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
     sections: dict[str, Any] = field(default_factory=dict)
     """The plug-in tables (the algorithm's and the add-ons'), typed, by table name."""
 
@@ -116,4 +153,12 @@ class Recipe:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
-__all__ = ["EnvConfig", "EvalConfig", "MemoryConfig", "Recipe", "TrainingConfig"]
+__all__ = [
+    "EnvConfig",
+    "EvalConfig",
+    "LoggingConfig",
+    "MemoryConfig",
+    "Recipe",
+    "TrainingConfig",
+    "WandbMode",
+]

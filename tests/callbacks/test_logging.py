@@ -153,6 +153,35 @@ def test_windowed_means_and_cumulative_sums(tmp_path: Path) -> None:
     assert short_sums == pytest.approx([(2 * rewards[:s]).sum() for s in CYCLES])
 
 
+class EpisodeReporter(Reporter):
+    """Finishes an episode of return ``-bp_step`` each step, after 7 env steps per update."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.env_steps = 0
+
+    def backward(self, bp_step: int) -> None:
+        super().backward(bp_step)
+        self.env_steps += 7
+        self.log_windowed_scalar("episode/reward", -float(bp_step))
+
+
+def test_episode_metrics_are_also_written_against_env_steps(tmp_path: Path) -> None:
+    reporter = EpisodeReporter()
+    _, _, events = train_with_tensorboard(tmp_path, reporter, env_steps=lambda: reporter.env_steps)
+
+    rewards = -np.arange(1, STEPS + 1, dtype=np.float64)
+    steps, means = scalar_series(events, "episode_env_step/reward")
+    assert steps == [7 * s for s in CYCLES]  # the collector's count, not the update count
+    assert means == pytest.approx([rewards[:s][-WINDOW:].mean() for s in CYCLES])
+    assert scalar_series(events, "episode_bp_step/reward")[1] == pytest.approx(means)
+    # Only the episode metrics get the second axis.
+    assert not any(
+        tag.split("/")[0].endswith("_env_step") and not tag.startswith("episode_")
+        for tag in events.Tags()["scalars"]
+    )
+
+
 def test_histograms_each_cycle_and_images_once(tmp_path: Path) -> None:
     reporter, _, events = train_with_tensorboard(tmp_path)
 

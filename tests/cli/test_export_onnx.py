@@ -95,8 +95,10 @@ def test_eval_of_the_export_matches_the_checkpoint_without_torch_models(
     assert run(runner, "export", "onnx", str(trained), "--out", "policy.onnx").exit_code == 0
     args = ("--episodes", "4", "--seed", "11", "--json")
     from_checkpoint = run(runner, "eval", str(trained), *args)
-    assert from_checkpoint.exit_code == 0, from_checkpoint.output
     expected = json.loads(from_checkpoint.stdout)
+    # Both judge by the recipe's [eval] min_return: the run's, and the copy inside the export.
+    assert expected["threshold"] == -5.0 and "recipe.toml" in expected["threshold_from"]
+    assert from_checkpoint.exit_code == (0 if expected["passed"] else 3), from_checkpoint.output
     written = (trained / "eval.json").read_text()
 
     def no_networks(*args, **kwargs):
@@ -105,8 +107,9 @@ def test_eval_of_the_export_matches_the_checkpoint_without_torch_models(
     monkeypatch.setattr(emote_core.assembly.builders, "make_networks", no_networks)
     monkeypatch.setattr(torch.nn.Module, "__init__", no_networks)
     from_onnx = run(runner, "eval", "policy.onnx", *args)
-    assert from_onnx.exit_code == 0, from_onnx.output
     report = json.loads(from_onnx.stdout)
+    assert report["threshold"] == -5.0 and "stored in 'policy.onnx'" in report["threshold_from"]
+    assert from_onnx.exit_code == (0 if report["passed"] else 3), from_onnx.output
     assert report["mean_return"] == pytest.approx(expected["mean_return"], rel=1e-4)
     assert report["returns"] == pytest.approx(expected["returns"], rel=1e-4)
     assert report["episodes"] == 4 and report["lengths"] == expected["lengths"]

@@ -140,7 +140,8 @@ def test_a_dqn_run_acts_with_exploration_when_asked_to_sample(
     trained = run(runner, "train", "dqn_cartpole", "--steps", "20", "--run-dir", "d", "-q",
                   "--set", "memory.warmup_steps=64", "--set", "memory.batch_size=32")  # fmt: skip
     assert trained.exit_code == 0, trained.output
-    sampled = run(runner, "eval", "d", "--stochastic", "--episodes", "2", "--json", "-q")
+    sampled = run(runner, "eval", "d", "--stochastic", "--episodes", "2", "--min-return", "0",
+                  "--json", "-q")  # fmt: skip
     assert sampled.exit_code == 0, sampled.output
     assert json.loads(sampled.stdout)["deterministic"] is False
     collected = run(runner, "collect", "dqn_cartpole", "--policy", "d", "--out", "d.zarr",
@@ -171,7 +172,8 @@ def test_every_shipped_recipe_trains_evaluates_and_exports(
     tiny = ("--set", "memory.warmup_steps=300", "--set", "memory.batch_size=16", "--threads", "1")
     trained = run(runner, "train", recipe, "--steps", "3", "--run-dir", "r", *tiny, "-q")
     assert trained.exit_code == 0, trained.output
-    evaluated = run(runner, "eval", "r", "--episodes", "1", "--json", "-q")
+    # Three updates do not reach the recipe's eval.min_return; this checks that eval runs.
+    evaluated = run(runner, "eval", "r", "--episodes", "1", "--min-return", "-1e6", "--json", "-q")
     assert evaluated.exit_code == 0, evaluated.output
     assert json.loads(evaluated.stdout)["episodes"] == 1
     exported = run(runner, "export", "onnx", "r", "--out", "p.onnx", "--json", "-q")
@@ -198,7 +200,8 @@ def test_resume_and_eval_fall_back_past_a_truncated_checkpoint(runner, tmp_path,
     mine = tmp_path / "run" / "checkpoints" / "my_notes.tmp"  # a user's file beside them
     mine.write_text("keep me")
 
-    evaluated = runner.invoke(app, ["eval", "run", "--episodes", "1", "--json"])
+    evaluated = runner.invoke(app, ["eval", "run", "--episodes", "1", "--min-return", "-100",
+                                    "--json"])  # fmt: skip
     assert evaluated.exit_code == 0, evaluated.stderr
     assert json.loads(evaluated.stdout)["checkpoint"].endswith("checkpoint_10.tar")
     assert "skipping checkpoint" in evaluated.stderr and "checkpoint_20.tar" in evaluated.stderr
@@ -209,7 +212,7 @@ def test_resume_and_eval_fall_back_past_a_truncated_checkpoint(runner, tmp_path,
     aside = [name for name in names if name.startswith("checkpoint_20.tar.damaged-")]
     assert len(aside) == 1  # the unreadable one is kept, out of the way
     assert names - set(aside) == {
-        "checkpoint_10.tar", "checkpoint_20.tar", "checkpoint_30.tar", "my_notes.tmp",
+        "checkpoint_10.tar", "checkpoint_20.tar", "checkpoint_30.tar", "best.tar", "my_notes.tmp",
     }  # fmt: skip
     assert not leftover.exists() and mine.read_text() == "keep me"
 
