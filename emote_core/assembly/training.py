@@ -21,6 +21,7 @@ from emote_core.assembly.builders import (
     training_parts,
 )
 from emote_core.callback import Callback, Order
+from emote_core.callbacks.progress import ProgressReporter, ProgressSink
 from emote_core.errors import ConfigurationError
 from emote_core.recipes.loading import recipe_to_toml
 from emote_core.recipes.schema import Recipe
@@ -71,6 +72,7 @@ def build_training(
     bp_steps: int | None = None,
     terminal_log: bool = True,
     skip_damaged: bool = False,
+    progress: ProgressSink | None = None,
 ) -> TrainingRun:
     """Builds every part of a training run described by ``recipe``.
 
@@ -84,6 +86,8 @@ def build_training(
         bp_steps: Total updates of the run (the recipe's ``training.bp_steps`` by default).
         terminal_log: Also log a line per log interval to the terminal (stderr).
         skip_damaged: Train on the intact episodes of damaged stores (refused by default).
+        progress: Receives progress snapshots (done / total, rates, ETA, return, losses) at
+            the start, every half second and at the end (see ``ProgressReporter``).
 
     Raises:
         ConfigurationError: If the recipe, the stores and the mode do not fit together.
@@ -154,6 +158,8 @@ def build_training(
     ]  # fmt: skip
     if terminal_log:
         callbacks.append(TerminalLogger(callbacks=loggables, log_interval=interval))
+    if progress is not None:
+        callbacks.append(ProgressReporter(sink=progress, total=total, callbacks=loggables))
     if recipe.training.export_interval:
         from emote_core.onnx.exporter import OnnxExporter
 
