@@ -18,6 +18,7 @@ from emote_cli._common import (
     setup_logging,
     stdout_console,
 )
+from emote_cli.progress import ProgressDisplay, episode_progress
 
 __all__ = ["evaluate"]
 
@@ -58,7 +59,7 @@ def evaluate(
     alone, on the environment of the recipe stored in it (or --recipe / --env).
     """
     setup_logging(quiet=quiet, debug=debug)
-    with handle_errors(debug=debug):
+    with handle_errors(debug=debug, json_output=json_output):
         from dataclasses import replace
 
         from emote_core.assembly.builders import load_trained_agent
@@ -86,7 +87,15 @@ def evaluate(
             )  # fmt: skip
         if env_id is not None:
             loaded = replace(loaded, env=replace(loaded.env, id=env_id))
-        report = run_episodes(agent, loaded, episodes=episodes or loaded.eval.episodes, seed=seed)
+        count = episodes or loaded.eval.episodes
+        with ProgressDisplay("eval", "episode", quiet=quiet) as display:
+            report = run_episodes(
+                agent,
+                loaded,
+                episodes=count,
+                seed=seed,
+                on_episode=episode_progress(display, count),
+            )
         report["checkpoint"] = str(checkpoint) if checkpoint is not None else None
         report["deterministic"] = not stochastic
         report.update(extra)
