@@ -5,7 +5,7 @@ A command body looks like this::
     def command(json_output: JsonOption = False, quiet: QuietOption = False,
                 debug: DebugOption = False) -> None:
         setup_logging(quiet=quiet, debug=debug)
-        with handle_errors(debug=debug):
+        with handle_errors(debug=debug, json_output=json_output):
             result = do_the_work()
             if json_output:
                 emit_json(result)
@@ -18,18 +18,18 @@ imported when first needed) so that ``emote --help`` stays fast.
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import os
 import sys
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
-from enum import Enum, IntEnum
+from enum import IntEnum
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+
+from emote_cli._json import emit_json, emit_json_line, held_json_document, record_error
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -114,12 +114,19 @@ def _one_line(text: str) -> str:
 
 
 def _write_error_line(message: str) -> None:
-    sys.stderr.write(f"{_ERROR_PREFIX}{_one_line(message)}\n")
+    """Write ``error: <message>`` on stderr; under ``--json`` the message is also the document's
+    ``"error"``."""
+    line = _one_line(message)
+    record_error(line)
+    sys.stderr.write(f"{_ERROR_PREFIX}{line}\n")
     sys.stderr.flush()
 
 
 def abort(message: str, code: ExitCode | int = ExitCode.ERROR) -> NoReturn:
     """Print ``error: <message>`` as one line on stderr and exit with ``code``.
+
+    Under ``handle_errors(json_output=True)`` the message is also written into the command's
+    JSON document as ``"error"``, with ``code`` as ``"exit_code"``.
 
     Args:
         message: What went wrong: the rule, the value received and the fix.
@@ -175,7 +182,7 @@ def _silence_broken_stdout() -> None:
 
 
 @contextmanager
-def handle_errors(*, debug: bool = False) -> Iterator[None]:
+def handle_errors(*, debug: bool = False, json_output: bool = False) -> Iterator[None]:
     """Run a command body so that every failure ends as one stderr line and an exit code.
 
     - :class:`~emote_core.errors.EmoteError` and :class:`OSError`: ``error: <message>``, exit 1.
@@ -188,8 +195,16 @@ def handle_errors(*, debug: bool = False) -> Iterator[None]:
     the full traceback is printed to stderr before the one-line message. ``typer.Exit``,
     ``typer.Abort`` and usage errors pass through untouched.
 
+    With ``json_output`` the body's :func:`emit_json` document is held and written when the
+    body ends, so stdout holds exactly one JSON document however the command ends: as given on
+    success; on a failure (any of the above, or :func:`abort` with a non-zero code) with
+    ``"error"`` (the stderr line's message) and ``"exit_code"`` added, or as
+    ``{"error": ..., "exit_code": ...}`` when the body had not emitted one yet. Usage errors
+    are written by the root app (:mod:`emote_cli.app`) instead.
+
     Args:
         debug: Print the traceback of any error (the value of ``--debug``).
+        json_output: The value of ``--json``.
 
     Yields:
         Nothing; the body runs inside the ``with`` block.
@@ -197,21 +212,46 @@ def handle_errors(*, debug: bool = False) -> Iterator[None]:
     Raises:
         typer.Exit: With the exit code that matches the failure.
     """
+    with held_json_document(json_output) as held:
+        try:
+            with _one_line_errors(debug):
+                yield
+        except (typer.Abort, typer.TyperException):
+            raise  # Typer reports these itself (and the root app writes their JSON)
+        except BrokenPipeError:
+            _silence_broken_stdout()  # stdout is gone: no document can be written
+            raise typer.Exit(int(ExitCode.ERROR)) from None
+        except typer.Exit as stop:
+            if held is not None and stop.exit_code is not None:
+                _write_held(held, int(stop.exit_code))
+            raise
+        if held is not None:
+            _write_held(held, int(ExitCode.OK))
+
+
+def _write_held(held: Any, exit_code: int) -> None:
+    try:
+        held.write(exit_code)
+    except BrokenPipeError:
+        _silence_broken_stdout()
+        raise typer.Exit(int(ExitCode.ERROR)) from None
+
+
+@contextmanager
+def _one_line_errors(debug: bool) -> Iterator[None]:
+    """Turns every exception of the body into ``error: ...`` on stderr and a ``typer.Exit``."""
     # Imported here, not at module level, so that `emote --help` never imports emote_core.
     from emote_core.errors import EmoteError
 
     try:
         yield
-    except _TYPER_CONTROL_FLOW:
+    except (*_TYPER_CONTROL_FLOW, BrokenPipeError):
         raise
     except KeyboardInterrupt as exc:
         if debug:
             _print_traceback(exc)
         _write_error_line("interrupted")
         raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
-    except BrokenPipeError:
-        _silence_broken_stdout()
-        raise typer.Exit(int(ExitCode.ERROR)) from None
     except (EmoteError, OSError) as exc:
         if debug:
             _print_traceback(exc)
@@ -227,82 +267,6 @@ def handle_errors(*, debug: bool = False) -> Iterator[None]:
             f"internal error: {_qualified_type_name(exc)}: {describe_exception(exc)}{hint}"
         )
         raise typer.Exit(int(ExitCode.ERROR)) from None
-
-
-def _to_json_compatible(value: Any) -> Any:
-    """Convert ``value`` into plain JSON types.
-
-    Mappings become objects with string keys, sequences and sets become arrays, enums their
-    value, paths strings, array-likes (numpy arrays and scalars, torch tensors) their ``tolist()``,
-    and non-finite floats ``null`` (JSON has no NaN or infinity).
-    """
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Enum):
-        return _to_json_compatible(value.value)
-    if isinstance(value, Mapping):
-        return {_json_key(key): _to_json_compatible(item) for key, item in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_to_json_compatible(item) for item in value]
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    tolist = getattr(value, "tolist", None)
-    if callable(tolist):
-        return _to_json_compatible(tolist())
-    raise TypeError(f"cannot write a {type(value).__name__} as JSON: {value!r}")
-
-
-def _json_key(key: Any) -> str:
-    """An object key as ``json`` writes it (``null``, ``true``, ``1``); enums and paths too."""
-    if isinstance(key, Enum):
-        key = key.value
-    if isinstance(key, str):
-        return key
-    if key is None or isinstance(key, bool):
-        return json.dumps(key)
-    if isinstance(key, os.PathLike):
-        return os.fspath(key)
-    return str(key)
-
-
-def emit_json(document: Any) -> None:
-    """Write ``document`` to stdout as exactly one JSON document followed by a newline.
-
-    The document is indented for people; non-ASCII text is written as is. Non-finite floats
-    become ``null``.
-
-    Args:
-        document: A JSON-compatible value (see :func:`_to_json_compatible` for what is converted).
-
-    Raises:
-        TypeError: If a value cannot be represented in JSON.
-    """
-    text = json.dumps(_to_json_compatible(document), ensure_ascii=False, indent=2, allow_nan=False)
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
-
-
-def emit_json_line(record: Any) -> None:
-    """Write ``record`` to stdout as one compact JSON Lines record and flush it.
-
-    Long commands stream progress this way under ``--json``; each call is one line.
-
-    Args:
-        record: A JSON-compatible value.
-
-    Raises:
-        TypeError: If a value cannot be represented in JSON.
-    """
-    text = json.dumps(
-        _to_json_compatible(record),
-        ensure_ascii=False,
-        separators=(",", ":"),
-        allow_nan=False,
-    )
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
 
 
 def stderr_console(quiet: bool = False) -> Console:

@@ -17,17 +17,51 @@ so none may import torch, numpy, gymnasium, zarr, onnx, onnxruntime or tensorboa
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from emote_cli import collect, env, export, memory, train
 from emote_cli import eval as evaluate
+from emote_cli._json import json_requested, write_json_error
 
 __all__ = ["app", "main"]
 
+
+class _RootGroup(TyperGroup):
+    """The root command group; under ``--json`` a usage error is also a JSON document on stdout.
+
+    Typer finds usage errors (an unknown option, a bad value, a missing argument) before a
+    command's body runs, so the body's ``handle_errors(json_output=...)`` never sees them.
+    """
+
+    _JSON_KEY = "emote_json_output"
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        ctx.meta[self._JSON_KEY] = json_requested(args)
+        try:
+            return super().parse_args(ctx, args)
+        except typer.TyperException as error:
+            self._write_json(ctx, error)
+            raise
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except typer.TyperException as error:
+            self._write_json(ctx, error)
+            raise
+
+    def _write_json(self, ctx: typer.Context, error: typer.TyperException) -> None:
+        if ctx.meta.get(self._JSON_KEY):
+            message = " ".join(error.format_message().split())
+            write_json_error(message, error.exit_code)
+
+
 app = typer.Typer(
     name="emote",
+    cls=_RootGroup,
     help=(
         "[bold]emote[/bold]: Embark's Modular Training Engine, a reinforcement-learning toolkit "
         "with episode memories in Zarr stores and a callback training engine.\n\n"

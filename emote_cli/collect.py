@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import time
+from collections import deque
 from typing import Annotated, Any
 
 import typer
@@ -16,15 +18,18 @@ from emote_cli._common import (
     emit_json,
     handle_errors,
     setup_logging,
-    stderr_console,
+    stdout_console,
 )
+from emote_cli.progress import ProgressDisplay
 
 __all__ = ["collect"]
 
+log = logging.getLogger(__name__)
+
 _FLUSH_BYTES = 16 << 20  # commit pending episodes in batches of about this many bytes
 _FLUSH_SECONDS = 10.0  # or at least this often, so a stopped run loses little
-_REPORT_SECONDS = 2.0
 _STEPS_PER_CALL = 64  # vector steps per collector call with --steps
+_RECENT_EPISODES = 20  # the shown return is the mean of this many recent episodes
 
 
 class _Batches:
@@ -37,10 +42,17 @@ class _Batches:
         self.flushed_at = time.perf_counter()
         self.episodes = 0
         self.transitions = 0
+        self.recent_returns: deque[float] = deque(maxlen=_RECENT_EPISODES)
 
     def add(self, identity: int, sequence: dict[str, Any], end_state: Any) -> None:
         self.pending.append((identity, sequence, end_state))
         self.bytes += sum(value.nbytes for value in sequence.values())
+        self.recent_returns.append(float(sequence["rewards"].sum()))
+
+    def recent_return(self) -> float | None:
+        if not self.recent_returns:
+            return None
+        return sum(self.recent_returns) / len(self.recent_returns)
 
     def due(self) -> bool:
         waited = time.perf_counter() - self.flushed_at
@@ -86,11 +98,18 @@ def collect(
     """Collect experience into an emote memory store (created, or appended to when it exists).
 
     Episodes are committed in batches as they finish, so a stopped run keeps what it committed.
+    Only whole episodes are stored: the steps of episodes still running when collection stops
+    are dropped (the summary says how many). The summary ends with the store's new totals.
     """
     setup_logging(quiet=quiet, debug=debug)
-    with handle_errors(debug=debug):
+    unit = "env step" if steps is not None else "episode"
+    with (
+        handle_errors(debug=debug, json_output=json_output),
+        ProgressDisplay("collect", unit, quiet=quiet) as display,
+    ):
         if (episodes is None) == (steps is None):
             abort("pass exactly one of --episodes N or --steps N", ExitCode.USAGE)
+        display.status(f"loading {recipe}")  # before the heavy imports: alive at once
         from emote_core.assembly.builders import make_env
         from emote_core.assembly.compatibility import check_collect_store, collect_agent
         from emote_core.assembly.provenance import session_provenance
@@ -119,12 +138,21 @@ def collect(
         collector = BatchGymCollector(
             env=env, agent=agent, on_episode=batches.add, seed=loaded.seed
         )
-        console = stderr_console(quiet)
 
-        started = last_report = time.perf_counter()
+        def show(env_steps: int, *, force: bool = False) -> None:
+            completed, recent = collector.completed_episodes, batches.recent_return()
+            if steps is not None:
+                metrics = {"episodes": completed, "return": recent}
+                display.update(env_steps, steps, metrics=metrics, force=force)
+            else:
+                metrics = {"env steps": env_steps, "return": recent}
+                display.update(completed, episodes, metrics=metrics, force=force)
+
+        started = time.perf_counter()
         env_steps = 0
         interrupted = False
         try:
+            show(env_steps, force=True)
             while (
                 (episodes is not None and collector.completed_episodes < episodes)
                 or (steps is not None and env_steps < steps)
@@ -136,9 +164,7 @@ def collect(
                 env_steps += collector.collect(vector_steps)
                 if batches.due():
                     batches.flush()
-                if time.perf_counter() - last_report > _REPORT_SECONDS:
-                    last_report = time.perf_counter()
-                    console.print(f"{env_steps} env steps, {collector.completed_episodes} episodes")
+                show(env_steps)
         except KeyboardInterrupt:
             interrupted = True
         finally:
@@ -148,6 +174,8 @@ def collect(
             finally:
                 appender.close()
                 env.close()
+        show(env_steps, force=True)  # with the returns of the episodes the last cut handed out
+        display.close()
         seconds = time.perf_counter() - started
         summary = {
             "store": out,
@@ -155,6 +183,10 @@ def collect(
             "episodes": batches.episodes,
             "transitions": batches.transitions,
             "env_steps": env_steps,
+            # Stores hold whole episodes: the steps of episodes still running at the end are
+            # not committed.
+            "dropped_steps": env_steps - batches.transitions,
+            "store_totals": _store_totals(out),
             "seconds": seconds,
             "env_steps_per_second": env_steps / seconds if seconds else None,
             "policy": policy,
@@ -162,9 +194,45 @@ def collect(
         if json_output:
             emit_json(summary)
         else:
-            console.print(
-                f"committed {summary['episodes']} episodes ({summary['transitions']} "
-                f"transitions) to {out}"
+            stdout_console().print(
+                _describe(summary), markup=False, highlight=False, soft_wrap=True
             )
         if interrupted:
-            raise typer.Exit(int(ExitCode.INTERRUPTED))
+            abort(
+                f"interrupted after {env_steps} env steps; the {batches.episodes} episodes "
+                f"committed to {out} are kept",
+                ExitCode.INTERRUPTED,
+            )
+
+
+def _store_totals(out: str) -> dict[str, int] | None:
+    """The store's episodes and transitions over all its shards, after this collect's commits."""
+    from emote_core.errors import EmoteError
+    from emote_core.stores.zarr_store import MemoryStore
+
+    try:
+        store = MemoryStore(out)
+        return {"episodes": store.episode_count, "transitions": store.transition_count}
+    except (EmoteError, OSError) as error:  # what was committed stays committed
+        log.warning("could not count what %s holds now: %s", out, error)
+        return None
+
+
+def _describe(summary: dict[str, Any]) -> str:
+    """The human-readable summary: what was committed, what was dropped and why, the totals."""
+    lines = [
+        f"committed {summary['episodes']} episodes ({summary['transitions']} transitions) of "
+        f"{summary['env_steps']} env steps to {summary['store']}"
+    ]
+    if summary["dropped_steps"]:
+        lines.append(
+            f"dropped {summary['dropped_steps']} env steps: their episodes were still running "
+            "when collection stopped, and a store keeps only whole episodes"
+        )
+    totals = summary["store_totals"]
+    if totals is not None:
+        lines.append(
+            f"{summary['store']} now holds {totals['episodes']} episodes "
+            f"({totals['transitions']} transitions)"
+        )
+    return "\n".join(lines)

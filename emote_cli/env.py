@@ -56,7 +56,7 @@ def env(
     Paste the output into bug reports; missing packages show as "not installed" (null in JSON).
     """
     setup_logging(quiet=quiet, debug=debug)
-    with handle_errors(debug=debug):
+    with handle_errors(debug=debug, json_output=json_output):
         report = collect_environment()
         if json_output:
             emit_json(report)

@@ -18,6 +18,7 @@ from emote_cli._common import (
     setup_logging,
     stdout_console,
 )
+from emote_cli.progress import ProgressDisplay, episode_progress
 
 __all__ = ["evaluate"]
 
@@ -65,7 +66,7 @@ def evaluate(
     Without --min-return the recipe's [eval] min_return is the threshold (not with --env).
     """
     setup_logging(quiet=quiet, debug=debug)
-    with handle_errors(debug=debug):
+    with handle_errors(debug=debug, json_output=json_output):
         from dataclasses import replace
 
         from emote_core.assembly.builders import load_trained_agent
@@ -96,9 +97,15 @@ def evaluate(
         if env_id is not None:
             loaded = replace(loaded, env=replace(loaded.env, id=env_id))
         env_seed = seed if seed is not None else loaded.eval.seed
-        report = run_episodes(
-            agent, loaded, episodes=episodes or loaded.eval.episodes, seed=env_seed
-        )
+        count = episodes or loaded.eval.episodes
+        with ProgressDisplay("eval", "episode", quiet=quiet) as display:
+            report = run_episodes(
+                agent,
+                loaded,
+                episodes=count,
+                seed=env_seed,
+                on_episode=episode_progress(display, count),
+            )
         report["checkpoint"] = str(checkpoint) if checkpoint is not None else None
         report["deterministic"] = not stochastic
         report.update(extra)

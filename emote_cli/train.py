@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import signal
 import sys
@@ -22,8 +23,9 @@ from emote_cli._common import (
     emit_json,
     handle_errors,
     setup_logging,
-    stderr_console,
+    stdout_console,
 )
+from emote_cli.progress import ProgressDisplay, training_sink
 
 __all__ = ["train"]
 
@@ -91,10 +93,17 @@ def train(
 ) -> None:
     """Train an agent; checkpoints, TensorBoard logs and the recipe go to the run directory.
 
-    Ctrl-C stops after the current update, writes a checkpoint and exits 130.
+    Shows progress on stderr and ends by saying what to run next; with --quiet it prints only
+    the run directory on stdout.
+
+    Ctrl-C stops after the current update, writes a checkpoint, says how to resume and exits 130.
     """
     setup_logging(quiet=quiet, debug=debug)
-    with handle_errors(debug=debug):
+    with (
+        handle_errors(debug=debug, json_output=json_output),
+        ProgressDisplay("train", "update", quiet=quiet) as display,
+    ):
+        display.status(f"loading {recipe or run_dir or 'the run'}")  # before torch: alive at once
         import torch
 
         from emote_core.assembly.builders import check_env_id
@@ -135,13 +144,15 @@ def train(
         try:
             setup = build_training(
                 loaded, run=run, device=chosen, live=live, stores=memory or [], resume=resume,
-                bp_steps=steps, terminal_log=not quiet, skip_damaged=skip_damaged,
+                bp_steps=steps, skip_damaged=skip_damaged,
+                # The progress line replaces TerminalLogger's; TensorBoard gets every metric.
+                terminal_log=False, progress=None if quiet else training_sink(display),
             )  # fmt: skip
         except Exception:
             if created:  # a run that never started leaves nothing behind
                 shutil.rmtree(run.path, ignore_errors=True)
             raise
-        console = stderr_console(quiet)
+        console = display.console  # lines printed above the progress display
         console.print(f"training {loaded.name} on {chosen} into {run.path}")
         interrupted = _stop_on_ctrl_c(setup.trainer)
         started = time.perf_counter()
@@ -150,6 +161,7 @@ def train(
         finally:
             if setup.env is not None:
                 setup.env.close()
+        display.close()
         checkpoint = run.latest_checkpoint()
         summary = {
             "run_dir": str(run.path),
@@ -160,12 +172,26 @@ def train(
             "threads": torch.get_num_threads(),
             "interrupted": interrupted(),
         }
+        quoted = shlex.quote(str(run.path))
         if json_output:
             emit_json(summary)
-        else:
-            console.print(f"done: {summary['steps']} updates; checkpoint {summary['checkpoint']}")
         if interrupted():
-            raise typer.Exit(int(ExitCode.INTERRUPTED))
+            abort(
+                f"interrupted at update {summary['steps']}; resume with: emote train --resume "
+                f"--run-dir {quoted}",
+                ExitCode.INTERRUPTED,
+            )
+        if json_output:
+            return
+        out = stdout_console()
+        if quiet:  # the result alone, for `run=$(emote train RECIPE -q)`
+            out.print(str(run.path), markup=False, highlight=False, soft_wrap=True)
+            return
+        out.print(
+            f"done: {summary['steps']} updates in {summary['seconds']:.1f} s; checkpoint "
+            f"{summary['checkpoint']}\nnext: emote eval {quoted}",
+            markup=False, highlight=False, soft_wrap=True,
+        )  # fmt: skip
 
 
 def _resume_plan(

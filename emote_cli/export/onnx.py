@@ -57,7 +57,7 @@ def onnx(
     Checked with onnx.checker and against torch in onnxruntime, or not written.
     """
     setup_logging(quiet=quiet, debug=debug)
-    with handle_errors(debug=debug):
+    with handle_errors(debug=debug, json_output=json_output):
         from emote_core.onnx.writer import DEFAULT_OPSET, SUPPORTED_OPSETS
 
         chosen = DEFAULT_OPSET if opset is None else opset

@@ -8,9 +8,6 @@ command line, shows progress on stderr and prints the summary.
 from __future__ import annotations
 
 import sys
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from enum import StrEnum
 from typing import Annotated
 
@@ -24,14 +21,12 @@ from emote_cli._common import (
     emit_json,
     handle_errors,
     setup_logging,
-    stderr_console,
     stdout_console,
 )
 from emote_cli.memory.inspect import FromOption, TrustPickleOption, trust_pickle_warning
+from emote_cli.progress import ProgressDisplay
 
 __all__ = ["TargetFormat", "convert"]
-
-_PLAIN_INTERVAL_S = 1.0
 
 
 class TargetFormat(StrEnum):
@@ -77,12 +72,13 @@ def convert(
     Formats are detected from content (--from overrides). DST is replaced only with --force.
     """
     setup_logging(quiet=quiet, debug=debug)
-    with handle_errors(debug=debug):
+    with handle_errors(debug=debug, json_output=json_output):
         from emote_core.stores.convert import convert as convert_memory
 
         if trust_pickle:
             trust_pickle_warning(source)
-        with _progress(quiet, source, destination) as progress:
+        with ProgressDisplay("convert", "episode", quiet=quiet) as display:
+            display.status(f"reading {source}")  # on a terminal, until writing starts
             summary = convert_memory(
                 source,
                 destination,
@@ -90,7 +86,7 @@ def convert(
                 target_format=target_format.value,
                 trust_pickle=trust_pickle,
                 force=force,
-                progress=progress,
+                progress=lambda done, total: display.update(done, total, force=done >= total),
                 skip_damaged=skip_damaged,
                 command=sys.argv,
             )
@@ -104,30 +100,3 @@ def convert(
                 soft_wrap=True,
                 highlight=False,
             )
-
-
-@contextmanager
-def _progress(quiet: bool, source: str, destination: str) -> Iterator[Callable[[int, int], None]]:
-    """A progress callback: a live bar on a terminal, else a plain line at most once a second."""
-    console = stderr_console(quiet=quiet)
-    if console.is_terminal and not quiet:
-        from rich.progress import Progress
-
-        with Progress(console=console, transient=True) as bar:
-            task = bar.add_task(f"reading {source}", total=None)
-
-            def update(done: int, total: int) -> None:
-                bar.update(task, description=f"writing {destination}", completed=done, total=total)
-
-            yield update
-        return
-
-    last = [0.0]
-
-    def line(done: int, total: int) -> None:
-        now = time.monotonic()
-        if done in (0, total) or now - last[0] >= _PLAIN_INTERVAL_S:
-            last[0] = now
-            console.print(f"writing {destination}: {done:,}/{total:,} episodes", highlight=False)
-
-    yield line

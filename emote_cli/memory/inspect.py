@@ -90,7 +90,7 @@ def inspect(
     Works on emote's Zarr stores and, read-only, on every format `emote memory convert` reads.
     """
     setup_logging(quiet=quiet, debug=debug)
-    with handle_errors(debug=debug):
+    with handle_errors(debug=debug, json_output=json_output):
         from emote_core.stores.inspect import inspect_source
 
         if trust_pickle:

@@ -49,7 +49,7 @@ def verify(
     Exit 0 when intact, 1 naming the damaged episodes and chunks otherwise.
     """
     setup_logging(quiet=quiet, debug=debug)
-    with handle_errors(debug=debug):
+    with handle_errors(debug=debug, json_output=json_output):
         from emote_core.errors import FormatError
         from emote_core.stores.sources import detect_format
         from emote_core.stores.zarr_store.verify import verify_store

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -10,8 +11,22 @@ from emote_core.assembly.builders import make_env
 from emote_core.recipes.schema import Recipe
 
 
-def evaluate(agent: Any, recipe: Recipe, *, episodes: int, seed: int) -> dict[str, Any]:
+def evaluate(
+    agent: Any,
+    recipe: Recipe,
+    *,
+    episodes: int,
+    seed: int,
+    on_episode: Callable[[list[float]], None] | None = None,
+) -> dict[str, Any]:
     """Runs ``agent`` on one environment for ``episodes`` whole episodes.
+
+    Args:
+        agent: Acts on the environment's observations.
+        recipe: Names the environment.
+        episodes: How many episodes to run.
+        seed: Seeds the environment's first reset.
+        on_episode: Called with the returns so far each time an episode ends (for progress).
 
     Returns:
         ``{env, seed, episodes, returns, lengths, mean_return, std_return, lowest_return,
@@ -24,9 +39,12 @@ def evaluate(agent: Any, recipe: Recipe, *, episodes: int, seed: int) -> dict[st
         observations = env.reset(seed=seed)
         while len(returns) < episodes:
             observations = env.step(agent(observations))
-            for episode_return, length in env.drain_completed_episodes():
+            finished = env.drain_completed_episodes()
+            for episode_return, length in finished:
                 returns.append(float(episode_return))
                 lengths.append(int(length))
+            if finished and on_episode is not None:
+                on_episode(returns[:episodes])
     finally:
         env.close()
     returns, lengths = returns[:episodes], lengths[:episodes]

@@ -22,6 +22,7 @@ from emote_core.assembly.builders import (
 from emote_core.assembly.compatibility import StoreUse, check_store_use
 from emote_core.assembly.monitoring import env_step_counter, monitoring_callbacks
 from emote_core.callback import Callback
+from emote_core.callbacks.progress import ProgressReporter, ProgressSink
 from emote_core.errors import ConfigurationError
 from emote_core.recipes.loading import recipe_to_toml
 from emote_core.recipes.schema import Recipe
@@ -55,6 +56,7 @@ def build_training(
     bp_steps: int | None = None,
     terminal_log: bool = True,
     skip_damaged: bool = False,
+    progress: ProgressSink | None = None,
 ) -> TrainingRun:
     """Builds every part of a training run described by ``recipe``.
 
@@ -68,6 +70,8 @@ def build_training(
         bp_steps: Total updates of the run (the recipe's ``training.bp_steps`` by default).
         terminal_log: Also log a line per log interval to the terminal (stderr).
         skip_damaged: Train on the intact episodes of damaged stores (refused by default).
+        progress: Receives progress snapshots (done / total, rates, ETA, return, losses) at
+            the start, every half second and at the end (see ``ProgressReporter``).
 
     Raises:
         ConfigurationError: If the recipe, the stores and the mode do not fit together.
@@ -145,6 +149,8 @@ def build_training(
     ]  # fmt: skip
     if terminal_log:
         callbacks.append(TerminalLogger(callbacks=loggables, log_interval=interval))
+    if progress is not None:
+        callbacks.append(ProgressReporter(sink=progress, total=total, callbacks=loggables))
     if recipe.training.export_interval:
         from emote_core.onnx.exporter import OnnxExporter
 

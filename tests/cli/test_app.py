@@ -83,6 +83,43 @@ def test_unknown_option_is_a_usage_error(runner: CliRunner) -> None:
     assert "No such option" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "--json", "--no-such-option"], "No such option: --no-such-option"),
+        (["train", "--json"], "Missing argument 'recipe'."),
+        (["eval", "run", "--episodes", "0", "--json"], "Invalid value for '--episodes'"),
+        (["memory", "inspect", "--json"], "Missing argument 'SOURCE'."),
+        (["trian", "x", "--json"], "No such command 'trian'. Did you mean 'train'?"),
+    ],
+)
+def test_a_usage_error_under_json_is_also_one_json_document(
+    runner: CliRunner, args: list[str], message: str
+) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == ExitCode.USAGE
+    assert message in result.stderr  # Typer's own report stays on stderr
+    document = json.loads(result.stdout)
+    assert document["exit_code"] == ExitCode.USAGE and message in document["error"]
+    assert "\n" not in document["error"]
+
+
+def test_json_after_a_double_dash_is_an_argument_not_the_option(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["train", "--no-such-option", "--", "--json"])
+    assert result.exit_code == ExitCode.USAGE
+    assert result.stdout == ""
+
+
+def test_the_console_script_writes_a_usage_error_as_json(tmp_path: Path) -> None:
+    completed = subprocess.run(
+        [_emote_script(), "collect", "sac_pendulum", "--json", "--envs", "zero"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert completed.returncode == ExitCode.USAGE
+    document = json.loads(completed.stdout)
+    assert document["exit_code"] == ExitCode.USAGE and "'--envs'" in document["error"]
+
+
 def test_importing_the_app_imports_no_heavy_library() -> None:
     assert _heavy_modules_after("import emote_cli.app") == []
 

@@ -58,11 +58,23 @@ def _raise(kind: str) -> None:
         raise typer.BadParameter("must be positive", param_hint="'--episodes'")
     if kind == "exit":
         raise typer.Exit(ExitCode.OK)
+    if kind == "report-then-threshold":  # eval --min-return: the report, then exit 3
+        emit_json({"mean_return": -120.5})
+        abort("mean return -120.5 is below --min-return -100", ExitCode.THRESHOLD_NOT_MET)
+    if kind == "report-then-interrupt":
+        emit_json({"steps": 7})
+        raise KeyboardInterrupt
+    if kind == "list-then-bug":
+        emit_json([1, 2])
+        raise ZeroDivisionError("division by zero")
+    if kind == "report-twice":
+        emit_json({"first": 1})
+        emit_json({"second": 2})
 
 
 @demo.command()
-def fail(kind: str, debug: DebugOption = False) -> None:
-    with handle_errors(debug=debug):
+def fail(kind: str, debug: DebugOption = False, json_output: JsonOption = False) -> None:
+    with handle_errors(debug=debug, json_output=json_output):
         _raise(kind)
 
 
@@ -93,7 +105,7 @@ def log(
     json_output: JsonOption = False, quiet: QuietOption = False, debug: DebugOption = False
 ) -> None:
     setup_logging(quiet=quiet, debug=debug)
-    with handle_errors(debug=debug):
+    with handle_errors(debug=debug, json_output=json_output):
         logger = logging.getLogger("emote_core.demo")
         logger.debug("debug detail")
         logger.info("collected 3 episodes")
@@ -267,3 +279,70 @@ def test_stderr_console_writes_to_stderr_and_quiet_writes_nothing(
     stderr_console(quiet=True).print("collecting episodes")
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == ""
+
+
+@pytest.mark.parametrize(
+    ("kind", "code"),
+    [
+        ("emote", ExitCode.ERROR),
+        ("oserror", ExitCode.ERROR),
+        ("interrupt", ExitCode.INTERRUPTED),
+        ("bug", ExitCode.ERROR),
+        ("notes", ExitCode.ERROR),
+        ("abort", ExitCode.THRESHOLD_NOT_MET),
+    ],
+)
+def test_under_json_every_failure_is_also_one_json_document(
+    runner: CliRunner, kind: str, code: ExitCode
+) -> None:
+    result = runner.invoke(demo, ["fail", kind, "--json"])
+    assert result.exit_code == code
+    (line,) = _stderr_lines(result)
+    # The document is the whole of stdout (json.loads refuses anything more) and says what the
+    # stderr line says, so `| jq` never reads silence as success.
+    assert json.loads(result.stdout) == {"error": line.removeprefix("error: "), "exit_code": code}
+
+
+def test_without_json_a_failure_leaves_stdout_empty(runner: CliRunner) -> None:
+    result = runner.invoke(demo, ["fail", "emote"])
+    assert result.exit_code == ExitCode.ERROR
+    assert result.stdout == ""
+
+
+def test_a_report_before_a_failure_carries_the_error_in_the_one_document(
+    runner: CliRunner,
+) -> None:
+    result = runner.invoke(demo, ["fail", "report-then-threshold", "--json"])
+    assert result.exit_code == ExitCode.THRESHOLD_NOT_MET
+    assert json.loads(result.stdout) == {
+        "mean_return": -120.5,
+        "error": "mean return -120.5 is below --min-return -100",
+        "exit_code": 3,
+    }
+
+    result = runner.invoke(demo, ["fail", "report-then-interrupt", "--json"])
+    assert result.exit_code == ExitCode.INTERRUPTED
+    assert json.loads(result.stdout) == {"steps": 7, "error": "interrupted", "exit_code": 130}
+
+    result = runner.invoke(demo, ["fail", "list-then-bug", "--json"])
+    document = json.loads(result.stdout)
+    assert document["result"] == [1, 2] and document["exit_code"] == 1
+    assert document["error"].startswith("internal error: ZeroDivisionError: division by zero")
+
+
+def test_a_command_that_emits_two_documents_is_a_bug_not_two_documents(
+    runner: CliRunner,
+) -> None:
+    result = runner.invoke(demo, ["fail", "report-twice", "--json"])
+    assert result.exit_code == ExitCode.ERROR
+    document = json.loads(result.stdout)
+    assert document["first"] == 1 and "second" not in document
+    assert "exactly one JSON document" in document["error"]
+
+
+def test_success_under_json_writes_the_document_when_the_command_ends(runner: CliRunner) -> None:
+    result = runner.invoke(demo, ["fail", "exit", "--json"])
+    assert result.exit_code == ExitCode.OK
+    assert result.stdout == ""  # nothing was emitted, and nothing failed
+    result = runner.invoke(demo, ["log", "--json"])
+    assert json.loads(result.stdout) == {"ok": True}

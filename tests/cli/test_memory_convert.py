@@ -201,7 +201,11 @@ def test_bad_input_is_one_error_line_and_leaves_nothing_behind(
     result = _convert(runner, str(source), str(tmp_path / "out"), "--to", target, "--json")
 
     assert result.exit_code == ExitCode.ERROR
-    assert result.stdout == ""
+    # --json: the failure is also the one document on stdout, so `| jq` never reads silence
+    assert json.loads(result.stdout) == {
+        "error": result.stderr.strip().removeprefix("error: "),
+        "exit_code": ExitCode.ERROR,
+    }
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ")
     assert message in lines[0]
@@ -321,7 +325,7 @@ def test_progress_goes_to_stderr_as_plain_lines_and_quiet_silences_it(
 ):
     result = _convert(runner, str(upstream_v1), str(tmp_path / "a.zarr"), "--json")
     assert json.loads(result.stdout)["episodes"] == 100
-    assert "writing" in result.stderr and "100/100 episodes" in result.stderr
+    assert "convert episode=100/100 (100%)" in result.stderr
     assert "\x1b[" not in result.stderr
 
     result = _convert(runner, str(upstream_v1), str(tmp_path / "b.zarr"), "--quiet")

@@ -187,7 +187,11 @@ def test_bad_sources_are_one_error_line(runner, tmp_path, make, message):
     make(path)
     result = runner.invoke(app, ["memory", "inspect", str(path), "--json"])
     assert result.exit_code == ExitCode.ERROR
-    assert result.stdout == ""
+    # --json: the failure is also the one document on stdout, so `| jq` never reads silence
+    assert json.loads(result.stdout) == {
+        "error": result.stderr.strip().removeprefix("error: "),
+        "exit_code": ExitCode.ERROR,
+    }
     assert result.stderr.splitlines() == [result.stderr.strip()]
     assert message in result.stderr and "Traceback" not in result.stderr
 

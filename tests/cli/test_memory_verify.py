@@ -100,7 +100,11 @@ def test_what_is_not_a_store_is_refused_with_a_pointer_to_convert(runner, tmp_pa
     path = {"zip": LEGACY_ZIP, "directory": tmp_path, "missing": tmp_path / "nope.zarr"}[kind]
     result = runner.invoke(app, ["memory", "verify", str(path), "--json"])
     assert result.exit_code == ExitCode.ERROR
-    assert result.stdout == ""
+    # --json: the failure is also the one document on stdout, so `| jq` never reads silence
+    assert json.loads(result.stdout) == {
+        "error": result.stderr.strip().removeprefix("error: "),
+        "exit_code": ExitCode.ERROR,
+    }
     line = _one_error_line(result)
     if kind == "zip":
         assert "verify checks emote memory stores" in line

@@ -1,0 +1,72 @@
+"""What `emote collect` reports: progress, the steps committed and dropped, the store totals."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from emote_cli.app import app
+
+# HitTheMiddle episodes are always 30 steps (cut by its time limit), so the counts are exact.
+EPISODE = 30
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_collect_steps_says_what_it_committed_what_it_dropped_and_why(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    result = runner.invoke(
+        app, ["collect", "sac_hit_the_middle", "--out", "h.zarr", "--steps", "100", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["env_steps"] == 100
+    assert (summary["episodes"], summary["transitions"]) == (3, 3 * EPISODE)
+    assert summary["dropped_steps"] == 100 - 3 * EPISODE  # the fourth episode was still running
+    assert summary["store_totals"] == {"episodes": 3, "transitions": 3 * EPISODE}
+    progress = [line for line in result.stderr.splitlines() if line.startswith("collect ")]
+    assert progress[0] == "collect env_step=0/100 (0%) episodes=0"
+    assert progress[-1].startswith("collect env_step=100/100 (100%) eta=0:00 env_steps/s=")
+    assert re.search(r" episodes=3 return=-[0-9.]+$", progress[-1])
+
+    human = runner.invoke(
+        app, ["collect", "sac_hit_the_middle", "--out", "h.zarr", "--steps", "45"]
+    )
+    assert human.exit_code == 0, human.output
+    assert human.stdout.splitlines() == [
+        f"committed 1 episodes ({EPISODE} transitions) of 45 env steps to h.zarr",
+        "dropped 15 env steps: their episodes were still running when collection stopped, and a "
+        "store keeps only whole episodes",
+        f"h.zarr now holds 4 episodes ({4 * EPISODE} transitions)",
+    ]
+
+
+def test_every_collect_reports_the_stores_new_totals_over_all_shards(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    first = ["collect", "sac_hit_the_middle", "--out", "h.zarr", "--episodes", "2", "--json"]
+    assert json.loads(runner.invoke(app, first).stdout)["store_totals"] == {
+        "episodes": 2,
+        "transitions": 2 * EPISODE,
+    }
+    result = runner.invoke(
+        app, ["collect", "sac_hit_the_middle", "--out", "h.zarr", "--episodes", "3", "--shard", "b"]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [
+        f"committed 3 episodes ({3 * EPISODE} transitions) of {3 * EPISODE} env steps to h.zarr",
+        f"h.zarr now holds 5 episodes ({5 * EPISODE} transitions)",
+    ]
+    progress = [line for line in result.stderr.splitlines() if line.startswith("collect ")]
+    assert progress[0] == "collect episode=0/3 (0%) env_steps=0"
+    assert progress[-1].startswith("collect episode=3/3 (100%) eta=0:00 episodes/s=")
+    assert f"env_steps={3 * EPISODE}" in progress[-1]

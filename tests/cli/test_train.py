@@ -1,0 +1,157 @@
+"""What `emote train` shows while it runs and says when it ends: progress, what to run next,
+the run directory under --quiet, and life on a terminal before the heavy imports."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing import event_accumulator as ea
+from typer.testing import CliRunner
+
+from emote_cli.app import app
+from emote_cli.progress import LINE_WIDTH
+
+FAST = ("--set", "memory.warmup_steps=64", "--threads", "1")
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_train_shows_progress_lines_and_ends_with_what_to_run_next(
+    runner: CliRunner, in_tmp: Path, restore_torch_threads: None
+) -> None:
+    result = runner.invoke(
+        app,
+        ["train", "sac_hit_the_middle", "--steps", "40", "--run-dir", "r", *FAST,
+         "--set", "training.log_interval=10"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+
+    progress = [line for line in result.stderr.splitlines() if line.startswith("train ")]
+    assert progress[0] == "train update=0/40 (0%) starting"  # before warm-up, not after a log
+    assert progress[-1].startswith("train update=40/40 (100%) eta=0:00 updates/s=")
+    for shown in ("env_steps/s=", "env_steps=", "return=", "loss/q1="):
+        assert shown in progress[-1]
+    # Stderr is not a terminal here: plain lines, no escape codes, none wider than 120 columns,
+    # and no TerminalLogger line of every metric at each log interval.
+    assert "\x1b[" not in result.stderr
+    assert all(len(line) <= LINE_WIDTH for line in result.stderr.splitlines())
+    assert "bp_step 10 |" not in result.stderr
+
+    done, suggestion = result.stdout.splitlines()
+    assert re.fullmatch(
+        r"done: 40 updates in [0-9.]+ s; checkpoint r/checkpoints/checkpoint_40\.tar", done
+    )
+    assert suggestion == "next: emote eval r"
+
+    # TensorBoard still gets every metric, at every log interval.
+    events = ea.EventAccumulator(str(in_tmp / "r" / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"loss_bp_step/q1", "loss_bp_step/policy", "training_bp_step/alpha",
+            "training_bp_step/q_target", "episode_bp_step/reward"} <= tags  # fmt: skip
+    assert [event.step for event in events.Scalars("loss_bp_step/q1")] == [10, 20, 30, 40]
+
+    # The command it suggests works, and shows its own progress one episode at a time.
+    suggested = suggestion.removeprefix("next: emote ").split()
+    evaluated = runner.invoke(app, [*suggested, "--episodes", "2"])
+    assert evaluated.exit_code == 0, evaluated.output
+    assert "eval episode=1/2 (50%) mean_return=" in evaluated.stderr
+    assert "eval episode=2/2 (100%)" in evaluated.stderr
+    assert "2 episodes of emote/HitTheMiddle-v0" in evaluated.stdout
+
+
+def test_quiet_train_prints_the_run_directory_alone_on_stdout(
+    runner: CliRunner, in_tmp: Path, restore_torch_threads: None
+) -> None:
+    result = runner.invoke(
+        app, ["train", "sac_hit_the_middle", "--steps", "5", "--run-dir", "runs/a b", *FAST, "-q"]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "runs/a b\n"  # run=$(emote train RECIPE -q) && emote eval "$run"
+    assert result.stderr == ""
+
+
+def test_on_a_terminal_train_shows_life_before_it_imports_torch(in_tmp: Path) -> None:
+    # `-X importtime` writes a line as each module is imported, to the same terminal as the
+    # progress display: the display must be there before torch (seconds of importing) is.
+    leader, terminal = pty.openpty()
+    environment = {k: v for k, v in os.environ.items() if k not in ("TTY_INTERACTIVE", "NO_COLOR")}
+    process = subprocess.Popen(
+        [sys.executable, "-X", "importtime", "-m", "emote_cli", "train", "sac_hit_the_middle",
+         "--steps", "2", "--run-dir", "r", *FAST],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=terminal,
+        env={**environment, "TERM": "xterm", "COLUMNS": "120"},
+    )  # fmt: skip
+    os.close(terminal)
+    output = bytearray()
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([leader], [], [], 1.0)
+        if not ready:
+            if process.poll() is not None:
+                break
+            continue
+        try:
+            chunk = os.read(leader, 1 << 16)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(leader)
+    assert process.wait(timeout=60) == 0
+    text = output.decode(errors="replace")
+    life = text.find("train: loading sac_hit_the_middle")
+    torch = re.search(r"\|\s+torch\s*$", text, re.MULTILINE)
+    assert life != -1, text[-2000:]
+    assert torch is not None
+    assert life < torch.start()
+    assert "2/2" in text  # the live display counted the updates too
+
+
+def test_ctrl_c_says_at_which_update_it_stopped_and_how_to_resume(in_tmp: Path) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "emote_cli", "train", "sac_hit_the_middle", "--steps", "100000",
+         "--run-dir", "my runs/a", *FAST, "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert process.stderr is not None and process.stdout is not None
+    errors: list[str] = []
+    reader = threading.Thread(target=lambda: errors.extend(process.stderr), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any("starting" in line for line in errors):
+        time.sleep(0.1)
+    assert "train update=0/100000 (0%) starting\n" in errors, errors  # it has shown progress
+    time.sleep(3)  # let it train a little
+    process.send_signal(signal.SIGINT)
+    document = json.loads(process.stdout.read())
+    assert process.wait(timeout=120) == 130
+    reader.join(timeout=60)
+
+    (checkpoint,) = (in_tmp / "my runs" / "a" / "checkpoints").glob("checkpoint_*.tar")
+    update = int(checkpoint.stem.removeprefix("checkpoint_"))
+    assert update > 0
+    message = (
+        f"interrupted at update {update}; resume with: emote train --resume --run-dir 'my runs/a'"
+    )
+    assert errors[-1] == f"error: {message}\n"
+    # --json: the summary is the one document, and it carries the error too.
+    assert document["interrupted"] is True and document["steps"] == update
+    assert (document["error"], document["exit_code"]) == (message, 130)
