@@ -87,7 +87,7 @@ def test_unknown_option_is_a_usage_error(runner: CliRunner) -> None:
     ("args", "message"),
     [
         (["train", "--json", "--no-such-option"], "No such option: --no-such-option"),
-        (["train", "--json"], "Missing argument 'recipe'."),
+        (["train", "--json"], "RECIPE is needed to start a run"),
         (["eval", "run", "--episodes", "0", "--json"], "Invalid value for '--episodes'"),
         (["memory", "inspect", "--json"], "Missing argument 'SOURCE'."),
         (["trian", "x", "--json"], "No such command 'trian'. Did you mean 'train'?"),

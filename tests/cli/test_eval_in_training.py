@@ -53,7 +53,7 @@ def test_training_evaluates_keeps_the_best_and_reports(runner: CliRunner, in_tmp
     )
 
     # The recipe's threshold, without --min-return: exit 3, saying where it came from.
-    missed = runner.invoke(app, ["eval", "r", "--episodes", "3"])
+    missed = runner.invoke(app, ["eval", "r", "--episodes", "3", "-q"])
     assert missed.exit_code == 3
     assert "[eval] min_return of the run's recipe 'r/recipe.toml'" in missed.stderr
     assert missed.stderr.count("\n") == 1 and "pass --min-return" in missed.stderr
