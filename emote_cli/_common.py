@@ -59,7 +59,8 @@ class ExitCode(IntEnum):
     ERROR = 1
     """A clear error, reported as one ``error: ...`` line on stderr."""
     USAGE = 2
-    """The command line itself is wrong (unknown option, bad value); Typer reports it."""
+    """The command line itself is wrong: an unknown option or a bad value (Typer reports those),
+    a recipe name that names no recipe, a bad ``--set``, an unknown ``--device``."""
     THRESHOLD_NOT_MET = 3
     """The command ran, but a requested threshold (``eval --min-return``) was not reached."""
     INTERRUPTED = 130
@@ -178,6 +179,8 @@ def _silence_broken_stdout() -> None:
 def handle_errors(*, debug: bool = False) -> Iterator[None]:
     """Run a command body so that every failure ends as one stderr line and an exit code.
 
+    - :class:`~emote_core.errors.UsageError` (a recipe name, ``--set`` or ``--device`` that the
+      command line got wrong): ``error: <message>``, exit 2.
     - :class:`~emote_core.errors.EmoteError` and :class:`OSError`: ``error: <message>``, exit 1.
     - :class:`KeyboardInterrupt`: ``error: interrupted``, exit 130.
     - Any other exception: ``error: internal error: <Type>: <message> (run with --debug for the
@@ -198,7 +201,7 @@ def handle_errors(*, debug: bool = False) -> Iterator[None]:
         typer.Exit: With the exit code that matches the failure.
     """
     # Imported here, not at module level, so that `emote --help` never imports emote_core.
-    from emote_core.errors import EmoteError
+    from emote_core.errors import EmoteError, UsageError
 
     try:
         yield
@@ -212,6 +215,11 @@ def handle_errors(*, debug: bool = False) -> Iterator[None]:
     except BrokenPipeError:
         _silence_broken_stdout()
         raise typer.Exit(int(ExitCode.ERROR)) from None
+    except UsageError as exc:
+        if debug:
+            _print_traceback(exc)
+        _write_error_line(describe_exception(exc))
+        raise typer.Exit(int(ExitCode.USAGE)) from None
     except (EmoteError, OSError) as exc:
         if debug:
             _print_traceback(exc)

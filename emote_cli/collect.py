@@ -102,6 +102,7 @@ def collect(
         from emote_core.utils.devices import resolve_device
 
         loaded = load_recipe(recipe, [f"seed={seed}"] if seed is not None else [])
+        chosen = resolve_device(device)  # checked even when the policy runs without torch
         env = make_env(loaded, num_envs=envs)
         spaces = env.spaces
         if policy == "random":
@@ -109,9 +110,7 @@ def collect(
         elif is_onnx_file(policy):  # onnxruntime alone, sampling actions
             agent = OnnxAgentProxy(policy, deterministic=False, seed=loaded.seed, spaces=spaces)
         else:
-            _, _, agent, _, _ = load_trained_agent(
-                Path(policy), device=resolve_device(device), deterministic=False
-            )
+            _, _, agent, _, _ = load_trained_agent(Path(policy), device=chosen, deterministic=False)
         # The table only gives the store its columns: episodes go from the collector to the store.
         schema = DictObsMemoryTable(spaces=spaces, maxlen=1_000)
         appender = StoreAppender(out, schema, spaces=spaces.to_json(), shard=shard)
