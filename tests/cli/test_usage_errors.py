@@ -95,3 +95,23 @@ def test_handle_errors_maps_usage_errors_to_exit_2_and_other_configuration_error
             raise error
         assert caught.value.exit_code == code
     assert capsys.readouterr().err == "error: u\nerror: c\n"
+
+
+def test_a_memory_that_cannot_fit_in_ram_is_one_line_before_the_run_starts(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    huge = "memory.maxlen=100_000_000_000_000"
+    result = runner.invoke(app, [*TRAIN, "--set", huge])
+    line = _one_error_line(result, ExitCode.ERROR)
+    assert "a memory table of maxlen 100,000,000,000,000 needs about" in line
+    assert "GiB of RAM available; lower maxlen (memory.maxlen in a recipe) to at most" in line
+    assert not (in_tmp / "r").exists()
+
+
+@pytest.mark.parametrize("content", [b"\x00\x01\x02binary", "π = 3\n".encode("utf-16")])
+def test_a_binary_recipe_file_is_one_line_naming_it(
+    runner: CliRunner, in_tmp: Path, content: bytes
+) -> None:
+    (in_tmp / "model.pt").write_bytes(content)
+    line = _one_error_line(runner.invoke(app, ["train", "model.pt"]), ExitCode.ERROR)
+    assert line.startswith("error: 'model.pt' is not a TOML recipe file")
