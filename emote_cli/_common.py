@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from emote_cli._warnings import route_warnings
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -387,7 +389,8 @@ def setup_logging(quiet: bool = False, debug: bool = False) -> None:
 
     emote's own loggers (``emote_core.*``, ``emote_cli.*``) log at INFO, at WARNING with
     ``quiet`` and at DEBUG with ``debug`` (``quiet`` wins). Other libraries log at WARNING and
-    above. Calling this again replaces the previous setup.
+    above, and their Python warnings become one ``warning: ...`` line each (see
+    :mod:`emote_cli._warnings`). Calling this again replaces the previous setup.
 
     Args:
         quiet: The value of ``--quiet``.
@@ -410,3 +413,4 @@ def setup_logging(quiet: bool = False, debug: bool = False) -> None:
         level = logging.INFO
     for name in _EMOTE_LOGGERS:
         logging.getLogger(name).setLevel(level)
+    route_warnings(debug=debug and not quiet)
