@@ -60,7 +60,9 @@ TRAIN = ("train", "sac_hit_the_middle", "--steps", "2", "--run-dir", "r")
 def test_what_the_command_line_got_wrong_exits_2_with_one_line(
     runner: CliRunner, in_tmp: Path, args: tuple[str, ...], message: str
 ) -> None:
-    (in_tmp / "run").mkdir()  # eval's target exists; only its --recipe is wrong
+    (in_tmp / "run" / "checkpoints").mkdir(
+        parents=True
+    )  # eval's target is a run; its --recipe is wrong
     line = _one_error_line(runner.invoke(app, list(args)), ExitCode.USAGE)
     assert message in line
     assert not (in_tmp / "r").exists() and not (in_tmp / "c.zarr").exists()
