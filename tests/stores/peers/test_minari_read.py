@@ -107,7 +107,9 @@ def test_read_episodes_fill_an_emote_table_that_samples(tmp_path: Path) -> None:
 @pytest.mark.parametrize("data_format", ["hdf5", "arrow"])
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_reads_what_a_live_data_collector_records(root: Path, env_id: str, data_format: str):
-    pytest.importorskip("jax", reason="minari's DataCollector needs jax (minari[create])")
+    pytest.importorskip(
+        "jax", reason="minari's DataCollector needs jax: minari[create], in the dev extra"
+    )
     if data_format == "arrow":
         pytest.importorskip(
             "pyarrow", reason="pyarrow (Minari's Arrow backend) comes with minari[arrow]"
