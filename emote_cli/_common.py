@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from emote_cli._json import emit_json, emit_json_line, held_json_document, record_error
+from emote_cli._warnings import route_warnings
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -59,7 +60,8 @@ class ExitCode(IntEnum):
     ERROR = 1
     """A clear error, reported as one ``error: ...`` line on stderr."""
     USAGE = 2
-    """The command line itself is wrong (unknown option, bad value); Typer reports it."""
+    """The command line itself is wrong: an unknown option or a bad value (Typer reports those),
+    a recipe name that names no recipe, a bad ``--set``, an unknown ``--device``."""
     THRESHOLD_NOT_MET = 3
     """The command ran, but a requested threshold (``eval --min-return``) was not reached."""
     INTERRUPTED = 130
@@ -185,6 +187,8 @@ def _silence_broken_stdout() -> None:
 def handle_errors(*, debug: bool = False, json_output: bool = False) -> Iterator[None]:
     """Run a command body so that every failure ends as one stderr line and an exit code.
 
+    - :class:`~emote_core.errors.UsageError` (a recipe name, ``--set`` or ``--device`` that the
+      command line got wrong): ``error: <message>``, exit 2.
     - :class:`~emote_core.errors.EmoteError` and :class:`OSError`: ``error: <message>``, exit 1.
     - :class:`KeyboardInterrupt`: ``error: interrupted``, exit 130.
     - Any other exception: ``error: internal error: <Type>: <message> (run with --debug for the
@@ -241,7 +245,7 @@ def _write_held(held: Any, exit_code: int) -> None:
 def _one_line_errors(debug: bool) -> Iterator[None]:
     """Turns every exception of the body into ``error: ...`` on stderr and a ``typer.Exit``."""
     # Imported here, not at module level, so that `emote --help` never imports emote_core.
-    from emote_core.errors import EmoteError
+    from emote_core.errors import EmoteError, UsageError
 
     try:
         yield
@@ -252,6 +256,11 @@ def _one_line_errors(debug: bool) -> Iterator[None]:
             _print_traceback(exc)
         _write_error_line("interrupted")
         raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+    except UsageError as exc:
+        if debug:
+            _print_traceback(exc)
+        _write_error_line(describe_exception(exc))
+        raise typer.Exit(int(ExitCode.USAGE)) from None
     except (EmoteError, OSError) as exc:
         if debug:
             _print_traceback(exc)
@@ -343,7 +352,8 @@ def setup_logging(quiet: bool = False, debug: bool = False) -> None:
 
     emote's own loggers (``emote_core.*``, ``emote_cli.*``) log at INFO, at WARNING with
     ``quiet`` and at DEBUG with ``debug`` (``quiet`` wins). Other libraries log at WARNING and
-    above. Calling this again replaces the previous setup.
+    above, and their Python warnings become one ``warning: ...`` line each (see
+    :mod:`emote_cli._warnings`). Calling this again replaces the previous setup.
 
     Args:
         quiet: The value of ``--quiet``.
@@ -366,3 +376,4 @@ def setup_logging(quiet: bool = False, debug: bool = False) -> None:
         level = logging.INFO
     for name in _EMOTE_LOGGERS:
         logging.getLogger(name).setLevel(level)
+    route_warnings(debug=debug and not quiet)

@@ -24,6 +24,7 @@ from typer.core import TyperGroup
 
 from emote_cli import collect, env, export, memory, train
 from emote_cli import eval as evaluate
+from emote_cli._help import RecipeCommand
 from emote_cli._json import json_requested, write_json_error
 
 __all__ = ["app", "main"]
@@ -76,9 +77,9 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
-# Commands, one module each.
-app.command("collect")(collect.collect)
-app.command("train")(train.train)
+# Commands, one module each. Those that take a RECIPE list the recipes found at the end of --help.
+app.command("collect", cls=RecipeCommand)(collect.collect)
+app.command("train", cls=RecipeCommand)(train.train)
 app.command("eval")(evaluate.evaluate)
 app.command("env")(env.env)
 app.add_typer(memory.app, name="memory")

@@ -120,11 +120,12 @@ def collect(
         from emote_core.utils.devices import resolve_device
 
         loaded = load_recipe(recipe, [f"seed={seed}"] if seed is not None else [])
+        chosen = resolve_device(device)  # checked even when the policy runs without torch
         env = make_env(loaded, num_envs=envs)
         spaces = env.spaces
         try:  # the store and the policy must fit the env before it steps or anything is written
             check_collect_store(out, loaded, spaces)
-            agent, acting = collect_agent(policy, loaded, env, resolve_device(device))
+            agent, acting = collect_agent(policy, loaded, env, chosen)
         except BaseException:
             env.close()
             raise

@@ -70,15 +70,16 @@ def evaluate(
         from dataclasses import replace
 
         from emote_core.assembly.builders import load_trained_agent
+        from emote_core.assembly.evaluation import PolicyKind, policy_kind
         from emote_core.assembly.evaluation import evaluate as run_episodes
         from emote_core.assembly.export import recipe_from_policy
-        from emote_core.onnx.agent import OnnxAgentProxy, is_onnx_file
+        from emote_core.onnx.agent import OnnxAgentProxy
         from emote_core.recipes import EvalConfig, load_recipe
         from emote_core.runs import RunDirectory
         from emote_core.utils.devices import resolve_device
 
         extra = {}
-        if is_onnx_file(target):  # onnxruntime alone: no torch network is built
+        if policy_kind(target) is PolicyKind.ONNX:  # onnxruntime alone: no torch network
             noise_seed = seed if seed is not None else EvalConfig().seed
             agent = OnnxAgentProxy(target, deterministic=not stochastic, seed=noise_seed)
             loaded = (

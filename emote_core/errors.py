@@ -15,6 +15,11 @@ class ConfigurationError(EmoteError, ValueError):
     """A value given by the user (argument, recipe field, option) is invalid."""
 
 
+class UsageError(ConfigurationError):
+    """The command line itself is wrong: a recipe name that names no recipe, a ``--set
+    KEY=VALUE`` the recipe refuses, a ``--device`` that is not a device (``emote`` exits 2)."""
+
+
 class CallbackDefinitionError(EmoteError, TypeError):
     """A callback class or instance is defined in a way the training engine cannot run."""
 

@@ -42,6 +42,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from emote_core import DISTRIBUTION
 from emote_core.callbacks.checkpointing import list_checkpoints
 from emote_core.errors import ConfigurationError
 from emote_core.recipes.loading import recipe_from_dict, recipe_to_dict, recipe_to_toml
@@ -50,7 +51,11 @@ from emote_core.recipes.schema import Recipe
 RUNS_DIRECTORY = "runs"
 RUN_FORMAT = "emote-run"
 """The ``format`` entry of every ``run.json`` emote writes."""
-_PACKAGES = ("emote", "torch", "numpy", "gymnasium", "zarr", "onnx", "onnxruntime", "typer")
+# ``run.json``'s package names -> the distribution each version is read from ("emote" is
+# installed as emote-toolkit; the key stays "emote", which is_run recognises older runs by).
+_PACKAGES = {"emote": DISTRIBUTION} | {
+    name: name for name in ("torch", "numpy", "gymnasium", "zarr", "onnx", "onnxruntime", "typer")
+}
 
 
 @dataclass(frozen=True)
@@ -288,7 +293,7 @@ def prepare_run(
     record["seed"] = recipe.seed
     record["python"] = platform.python_version()
     record["executable"] = sys.executable
-    record["packages"] = {name: _version(name) for name in _PACKAGES}
+    record["packages"] = {name: _version(dist) for name, dist in _PACKAGES.items()}
     _write_atomically(run.run_file, json.dumps(record, indent=2) + "\n")
     return run
 

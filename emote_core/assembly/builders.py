@@ -149,13 +149,18 @@ def resolve_checkpoint(target: Path) -> tuple[Path, Path]:
     Raises:
         CheckpointError: If there is no checkpoint there, or none that loads.
     """
-    from emote_core.callbacks.checkpointing import load_latest_checkpoint
+    from emote_core.callbacks.checkpointing import is_torch_file, load_latest_checkpoint
 
     if target.is_dir():
         latest, _ = load_latest_checkpoint(target)
         return latest, target
     if not target.is_file():
         raise CheckpointError(f"'{target}' is neither a checkpoint file nor a run directory")
+    if not is_torch_file(target):
+        raise CheckpointError(
+            f"'{target}' is not a checkpoint (a file emote's training wrote with torch.save) or a "
+            "run directory; pass runs/<run> or runs/<run>/checkpoints/checkpoint_<step>.tar"
+        )
     return target, target.parent.parent
 
 

@@ -3,12 +3,58 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from enum import Enum
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from emote_core.assembly.builders import make_env
+from emote_core.callbacks.checkpointing import CHECKPOINT_DIRECTORY, is_torch_file
+from emote_core.errors import ConfigurationError
+from emote_core.onnx.agent import is_onnx_file
 from emote_core.recipes.schema import Recipe
+from emote_core.runs import is_run
+
+
+class PolicyKind(Enum):
+    """What ``emote eval`` was given to evaluate."""
+
+    ONNX = "onnx"
+    """An exported ``.onnx`` policy, run in onnxruntime."""
+    RUN = "run"
+    """A run directory: its newest checkpoint that loads, on its ``recipe.toml``."""
+    CHECKPOINT = "checkpoint"
+    """A checkpoint file, on the ``recipe.toml`` of the run it sits in."""
+
+
+def policy_kind(target: Path) -> PolicyKind:
+    """Recognises an evaluation target from what is on disk, before anything is loaded.
+
+    Raises:
+        ConfigurationError: If ``target`` is none of the three: a text file, random bytes, a
+            folder that holds neither ``run.json`` nor ``checkpoints/``, or nothing at all.
+    """
+    if is_onnx_file(target):
+        return PolicyKind.ONNX
+    if target.is_dir() and (is_run(target) or (target / CHECKPOINT_DIRECTORY).is_dir()):
+        return PolicyKind.RUN
+    if target.is_file() and is_torch_file(target):
+        return PolicyKind.CHECKPOINT
+    if not target.exists():
+        raise ConfigurationError(
+            f"'{target}' does not exist: it is neither a checkpoint file nor a run directory "
+            "nor an ONNX policy"
+        )
+    why = (
+        "a folder without run.json or checkpoints/"
+        if target.is_dir()
+        else "a file that torch.save did not write, without the .onnx suffix"
+    )
+    raise ConfigurationError(
+        f"'{target}' is not a run directory, a checkpoint or an ONNX policy ({why}); pass "
+        "runs/<run>, a checkpoint_<step>.tar or an .onnx file"
+    )
 
 
 def evaluate(
@@ -61,4 +107,4 @@ def evaluate(
     }
 
 
-__all__ = ["evaluate"]
+__all__ = ["PolicyKind", "evaluate", "policy_kind"]

@@ -16,6 +16,7 @@ import os
 import re
 import tempfile
 import time
+import zipfile
 from collections.abc import Mapping, Sequence
 from enum import IntEnum
 from pathlib import Path
@@ -55,6 +56,20 @@ def list_checkpoints(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
         if match:
             found.append((int(match.group(1)), path))
     return sorted(found)
+
+
+def is_torch_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a file ``torch.save`` could have written, judged without loading it:
+    a zip archive holding a ``data.pkl`` (torch's format), or a pickle (its legacy format)."""
+    try:
+        with open(path, "rb") as stream:
+            head = stream.read(4)
+        if head.startswith(b"PK\x03\x04"):
+            with zipfile.ZipFile(path) as archive:
+                return any(name.rpartition("/")[2] == "data.pkl" for name in archive.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
+    return head[:1] == b"\x80"  # the PROTO opcode every pickle of protocol 2 or above starts with
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -364,6 +379,7 @@ __all__ = [
     "CheckpointLoader",
     "CheckpointVersion",
     "Checkpointer",
+    "is_torch_file",
     "list_checkpoints",
     "load_checkpoint",
     "load_latest_checkpoint",

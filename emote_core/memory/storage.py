@@ -14,18 +14,64 @@ order), all arrays are reallocated larger with the live episodes packed together
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import psutil
 import torch
 
+from emote_core.errors import ConfigurationError
+
 _GROWTH = 1.125
+_GIB = 1 << 30
 
 
 def torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
     """The torch dtype that holds numpy ``dtype`` values."""
     return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+
+
+def available_bytes(device: torch.device) -> int:
+    """Memory a new table can take: the RAM available without swapping on the CPU, the free
+    memory of the device on CUDA."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    return int(psutil.virtual_memory().available)
+
+
+def check_rows_fit(
+    *, rows: int, maxlen: int, columns: Sequence[tuple[tuple[int, ...], Any]], device: torch.device
+) -> None:
+    """Refuses a table whose rows cannot fit in memory before anything is allocated.
+
+    Arrays on the CPU are only committed as rows are written, so without this check a table
+    too large for the machine fails (or is killed) hours into a run, when it fills up.
+
+    Args:
+        rows: Rows each column will hold.
+        maxlen: The table's ``maxlen``, for the message.
+        columns: ``(shape, dtype)`` of each stored per-step column.
+        device: Where the rows will live.
+
+    Raises:
+        ConfigurationError: Naming the estimate, the memory available and the largest
+            ``maxlen`` that fits.
+    """
+    per_row = sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+                  for shape, dtype in columns)  # fmt: skip
+    needed, available = rows * per_row, available_bytes(device)
+    if needed <= available:
+        return
+    fits = max(0, (available // max(per_row, 1) - 64) * 64 // 65)  # maxlen whose rows fit
+    where = "RAM" if device.type == "cpu" else f"free memory on {device}"
+    raise ConfigurationError(
+        f"a memory table of maxlen {maxlen:,} needs about {needed / _GIB:,.1f} GiB "
+        f"({per_row:,} bytes per transition), more than the {available / _GIB:,.1f} GiB of "
+        f"{where} available; lower maxlen (memory.maxlen in a recipe) to at most {fits:,}"
+    )
 
 
 class RingArray:
@@ -261,4 +307,11 @@ class RowAllocator:
         return self._current.get(placement.slot) is placement
 
 
-__all__ = ["EpisodeIndex", "RingArray", "RowAllocator", "torch_dtype"]
+__all__ = [
+    "EpisodeIndex",
+    "RingArray",
+    "RowAllocator",
+    "available_bytes",
+    "check_rows_fit",
+    "torch_dtype",
+]

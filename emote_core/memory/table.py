@@ -20,7 +20,7 @@ from emote_core.memory.adaptors import Adaptor
 from emote_core.memory.columns import AnyColumn
 from emote_core.memory.mappers import SampleContext
 from emote_core.memory.schema import TableSchema
-from emote_core.memory.storage import EpisodeIndex, RingArray, RowAllocator
+from emote_core.memory.storage import EpisodeIndex, RingArray, RowAllocator, check_rows_fit
 from emote_core.memory.strategies.base import EjectionStrategy, SampledWindows, SampleStrategy
 from emote_core.typing import EpisodeState
 
@@ -101,6 +101,9 @@ class ArrayMemoryTable:
             raise ConfigurationError("device 'cuda' was asked for but torch sees no CUDA device")
         self.rng = np.random.default_rng(seed)
         self.index = EpisodeIndex()
+        check_rows_fit(
+            rows=_headroom(maxlen), maxlen=maxlen, columns=self._shapes(), device=self.device
+        )
         self._allocator = RowAllocator(_headroom(maxlen))
         self._arrays = {
             c.name: RingArray(
@@ -391,11 +394,16 @@ class ArrayMemoryTable:
             raise ConfigurationError(
                 f"maxlen must be a positive number of transitions; got {maxlen!r}"
             )
+        target = _headroom(maxlen)
+        if target > self._allocator.capacity:
+            check_rows_fit(rows=target, maxlen=maxlen, columns=self._shapes(), device=self.device)
         self.maxlen = maxlen
         self._make_room(0)
-        target = _headroom(maxlen)
         if target != self._allocator.capacity:
             self._compact(extra_rows=0, minimum=target, shrink=True)
+
+    def _shapes(self) -> list[tuple[tuple[int, ...], Any]]:
+        return [(column.shape, column.dtype) for column in self.stored]
 
     @_synchronized
     def clear(self) -> None:

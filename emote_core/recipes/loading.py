@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import json
-import sys
+import math
 import tomllib
 import types
 import typing
@@ -21,38 +22,18 @@ from emote_core.algorithms.registry import (
     get_addon,
     get_algorithm,
 )
-from emote_core.errors import ConfigurationError
+from emote_core.errors import ConfigurationError, UsageError
+from emote_core.recipes.locations import RECIPE_SUFFIX, available_recipes, recipe_directories
 from emote_core.recipes.schema import Recipe
 
-RECIPE_SUFFIX = ".toml"
 _SECTIONS = "sections"  # Recipe's field for plug-in tables; they stand at the top level in TOML
-
-
-def recipe_directories() -> list[Path]:
-    """Where recipe names are looked up: ``./recipes``, then the recipes shipped with emote.
-
-    The shipped recipes are the source tree's ``recipes/`` in a checkout or an editable install,
-    and ``<prefix>/share/emote/recipes`` in an installed wheel.
-    """
-    source_tree = Path(__file__).resolve().parents[2] / "recipes"
-    installed = Path(sys.prefix) / "share" / "emote" / "recipes"
-    return [Path.cwd() / "recipes", source_tree, installed]
-
-
-def available_recipes() -> list[str]:
-    """Names of the recipes found in :func:`recipe_directories`."""
-    names = set()
-    for directory in recipe_directories():
-        if directory.is_dir():
-            names.update(p.stem for p in directory.glob(f"*{RECIPE_SUFFIX}"))
-    return sorted(names)
 
 
 def find_recipe(name_or_path: str | Path) -> Path:
     """The recipe file for a path or a recipe name.
 
     Raises:
-        ConfigurationError: If neither exists, suggesting the closest recipe names.
+        UsageError: If neither exists, suggesting the closest recipe names.
     """
     candidate = Path(name_or_path)
     if candidate.is_file():
@@ -65,7 +46,7 @@ def find_recipe(name_or_path: str | Path) -> Path:
     known = available_recipes()
     close = difflib.get_close_matches(name, known, n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else f"; recipes: {', '.join(known)}"
-    raise ConfigurationError(f"no recipe file or recipe named '{name_or_path}'{hint}")
+    raise UsageError(f"no recipe file or recipe named '{name_or_path}'{hint}")
 
 
 def load_recipe(name_or_path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
@@ -77,32 +58,83 @@ def load_recipe(name_or_path: str | Path, overrides: Sequence[str] = ()) -> Reci
             ``[64, 64]``), anything that is not valid TOML is taken as a string.
 
     Raises:
-        ConfigurationError: For a missing file, invalid TOML, unknown keys (with the closest
-            known key), wrong-typed values or bad overrides.
+        UsageError: For a name that names no recipe, and for an override that is not
+            ``key=value`` or that the recipe refuses (an unknown key, a wrong type, a value
+            that makes no sense): the command line is wrong, the recipe file is not.
+        ConfigurationError: For a file that is not UTF-8 TOML text, invalid TOML, unknown keys
+            (with the closest known key), wrong-typed values or values that make no sense.
     """
     path = find_recipe(name_or_path)
+    text = _recipe_text(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigurationError(f"recipe '{path}' is not valid TOML: {error}") from error
     data.setdefault("name", path.stem)
+    states = [copy.deepcopy(data)]  # the file, then the file with each override added
     for override in overrides:
         apply_override(data, override)
-    return recipe_from_dict(data, source=str(path))
+        states.append(copy.deepcopy(data))
+    try:
+        return recipe_from_dict(data, source=str(path))
+    except ConfigurationError as error:
+        refused = _refused_override(states, overrides)
+        if refused is None:
+            raise
+        raise UsageError(str(refused)) from error
+
+
+def _recipe_text(path: Path) -> str:
+    """The text of a recipe file; binary files are refused before TOML sees them.
+
+    Raises:
+        ConfigurationError: If the file holds NUL bytes or is not UTF-8 text.
+    """
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\0" in text:
+        raise ConfigurationError(
+            f"'{path}' is not a TOML recipe file (it holds binary data, not UTF-8 text); pass a "
+            f"recipe file or a recipe name ({', '.join(available_recipes())})"
+        )
+    return text
+
+
+def _refused_override(
+    states: list[dict[str, Any]], overrides: Sequence[str]
+) -> ConfigurationError | None:
+    """Why the override that broke a recipe was refused, its message starting ``--set KEY=VALUE``.
+
+    ``states[k]`` is the recipe with the first ``k`` overrides applied; the last one is invalid.
+    The culprit is the override after the last valid state. ``None`` when no state is valid: the
+    file itself is wrong, and the caller's error stands.
+    """
+    for count in reversed(range(len(overrides))):
+        try:
+            recipe_from_dict(copy.deepcopy(states[count]))
+        except ConfigurationError:
+            continue
+        try:
+            recipe_from_dict(copy.deepcopy(states[count + 1]), source=f"--set {overrides[count]}")
+        except ConfigurationError as error:
+            return error
+        return None  # not reached: a state after the last valid one is invalid
+    return None
 
 
 def apply_override(data: dict[str, Any], override: str) -> None:
     """Sets ``section.key=value`` in a recipe dict (creating the section when missing).
 
     Raises:
-        ConfigurationError: If the override is not ``key=value``.
+        UsageError: If the override is not ``key=value``, or sets a key inside a value.
     """
     key, separator, raw = override.partition("=")
     key = key.strip()
     if not separator or not key:
-        raise ConfigurationError(
-            f"--set takes KEY=VALUE such as training.bp_steps=1000; got '{override}'"
-        )
+        raise UsageError(f"--set takes KEY=VALUE such as training.bp_steps=1000; got '{override}'")
     try:
         value = tomllib.loads(f"value = {raw.strip()}")["value"]
     except tomllib.TOMLDecodeError:
@@ -112,7 +144,7 @@ def apply_override(data: dict[str, Any], override: str) -> None:
     for section in sections:
         node = target.setdefault(section, {})
         if not isinstance(node, dict):
-            raise ConfigurationError(f"--set {key}: '{section}' is a value, not a table")
+            raise UsageError(f"--set {key}: '{section}' is a value, not a table")
         target = node
     target[leaf] = value
 
@@ -233,6 +265,8 @@ def _convert(hint: Any, value: Any, source: str, where: str) -> Any:
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise _type_error(source, where, "a number", value)
+        if math.isnan(value):  # TOML has `nan`; no knob of a recipe means anything by it
+            raise ConfigurationError(f"{source}: '{where}' must be a number; got nan")
         return float(value)
     if hint is str:
         if not isinstance(value, str):
@@ -283,9 +317,38 @@ def validate_recipe(recipe: Recipe, source: str = "recipe") -> None:
             f"{source}: 'logging.wandb_project' must name a W&B project; got an empty string"
         )
     for name, config in recipe.sections.items():
+        _check_learning_rates(config, name, source)
         plugin = find_plugin(name)
         if plugin is not None:
             plugin.validate(config, source=source)
+
+
+def is_learning_rate(field_name: str) -> bool:
+    """Whether a plug-in table's field is a learning rate, by its name: ``learning_rate``,
+    ``lr``, or ending in ``_learning_rate`` / ``_lr`` (``critic_lr``)."""
+    return field_name in ("learning_rate", "lr") or field_name.endswith(("_learning_rate", "_lr"))
+
+
+def _check_learning_rates(config: Any, where: str, source: str) -> None:
+    """Every learning rate of a plug-in table (nested tables included) is finite and above 0;
+    an optimiser given 0, a negative or an infinite rate fails at its first step, or never learns.
+    """
+    if not dataclasses.is_dataclass(config):
+        return
+    for field in dataclasses.fields(config):
+        value, key = getattr(config, field.name), _join(where, field.name)
+        if dataclasses.is_dataclass(value):
+            _check_learning_rates(value, key, source)
+        elif (
+            is_learning_rate(field.name)
+            and isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and not (math.isfinite(value) and value > 0)
+        ):
+            raise ConfigurationError(
+                f"{source}: '{key}' is a learning rate and must be a finite number above 0 "
+                f"(such as 3e-4); got {value}"
+            )
 
 
 def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
@@ -328,6 +391,7 @@ __all__ = [
     "apply_override",
     "available_recipes",
     "find_recipe",
+    "is_learning_rate",
     "load_recipe",
     "recipe_directories",
     "recipe_from_dict",

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import torch
 
-from emote_core.errors import ConfigurationError
+from emote_core.errors import ConfigurationError, UsageError
 
 
 def resolve_device(choice: str) -> torch.device:
     """The device for ``--device``: ``auto`` picks CUDA when torch sees it, else the CPU.
 
     Raises:
-        ConfigurationError: For ``cuda`` without CUDA, or a name that is not a device.
+        UsageError: For a name that is not a device, or a device emote does not run on.
+        ConfigurationError: For ``cuda`` without CUDA, or a CUDA index that is not visible.
     """
     text = choice.strip().lower()
     if text == "auto":
@@ -19,8 +20,8 @@ def resolve_device(choice: str) -> torch.device:
     try:
         device = torch.device(text)
     except RuntimeError as error:
-        raise ConfigurationError(
-            f"'{choice}' is not a device; use auto, cpu or cuda[:index]"
+        raise UsageError(
+            f"--device {choice}: '{choice}' is not a device; use auto, cpu or cuda[:index]"
         ) from error
     if device.type == "cuda":
         if not torch.cuda.is_available():
@@ -33,7 +34,9 @@ def resolve_device(choice: str) -> torch.device:
                 f"--device {choice}: only {torch.cuda.device_count()} CUDA devices are visible"
             )
     elif device.type != "cpu":
-        raise ConfigurationError(f"--device {choice}: emote runs on cpu or cuda")
+        raise UsageError(
+            f"--device {choice}: emote runs on cpu or cuda; use auto, cpu or cuda[:index]"
+        )
     return device
 
 

@@ -247,7 +247,7 @@ def test_unwritable_histograms_are_skipped_with_a_warning(
 def test_videos_are_written_as_animated_gifs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pil_image = pytest.importorskip("PIL.Image")
+    pil_image = pytest.importorskip("PIL.Image", reason="Pillow comes with the dev extra")
     monkeypatch.setattr(
         logging_module, "_detect_video_encoder", lambda: logging_module._VideoEncoder.PILLOW
     )

@@ -70,6 +70,36 @@ def test_env_help_shows_the_standard_options(runner: CliRunner) -> None:
         assert option in result.stdout
 
 
+@pytest.mark.parametrize("command", ["train", "collect"])
+def test_help_of_commands_that_take_a_recipe_lists_the_recipes_found(
+    runner: CliRunner, command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from emote_core.recipes import available_recipes
+
+    shipped = available_recipes()
+    assert "sac_hit_the_middle" in shipped
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "my_own.toml").write_text('algorithm = "dqn"\n', encoding="utf-8")
+    result = runner.invoke(app, [command, "--help"])
+    assert result.exit_code == ExitCode.OK
+    text = " ".join(result.stdout.split())  # Rich may wrap the list
+    assert f"Recipes (RECIPE by name): {', '.join(sorted([*shipped, 'my_own']))}." in text
+
+
+def test_rendering_train_help_with_its_recipes_imports_no_heavy_library() -> None:
+    code = (
+        "import sys\n"
+        "sys.argv = ['emote', 'train', '--help']\n"
+        "from emote_cli.app import main\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as exit_:\n"
+        "    assert exit_.code in (0, None), exit_.code\n"
+    )
+    assert _heavy_modules_after(code) == []
+
+
 def test_unknown_command_is_a_usage_error(runner: CliRunner) -> None:
     result = runner.invoke(app, ["no-such-command"])
     assert result.exit_code == ExitCode.USAGE

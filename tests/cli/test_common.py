@@ -227,7 +227,7 @@ def test_emit_json_rejects_values_json_cannot_hold(capsys: pytest.CaptureFixture
 
 
 def test_emit_json_converts_array_likes(capsys: pytest.CaptureFixture[str]) -> None:
-    np = pytest.importorskip("numpy")
+    np = pytest.importorskip("numpy", reason="numpy is a dependency of emote")
     emit_json({"obs": np.array([[1.0, np.nan]], dtype=np.float32), "n": np.int64(4)})
     document = json.loads(capsys.readouterr().out)
     assert document == {"obs": [[1.0, None]], "n": 4}

@@ -254,7 +254,10 @@ MALICIOUS = {
 @pytest.mark.parametrize("payload", list(MALICIOUS))
 def test_malicious_pickles_are_refused_by_name_and_never_run(runner, tmp_path, payload, shape):
     if shape == "sb3":
-        pytest.importorskip("stable_baselines3")
+        pytest.importorskip(
+            "stable_baselines3",
+            reason="Stable-Baselines3 writes these inputs; it comes with the dev extra",
+        )
     path, marker = _malicious(tmp_path, payload, shape)
     for command in ("convert", "inspect"):
         args = [str(path), str(tmp_path / "out.zarr")] if command == "convert" else [str(path)]
@@ -293,8 +296,10 @@ def test_peer_files_convert_to_stores_and_to_every_file_target(runner, tmp_path,
 
 
 def test_a_minari_dataset_is_a_target_and_a_source(runner, tmp_path, monkeypatch):
-    pytest.importorskip("minari")
-    pytest.importorskip("h5py")
+    pytest.importorskip("minari", reason="Minari comes with the dev and minari extras")
+    pytest.importorskip(
+        "h5py", reason="h5py (Minari's HDF5 backend) comes with the dev and minari extras"
+    )
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
     source = PEER_DATA / "sb3_dqn_cartpole_2envs.pkl"
     if not source.is_file():

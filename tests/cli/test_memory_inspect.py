@@ -116,8 +116,10 @@ def test_real_peer_files_report_their_episodes(runner, name):
     [("cartpole/random-v0", 5, 54), ("pendulum/random-v0", 3, 43)],
 )
 def test_real_minari_datasets_report_their_episodes(runner, dataset, episodes, transitions):
-    pytest.importorskip("minari")
-    pytest.importorskip("h5py")
+    pytest.importorskip("minari", reason="Minari comes with the dev and minari extras")
+    pytest.importorskip(
+        "h5py", reason="h5py (Minari's HDF5 backend) comes with the dev and minari extras"
+    )
     report = _inspect_json(runner, str(MINARI_DATA / dataset))
     assert (report["format"], report["episodes"], report["transitions"]) == (
         "minari",

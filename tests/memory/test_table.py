@@ -362,3 +362,23 @@ def test_priority_updates_skip_windows_whose_episode_was_ejected_since_the_sampl
     table.sample(2000, 1)
     drawn, _ = table.last_sample_indices
     assert np.mean(drawn == 3) < 0.1  # episode 3 kept its own (low) priority
+
+
+def test_a_table_that_cannot_fit_in_ram_is_refused_before_anything_is_allocated() -> None:
+    import psutil
+
+    available = psutil.virtual_memory().available
+    per_transition = 2 * 8 + 4 + 4  # obs float64 x2, actions and rewards float32
+    too_many = 4 * available // per_transition
+    with pytest.raises(ConfigurationError) as caught:
+        make_table(maxlen=too_many)
+    message = str(caught.value)
+    assert f"a memory table of maxlen {too_many:,} needs about" in message
+    assert f"({per_transition} bytes per transition)" in message
+    assert "GiB of RAM available; lower maxlen (memory.maxlen in a recipe) to at most" in message
+    fits = int(message.rsplit("at most ", 1)[1].replace(",", ""))
+    assert available // 2 // per_transition < fits <= available // per_transition
+    table = make_table(maxlen=1000)
+    with pytest.raises(ConfigurationError, match="needs about"):
+        table.resize(too_many)
+    assert table.maxlen == 1000  # a refused resize leaves the table as it was

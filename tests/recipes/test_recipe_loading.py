@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from emote_core.errors import ConfigurationError
+from emote_core.errors import ConfigurationError, UsageError
 from emote_core.recipes import (
     available_recipes,
     load_recipe,
     recipe_from_dict,
     recipe_to_toml,
 )
+from emote_core.recipes.loading import is_learning_rate, validate_recipe
 
 
 def test_every_shipped_recipe_loads_and_round_trips_through_toml() -> None:
@@ -139,3 +141,78 @@ def test_run_recipes_written_before_algorithms_plugged_in_still_load(path: Path)
 
 def test_recipe_tables_written_before_plugins_are_all_here() -> None:
     assert len(BEFORE_PLUGINS) == 2
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", b'algorithm = "sac"\x00\n', b"\xff\xfe\x00a"],
+)
+def test_a_binary_file_is_not_a_toml_recipe_file(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "policy.bin"
+    path.write_bytes(content)
+    with pytest.raises(ConfigurationError) as caught:
+        load_recipe(path)
+    assert not isinstance(caught.value, UsageError)
+    assert str(caught.value).startswith(f"'{path}' is not a TOML recipe file")
+    assert "sac_pendulum" in str(caught.value)  # names what would work
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("sac.learning_rate=nan", "'sac.learning_rate' must be a number; got nan"),
+        ("sac.learning_rate=-3e-4", "'sac.learning_rate' is a learning rate and must be a finite"),
+        ("sac.learning_rate=0", "must be a finite number above 0 (such as 3e-4); got 0.0"),
+        ("sac.learning_rate=inf", "got inf"),
+        ("sac.tau=nan", "'sac.tau' must be a number; got nan"),
+        ("eval.min_return=nan", "'eval.min_return' must be a number; got nan"),
+    ],
+)
+def test_learning_rates_are_finite_and_positive_and_no_number_is_nan(
+    override: str, message: str
+) -> None:
+    with pytest.raises(UsageError) as caught:
+        load_recipe("sac_pendulum", [override])
+    assert str(caught.value).startswith(f"--set {override}: ")
+    assert message in str(caught.value)
+    assert load_recipe("sac_pendulum", ["eval.min_return=-inf"]).eval.min_return == float("-inf")
+
+
+@dataclasses.dataclass
+class _Critic:
+    critic_lr: float = 1e-3
+
+
+@dataclasses.dataclass
+class _Table:
+    actor_learning_rate: float = 3e-4
+    critic: _Critic = dataclasses.field(default_factory=_Critic)
+    lr_decay: float = 0.0  # not a learning rate: only the name's end counts
+
+
+def test_learning_rates_of_plug_in_tables_are_found_by_name_nested_tables_included() -> None:
+    assert [is_learning_rate(n) for n in ("lr", "learning_rate", "critic_lr", "lr_decay")] == [
+        True, True, True, False,
+    ]  # fmt: skip
+    recipe = load_recipe("sac_pendulum")
+    recipe.sections["mine"] = _Table()  # a table the plug-in's own validate knows nothing of
+    validate_recipe(recipe, "mine.toml")  # defaults are fine, lr_decay = 0 included
+    recipe.sections["mine"] = _Table(critic=_Critic(critic_lr=-1.0))
+    with pytest.raises(ConfigurationError, match=r"mine.toml: 'mine.critic.critic_lr' is a lea"):
+        validate_recipe(recipe, "mine.toml")
+
+
+def test_overrides_that_the_recipe_refuses_are_usage_errors_the_file_s_are_not(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(UsageError, match="did you mean sac_pendulum"):
+        load_recipe("sac_pendulm")
+    with pytest.raises(UsageError, match=r"^--set training\.bp_step=1: unknown key"):
+        load_recipe("sac_pendulum", ["training.bp_step=1"])
+    path = tmp_path / "zero.toml"
+    path.write_text("[training]\nbp_steps = 0\n")
+    with pytest.raises(ConfigurationError) as caught:
+        load_recipe(path, ["seed=3"])
+    assert not isinstance(caught.value, UsageError)
+    assert str(caught.value).startswith(f"{path}: 'training.bp_steps' must be at least 1")
+    assert load_recipe(path, ["training.bp_steps=5"]).training.bp_steps == 5

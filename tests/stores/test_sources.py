@@ -389,8 +389,10 @@ def test_skrl_targets_read_back_as_the_same_episodes(tmp_path, kind):
 
 
 def test_minari_datasets_convert_both_ways(tmp_path, monkeypatch):
-    pytest.importorskip("minari")
-    pytest.importorskip("h5py")
+    pytest.importorskip("minari", reason="Minari comes with the dev and minari extras")
+    pytest.importorskip(
+        "h5py", reason="h5py (Minari's HDF5 backend) comes with the dev and minari extras"
+    )
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
     collected = MINARI_DATA / "cartpole" / "random-v0"
     assert detect_format(collected) == "minari"

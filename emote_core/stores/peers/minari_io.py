@@ -14,7 +14,8 @@ Writing stores the observation columns (one as a ``Box``, several as a ``Dict``)
 the rewards in their own dtypes without JPEG re-encoding, and records emote's schema, spaces and
 episode ids (:class:`MinariRecordVersion`), so reading the dataset back gives the same table.
 
-``minari`` is imported inside the functions only; it comes with ``pip install "emote[minari]"``.
+``minari`` is imported inside the functions only; it comes with emote's ``minari`` extra
+(:data:`INSTALL_HINT` is the pip command for this install).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
+from emote_core import install_command
 from emote_core.errors import ConfigurationError, EmoteError, FormatError, StorageError
 from emote_core.stores.peers.minari_layout import (
     ACTIONS_KEY,
@@ -48,7 +50,8 @@ log = logging.getLogger(__name__)
 
 FORMAT = "minari"
 """The :attr:`StoredTable.format` of what :func:`read_minari` returns."""
-INSTALL_HINT = 'pip install "emote[minari]"'
+INSTALL_HINT = install_command("minari")
+"""The pip command that adds the ``minari`` extra to this emote (a clone or the package index)."""
 
 _EPISODE_ID = "emote_id"
 _DATA_FORMATS = {"hdf5": "h5py", "arrow": "pyarrow", "parquet": "pyarrow"}

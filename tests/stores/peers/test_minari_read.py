@@ -22,8 +22,10 @@ from emote_core.stores.peers.minari_io import (
 from emote_core.stores.stored import StoredTable, restore_stored
 from emote_core.typing import EpisodeState
 
-minari = pytest.importorskip("minari")
-pytest.importorskip("h5py")
+minari = pytest.importorskip("minari", reason="Minari comes with the dev and minari extras")
+pytest.importorskip(
+    "h5py", reason="h5py (Minari's HDF5 backend) comes with the dev and minari extras"
+)
 
 
 DATA = Path(__file__).parent / "minari_data"
@@ -105,9 +107,13 @@ def test_read_episodes_fill_an_emote_table_that_samples(tmp_path: Path) -> None:
 @pytest.mark.parametrize("data_format", ["hdf5", "arrow"])
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_reads_what_a_live_data_collector_records(root: Path, env_id: str, data_format: str):
-    pytest.importorskip("jax", reason="minari's DataCollector needs jax (minari[create])")
+    pytest.importorskip(
+        "jax", reason="minari's DataCollector needs jax: minari[create], in the dev extra"
+    )
     if data_format == "arrow":
-        pytest.importorskip("pyarrow")
+        pytest.importorskip(
+            "pyarrow", reason="pyarrow (Minari's Arrow backend) comes with minari[arrow]"
+        )
     env = minari.DataCollector(gym.make(env_id, max_episode_steps=15), data_format=data_format)
     env.action_space.seed(3)
     truth = []

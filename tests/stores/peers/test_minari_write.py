@@ -27,8 +27,10 @@ from emote_core.stores.peers.minari_io import (
 from emote_core.stores.stored import ColumnSchema, StoredTable, restore_stored
 from emote_core.typing import EpisodeState
 
-minari = pytest.importorskip("minari")
-pytest.importorskip("h5py")
+minari = pytest.importorskip("minari", reason="Minari comes with the dev and minari extras")
+pytest.importorskip(
+    "h5py", reason="h5py (Minari's HDF5 backend) comes with the dev and minari extras"
+)
 
 
 DATA = Path(__file__).parent / "minari_data"

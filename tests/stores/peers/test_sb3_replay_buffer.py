@@ -110,7 +110,10 @@ def test_read_peer_file_detects_the_format(data_file):
 
 
 def test_trusted_load_with_sb3_installed_reads_the_same_episodes(data_file):
-    pytest.importorskip("stable_baselines3")
+    pytest.importorskip(
+        "stable_baselines3",
+        reason="Stable-Baselines3 writes these inputs; it comes with the dev extra",
+    )
     path = data_file("sb3_dqn_cartpole_2envs.pkl")
     safe, trusted = read_sb3_replay_buffer(path), read_sb3_replay_buffer(path, trust_pickle=True)
     assert len(safe.episodes) == len(trusted.episodes)

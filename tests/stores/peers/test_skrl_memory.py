@@ -172,3 +172,45 @@ def test_tensors_of_different_lengths_are_refused(tmp_path):
 def test_read_peer_file_detects_all_three_kinds(data_file):
     counts = {len(read_peer_file(data_file(f"skrl2_sac_pendulum.{k}")).episodes) for k in KINDS}
     assert counts == {3}
+
+
+def test_a_memory_the_installed_skrl_saves_reads_back_as_the_steps_it_was_given(tmp_path):
+    """Not only the files in data/: whatever skrl is installed (the dev extra brings it) writes
+    a fresh memory here, in every format its ``Memory.save`` knows."""
+    memories = pytest.importorskip(
+        "skrl.memories.torch", reason='skrl comes with the dev extra: pip install -e ".[dev]"'
+    )
+    import gymnasium as gym
+
+    memory = memories.RandomMemory(memory_size=30, num_envs=1, device="cpu")
+    names = ("observations", "next_observations", "actions", "rewards", "terminated", "truncated")
+    for name, size in zip(names, (3, 3, 1, 1, 1, 1), strict=True):
+        dtype = torch.bool if name in ("terminated", "truncated") else torch.float32
+        memory.create_tensor(name=name, size=size, dtype=dtype)
+    env = gym.make("Pendulum-v1", max_episode_steps=10)
+    env.action_space.seed(1)
+    observation, _ = env.reset(seed=1)
+    episodes: list[dict[str, list]] = [{"obs": [observation], "rewards": []}]
+    for _ in range(25):
+        action = env.action_space.sample()
+        after, reward, terminated, truncated, _ = env.step(action)
+        row = (observation, after, action, [reward], [terminated], [truncated])
+        tensors = {n: torch.tensor(np.asarray(v)[None]) for n, v in zip(names, row, strict=True)}
+        memory.add_samples(**tensors)
+        episodes[-1]["obs"].append(after)
+        episodes[-1]["rewards"].append(reward)
+        observation = after
+        if terminated or truncated:
+            observation, _ = env.reset()
+            episodes.append({"obs": [observation], "rewards": []})
+    for kind in KINDS:
+        memory.save(str(tmp_path), format=kind)
+    saved = sorted((tmp_path / "memories").iterdir(), key=lambda p: p.suffix)
+    assert [p.suffix for p in saved] == [".csv", ".npz", ".pt"]
+    for path in saved:
+        table = read_skrl_memory(path)
+        assert [len(d["rewards"]) for _, d, _ in table.episodes] == [10, 10, 5], path.suffix
+        assert all(s == EpisodeState.INTERRUPTED for _, _, s in table.episodes)
+        for (_, data, _), want in zip(table.episodes, episodes, strict=True):
+            np.testing.assert_allclose(data["obs"], np.asarray(want["obs"]), rtol=1e-6)
+            np.testing.assert_allclose(data["rewards"][:, 0], want["rewards"], rtol=1e-6)
