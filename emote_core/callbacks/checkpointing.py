@@ -353,13 +353,21 @@ class CheckpointLoader(Callback):
             path = self.resolve()
             data = load_checkpoint(path)
         saved = data["callbacks"]
-        missing = [c.name for c in self.callbacks if c.name not in saved]
+        # A callback that checkpoints grew to hold later may say how it starts without its entry.
+        missing = [
+            c.name for c in self.callbacks
+            if c.name not in saved and not hasattr(c, "restore_without_state")
+        ]  # fmt: skip
         if missing:
             raise CheckpointError(
                 f"checkpoint '{path}' has no state for callbacks {missing}; it holds "
                 f"{sorted(saved)}"
             )
         for callback in self.callbacks:
+            if callback.name not in saved:
+                log.warning("checkpoint '%s' holds no state for '%s'", path, callback.name)
+                callback.restore_without_state()  # type: ignore[attr-defined]
+                continue
             callback.load_state_dict(
                 saved[callback.name], self.load_network, self.load_optimizer, self.load_hparams
             )

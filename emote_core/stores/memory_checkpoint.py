@@ -144,6 +144,23 @@ class ReplayMemoryCheckpoint(Callback):
             )
         restore(self.table.random_generators(), state_dict["random_state"], owner="the memory")
 
+    def restore_without_state(self) -> None:
+        """For a checkpoint from before the memory was recorded in it: the table takes every
+        episode of the sources and of the run's export, as resumes did then (not an exact
+        continuation)."""
+        log.warning(
+            "the checkpoint does not record the replay memory (written by an older emote): "
+            "loading every episode of %s and of the run's export instead",
+            [source["url"] for source in self.sources] or "no stores",
+        )
+        from emote_core.stores.zarr_store import MemoryStore
+
+        for source in self.sources:
+            source["shards"] = MemoryStore(source["url"]).committed()
+        if self.export_store is not None and os.path.exists(self.export_store):
+            self.exported = MemoryStore(self.export_store).committed()
+        self._load(self.sources, self.exported)
+
     def end_training(self) -> None:
         """Commits the episodes completed since the last export and lets go of the shard."""
         if self.exporter is None:

@@ -194,3 +194,22 @@ def test_sac_pendulum_interrupted_halfway_and_resumed_reaches_the_recipes_return
     evaluated = invoke(runner, "eval", "p", "--episodes", "10", "--min-return", "-200", "--json")
     assert evaluated.exit_code == 0, evaluated.output
     assert json.loads(evaluated.stdout)["mean_return"] >= -200
+
+
+def test_a_run_whose_checkpoint_predates_the_recorded_memory_still_resumes(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    result = invoke(runner, *TRAIN, *FAST, "--steps", "20", "--run-dir", "old")
+    assert result.exit_code == 0, result.output
+    checkpoint = in_tmp / "old" / "checkpoints" / "checkpoint_20.tar"
+    data = torch.load(checkpoint, weights_only=True)
+    held = data["callbacks"].pop("replay_memory")["episodes"]  # as emote wrote them before
+    torch.save(data, checkpoint)
+
+    resumed = runner.invoke(app, ["train", "--resume", "--run-dir", "old", "--steps", "100"])
+    assert resumed.exit_code == 0, resumed.output
+    assert "does not record the replay memory" in resumed.stderr
+    state = load_checkpoint(in_tmp / "old" / "checkpoints" / "checkpoint_100.tar")["callbacks"]
+    memory = state["replay_memory"]
+    assert memory["exported"]["main"] == held  # every episode of its export, from then on counted
+    assert memory["episodes"] == held + memory["exported"]["resume-1"]
