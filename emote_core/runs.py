@@ -8,7 +8,7 @@
       checkpoints/       checkpoint_<bp_step>.tar, and best.tar (the best evaluation's)
       tensorboard/       event files
       exports/           ONNX exports
-      memory_export/     live episodes (an emote-memory store), when the recipe stores them
+      memory_export/     live episodes (an emote-memory store; the replay memory a resume reads)
       wandb/             the Weights & Biases run, when the recipe logs to W&B
       eval.json          the latest evaluation, and every one before it under "history"
 
@@ -78,7 +78,7 @@ class RunDirectory:
 
     @property
     def memory_export(self) -> Path:
-        """Live episodes, when the recipe stores them (``memory.store_episodes``)."""
+        """Live episodes, unless the recipe sets ``memory.store_episodes = false``."""
         return self.path / "memory_export"
 
     @property

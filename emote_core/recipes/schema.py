@@ -40,8 +40,9 @@ class MemoryConfig:
     """Transitions per window (n-step returns when above 1)."""
     warmup_steps: int = 1_000
     """Env steps collected (random-policy quality) before training starts."""
-    store_episodes: bool = False
-    """Also append live episodes to ``memory.zarr`` in the run directory."""
+    store_episodes: bool = True
+    """Append live episodes to the run's ``memory_export/`` store as they end. A resumed run
+    reads its replay memory back from there; without it a resume starts with an empty memory."""
 
 
 @dataclass

@@ -130,10 +130,15 @@ class ReplayMemoryCheckpoint(Callback):
             )
         self.sources, self.exported = sources, exported
         self._load(sources, exported)
-        if (self.table.episode_count, self.table.size()) != (
-            state_dict["episodes"],
-            state_dict["transitions"],
-        ):
+        held = state_dict["episodes"]
+        if held and not sources and not exported:
+            log.warning(
+                "the run did not store its episodes (memory.store_episodes = false), so the %d "
+                "episodes its memory held cannot come back: the resumed run starts with an empty "
+                "memory and collects again",
+                held,
+            )
+        elif (self.table.episode_count, self.table.size()) != (held, state_dict["transitions"]):
             log.warning(
                 "the restored memory holds %d episodes (%d transitions); the checkpoint's held %d "
                 "(%d)",

@@ -190,6 +190,10 @@ def test_sac_pendulum_interrupted_halfway_and_resumed_reaches_the_recipes_return
     resumed = invoke(runner, "train", "--resume", "--run-dir", "p", "-q", "--json")
     assert resumed.exit_code == 0, resumed.output
     assert json.loads(resumed.stdout)["steps"] == 19_900
+    memory = load_checkpoint(in_tmp / "p" / "checkpoints" / "checkpoint_19900.tar")["callbacks"]
+    state = memory["replay_memory"]  # the first half's episodes came back, with the new ones
+    assert state["episodes"] == sum(state["exported"].values()) > 0
+    assert set(state["exported"]) == {"main", "resume-1"}
     # The recipe's [eval] min_return (-200; rl-baselines3-zoo reports -157 +- 89 at 20k steps).
     evaluated = invoke(runner, "eval", "p", "--episodes", "10", "--min-return", "-200", "--json")
     assert evaluated.exit_code == 0, evaluated.output
@@ -213,3 +217,15 @@ def test_a_run_whose_checkpoint_predates_the_recorded_memory_still_resumes(
     memory = state["replay_memory"]
     assert memory["exported"]["main"] == held  # every episode of its export, from then on counted
     assert memory["episodes"] == held + memory["exported"]["resume-1"]
+
+
+def test_a_run_that_does_not_store_its_episodes_says_its_memory_starts_empty_on_resume(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    unstored = ("--set", "memory.store_episodes=false")
+    result = invoke(runner, *TRAIN, *FAST, *unstored, "--steps", "40", "--run-dir", "r")
+    assert result.exit_code == 0, result.output
+    assert not (in_tmp / "r" / "memory_export").exists()
+    resumed = runner.invoke(app, ["train", "--resume", "--run-dir", "r", "--steps", "60"])
+    assert resumed.exit_code == 0, resumed.output
+    assert "did not store its episodes (memory.store_episodes = false)" in resumed.stderr
