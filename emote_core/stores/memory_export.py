@@ -206,13 +206,15 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
         timers = getattr(self._inner, "timers", None)
         if isinstance(timers, BlockTimers):
             with timers.scope("export"):
-                self._append_pending()
+                appended = self._append_pending()
         else:
-            self._append_pending()
+            appended = self._append_pending()
         self._steps_since_export = 0
         self.export_count += 1
-        log.info(
-            "exported memory '%s' to %s in %.2f s",
+        log.log(
+            logging.INFO if appended else logging.DEBUG,  # checkpoints often find nothing new
+            "exported %d episodes of memory '%s' to %s in %.2f s",
+            appended,
             self.target_memory_name,
             self.export_path,
             time.perf_counter() - started,
@@ -232,7 +234,7 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
                 self._appender.close()
                 self._appender = None
 
-    def _append_pending(self) -> None:
+    def _append_pending(self) -> int:
         from emote_core.stores.zarr_store.tables import StoreAppender
 
         with self._lock:
@@ -243,6 +245,7 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
                 )  # fmt: skip
             pending, self._pending = self._pending, []
             self._appender.append(pending)
+            return len(pending)
 
 
 __all__ = ["MemoryExporterProxyWrapper", "MemoryImporterCallback", "export_path"]
