@@ -111,7 +111,7 @@ def train(
         from emote_core.assembly.training import build_training
         from emote_core.errors import ConfigurationError
         from emote_core.recipes import load_recipe
-        from emote_core.runs import default_run_path, prepare_run
+        from emote_core.runs import RunDirectory, default_run_path, prepare_run, run_steps
         from emote_core.utils.devices import resolve_device
 
         settings = list(overrides or [])
@@ -122,6 +122,8 @@ def train(
         chosen = resolve_device(device)
         if resume:
             path, loaded, changes, memory = _resume_plan(recipe, run_dir, settings, memory, live)
+            if steps is None and "training.bp_steps" not in changes:
+                steps = run_steps(RunDirectory(path))  # the total the run was started for
         else:
             if recipe is None:
                 abort("RECIPE is needed to start a run (only --resume can omit it)", ExitCode.USAGE)
@@ -136,7 +138,7 @@ def train(
         created = not path.exists()
         run = prepare_run(
             path, recipe=loaded, command=sys.argv, resume=resume, force=force, changes=changes,
-            memory=memory, live=live,
+            memory=memory, live=live, steps=steps,
         )  # fmt: skip
         torch.manual_seed(loaded.seed)
         if threads is not None:

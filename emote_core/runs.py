@@ -215,6 +215,15 @@ def resume_changes(current: Recipe, requested: Recipe, *, run_path: Path) -> dic
     return changes
 
 
+def run_steps(run: RunDirectory) -> int | None:
+    """The total of updates the run's latest start asked for with ``--steps`` (``None``: the
+    recipe's ``bp_steps``), which a resume without ``--steps`` keeps."""
+    for start in reversed(_read_json(run.run_file).get("starts", [])):
+        if "steps" in start:
+            return start["steps"]
+    return None
+
+
 def check_resume_inputs(run: RunDirectory, *, memory: list[str] | None, live: bool) -> list[str]:
     """The ``--memory`` stores of a resumed run: those it began with (its checkpoints count
     their episodes), which a resume may repeat but not change. A live run may go on from its
@@ -248,6 +257,7 @@ def prepare_run(
     changes: dict[str, list[Any]] | None = None,
     memory: list[str] | None = None,
     live: bool = True,
+    steps: int | None = None,
 ) -> RunDirectory:
     """Creates (or reopens, for ``resume``) a run directory and records how the run started.
 
@@ -285,6 +295,7 @@ def prepare_run(
         "unix_time": time.time(),
         "memory": [str(m) for m in memory or []],
         "live": live,
+        "steps": steps,
     }
     if resume:
         start["changes"] = changes or {}
@@ -396,4 +407,5 @@ __all__ = [
     "prepare_run",
     "resume_changes",
     "run_recipe",
+    "run_steps",
 ]

@@ -229,3 +229,20 @@ def test_a_run_that_does_not_store_its_episodes_says_its_memory_starts_empty_on_
     resumed = runner.invoke(app, ["train", "--resume", "--run-dir", "r", "--steps", "60"])
     assert resumed.exit_code == 0, resumed.output
     assert "did not store its episodes (memory.store_episodes = false)" in resumed.stderr
+
+
+def test_a_resume_without_steps_goes_on_to_the_total_the_run_was_started_for(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    started = invoke(runner, *TRAIN, *FAST, "--steps", "20", "--run-dir", "r")
+    assert started.exit_code == 0, started.output
+    checkpoint = in_tmp / "r" / "checkpoints" / "checkpoint_20.tar"
+    checkpoint.rename(checkpoint.with_name("checkpoint_10.tar"))  # as if stopped at update 10
+    # `--steps 20` was asked for; the recipe's bp_steps (2000) is not what the run was for.
+    resumed = invoke(runner, "train", "--resume", "--run-dir", "r", "-q", "--json")
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["steps"] == 20
+    longer = invoke(runner, "train", "--resume", "--run-dir", "r", "--steps", "30", "-q", "--json")
+    assert json.loads(longer.stdout)["steps"] == 30
+    again = invoke(runner, "train", "--resume", "--run-dir", "r", "-q", "--json")
+    assert json.loads(again.stdout)["steps"] == 30
