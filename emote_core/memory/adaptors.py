@@ -201,6 +201,11 @@ class TerminalAdaptor:
     the target entry's dtype and shape. The flag entries (``value_key`` and ``drop_keys``) are
     removed from the batch.
 
+    Every argument is keyword-only: upstream emote's ``TerminalAdaptor(target_key, value_key)``
+    takes the two keys in the other order (and copies the value entry over the mask instead of
+    combining it with ``dones``), so a positional call ported from there fails here instead of
+    writing masks from the wrong entry (``docs/porting.md``).
+
     Args:
         value_key: The batch entry holding, per sampled transition, the flag of the observation
             the transition leads to.
@@ -212,9 +217,9 @@ class TerminalAdaptor:
 
     def __init__(
         self,
+        *,
         value_key: str = "next_terminal",
         target_key: str = "masks",
-        *,
         dones_key: str = "dones",
         drop_keys: Sequence[str] = ("terminal",),
     ) -> None:

@@ -175,7 +175,7 @@ def _build_adaptors(
     if use_terminal:
         chain.append(
             TerminalAdaptor(
-                NEXT_PREFIX + TERMINAL_KEY, MASKS_KEY, dones_key=DONES_KEY,
+                value_key=NEXT_PREFIX + TERMINAL_KEY, target_key=MASKS_KEY, dones_key=DONES_KEY,
                 drop_keys=(TERMINAL_KEY,),
             )
         )  # fmt: skip

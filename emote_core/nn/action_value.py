@@ -1,7 +1,13 @@
 """Q networks: values of actions in states.
 
-Continuous-action networks take ``(observation, actions)`` and return ``(B, 1)``; the discrete
-one takes the observation and returns one value per action, ``(B, num_actions)``.
+Continuous-action networks take ``observation=`` and ``actions=`` by keyword and return
+``(B, 1)``; the discrete one takes the observation and returns one value per action,
+``(B, num_actions)``.
+
+Why by keyword: upstream emote's Q networks take ``(action, obs)``, ours were
+``(observation, actions)``, and both concatenate their inputs into one layer of the same width,
+so code ported with the other order would train on swapped inputs without an error. Keywords
+make that mistake fail at the call (``docs/porting.md``).
 """
 
 from __future__ import annotations
@@ -51,9 +57,9 @@ class ActionValueMlp(nn.Module):
         self.observation_dim = observation_dim
         self.action_dim = action_dim
 
-    def forward(self, observation: Tensor, actions: Tensor) -> Tensor:
+    def forward(self, *, observation: Tensor, actions: Tensor) -> Tensor:
         """The value of ``actions`` (``(B, action_dim)``) in ``observation`` (``(B, D)``):
-        ``(B, 1)``."""
+        ``(B, 1)``. Both by keyword (see the module docstring)."""
         return self.final_layer(self.encoder(torch.cat([observation, actions], dim=-1)))
 
 
@@ -130,8 +136,8 @@ class SharedEncoderActionValueNet(nn.Module):
         self.final_layer = nn.Linear(self.encoder.output_dim, 1)
         self.action_dim = action_dim
 
-    def forward(self, observation: Tensor, actions: Tensor) -> Tensor:
-        """The value of ``actions`` in ``observation``: ``(B, 1)``."""
+    def forward(self, *, observation: Tensor, actions: Tensor) -> Tensor:
+        """The value of ``actions`` in ``observation``: ``(B, 1)``. Both by keyword."""
         features = self.obs_encoder(observation)
         return self.final_layer(self.encoder(torch.cat([features, actions], dim=-1)))
 

@@ -281,3 +281,10 @@ def test_adaptors_keep_cuda_batches_on_the_device() -> None:
     positions = (offsets[:, None] + np.arange(2)[None, :]).reshape(-1)
     originals = torch.from_numpy(images[positions]).float()
     shifts_of(originals, batch["observation"]["image"].cpu(), pad=2)
+
+
+def test_terminal_adaptor_keys_go_by_keyword_as_upstreams_order_is_the_other() -> None:
+    with pytest.raises(TypeError, match="positional"):
+        TerminalAdaptor("masks", "next_terminal")  # upstream's (target_key, value_key)
+    adaptor = TerminalAdaptor(target_key="masks", value_key="next_terminal")
+    assert (adaptor.value_key, adaptor.target_key) == ("next_terminal", "masks")

@@ -32,7 +32,7 @@ class QLoss(LossCallback):
 
     Args:
         name: Unique name (``"q1"``, ``"q2"``); keys logs and checkpoints.
-        q: The Q network, ``q(observation, actions) -> (B, 1)``.
+        q: The Q network, ``q(observation=..., actions=...) -> (B, 1)``, by keyword.
         optimizer: The optimizer over ``q``'s parameters.
         lr_schedule: A torch learning-rate scheduler stepped after every update.
         max_grad_norm: Clip the gradient norm to this (``None``: no clipping).
@@ -64,7 +64,7 @@ class QLoss(LossCallback):
         """``mean((q(s, a) - q_target)^2)``."""
         inputs = flatten_observation(observation, self.observation_keys)
         inputs, actions = window_starts(self.name, [inputs, actions], q_target.shape[0])
-        q_values = self.q_network(inputs, actions)
+        q_values = self.q_network(observation=inputs, actions=actions)
         self.log_scalar(f"training/{self.name}_prediction", q_values.detach().mean())
         return F.mse_loss(q_values, q_target)
 
@@ -123,7 +123,10 @@ class PolicyLoss(LossCallback):
         inputs = flatten_observation(observation, self.observation_keys)
         actions, log_probs = sample_policy(self.policy, inputs)
         with frozen(self._q_parameters):
-            q_values = torch.min(self.q1(inputs, actions), self.q2(inputs, actions))
+            q_values = torch.min(
+                self.q1(observation=inputs, actions=actions),
+                self.q2(observation=inputs, actions=actions),
+            )
         alpha = self.ln_alpha.detach().exp()
         self._log_probs = log_probs.detach()
         self.log_scalar(f"training/{self.name}_entropy", -self._log_probs.mean())

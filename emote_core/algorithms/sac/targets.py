@@ -64,7 +64,7 @@ class QTarget(LoggingMixin, Callback):
         ln_alpha: The log entropy temperature, the tensor :class:`AlphaLoss` updates in place.
         q1_target: The target copy of ``q1``.
         q2_target: The target copy of ``q2``.
-        q1: The first online Q network, ``q(observation, actions) -> (B, 1)``.
+        q1: The first online Q network, ``q(observation=..., actions=...) -> (B, 1)``, by keyword.
         q2: The second online Q network.
         gamma: The discount factor.
         reward_scale: Multiplies the rewards (not the bootstrapped value).
@@ -152,7 +152,8 @@ class QTarget(LoggingMixin, Callback):
             observation = window_ends(self.name, observation, count, self.rollout_length)
             actions, log_probs = sample_policy(self.policy, observation)
             q_next = torch.min(
-                self.q1_target(observation, actions), self.q2_target(observation, actions)
+                self.q1_target(observation=observation, actions=actions),
+                self.q2_target(observation=observation, actions=actions),
             )
             soft_value = q_next - self.ln_alpha.exp() * log_probs
             q_target = self.n_step(rewards, masks if self.use_masks else None, soft_value)
