@@ -63,6 +63,35 @@ class BPStepScheduler(ABC):
         """Advance the schedule by one step."""
         self._steps_taken += 1
 
+    def evaluate_at(self, bp_step: int) -> float:
+        """The value the schedule has after ``bp_step`` steps, leaving its own position alone.
+
+        Upstream emote's name for asking a schedule about any step, for example to plot it or to
+        check a recipe before training.
+
+        Args:
+            bp_step: The step to evaluate, an integer >= 0.
+
+        Returns:
+            What :attr:`value` is once :attr:`steps_taken` equals ``bp_step``.
+
+        Raises:
+            ConfigurationError: If ``bp_step`` is not an integer >= 0.
+        """
+        if isinstance(bp_step, bool) or not isinstance(bp_step, int) or bp_step < 0:
+            raise ConfigurationError(
+                f"{type(self).__name__}.evaluate_at: bp_step must be an integer >= 0, "
+                f"got {bp_step!r}"
+            )
+        # The value is a function of the step count alone (see the class docstring), so reading
+        # it at another count and putting the count back changes nothing observable.
+        current = self._steps_taken
+        self._steps_taken = bp_step
+        try:
+            return self.value
+        finally:
+            self._steps_taken = current
+
     def state_dict(self) -> dict[str, int | float]:
         """Returns the schedule's position, to be saved in a checkpoint."""
         return {"steps_taken": self._steps_taken}

@@ -7,17 +7,31 @@ cut: bootstrap from the final observation).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    import torch
 
 AgentId = int
 """Identifies one agent (and so one open episode) across observations."""
 
 Tensor = npt.NDArray[np.generic]
 """An array as environments and proxies exchange them (numpy; torch only inside models)."""
+
+
+RewardFnType = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
+"""A reward function for model-based rollouts, named as in upstream emote.
+
+It is called with a batch of actions and the batch of next observations a dynamics model predicted
+for them, in that order, and returns the batch of rewards. The torch types are written as strings
+so that importing this module does not import torch; ``typing.get_type_hints`` resolves them.
+"""
 
 
 class EpisodeState(IntEnum):
@@ -101,5 +115,6 @@ __all__ = [
     "DictResponse",
     "EpisodeState",
     "MetaData",
+    "RewardFnType",
     "Tensor",
 ]

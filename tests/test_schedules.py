@@ -127,6 +127,26 @@ def test_state_dict_round_trip_resumes_the_same_sequence(
     assert head + values(resumed, 18) == uninterrupted
 
 
+@pytest.mark.parametrize("make", SCHEDULE_FACTORIES)
+def test_evaluate_at_gives_the_value_at_any_step_without_moving_the_schedule(
+    make: Callable[[], BPStepScheduler],
+) -> None:
+    sequence = values(make(), 25)
+    schedule = make()
+    values(schedule, 4)
+    assert [schedule.evaluate_at(step) for step in range(25)] == sequence
+    assert schedule.steps_taken == 4
+    assert schedule.value == sequence[4]
+
+
+@pytest.mark.parametrize("bp_step", [-1, 2.5, True])
+def test_evaluate_at_refuses_a_step_that_is_not_a_count(bp_step: object) -> None:
+    with pytest.raises(
+        ConfigurationError, match=rf"bp_step must be an integer >= 0, got {bp_step}"
+    ):
+        LinearSchedule(1.0, 0.0, 10).evaluate_at(bp_step)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     "state, message",
     [

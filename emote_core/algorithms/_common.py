@@ -202,6 +202,27 @@ class TargetFollower:
                 target.copy_(source)
 
 
+def soft_update_from_to(source: nn.Module, target: nn.Module, tau: float) -> None:
+    """Moves ``target`` a fraction ``tau`` toward ``source`` (upstream emote's Polyak update).
+
+    Each target parameter becomes ``(1 - tau) * target + tau * source``; buffers (batch-norm
+    statistics, say) are copied outright, as :class:`TargetFollower` does every step. Code that
+    updates the same pair often should keep a :class:`TargetFollower`, which pairs the parameters
+    once.
+
+    Args:
+        source: The online network.
+        target: Its target copy, updated in place.
+        tau: The fraction to move, in ``[0, 1]``; 1 copies the source.
+
+    Raises:
+        ConfigurationError: If ``tau`` is outside ``[0, 1]`` or the two networks do not have the
+            same parameters and buffers.
+    """
+    tau = check_number("soft_update_from_to", "tau", tau, 0.0, 1.0)
+    TargetFollower(target, source).polyak_(tau)
+
+
 def prepare_target(owner: str, target: nn.Module, source: nn.Module) -> None:
     """Starts ``target`` as a copy of ``source`` and stops it from ever collecting gradients.
 

@@ -306,15 +306,30 @@ class TerminalLogger(Callback):
         self.callbacks = _check_loggers(callbacks, name)
         self.log_interval = log_interval
 
-    def end_cycle(self, bp_step: int) -> None:
-        """Logs the line for this cycle."""
+    def log_scalars(self, step: int, suffix: str | None = None) -> None:
+        """Logs one line of the callbacks' scalars and windowed means at ``step``.
+
+        This is upstream emote's method, which :meth:`end_cycle` calls with the training step.
+
+        Args:
+            step: The counter value to report the line at.
+            suffix: The counter's name, ``"bp_step"`` if not given. When given, it is also added
+                to the first part of each key as TensorBoard tags have it (:func:`tag_for`):
+                ``"loss/q1"`` with ``suffix="bp_samples"`` is logged as ``"loss_bp_samples/q1"``.
+        """
         values: dict[str, float] = {}
         for callback in self.callbacks:
             values.update(callback.scalar_logs)
             values.update(callback.windowed_means())
-        parts = [f"bp_step {bp_step}"]
+        if suffix is not None:
+            values = {tag_for(key, suffix): value for key, value in values.items()}
+        parts = [f"{suffix or 'bp_step'} {step}"]
         parts += [f"{key} {values[key]:.4g}" for key in sorted(values)]
         log.info(" | ".join(parts))
+
+    def end_cycle(self, bp_step: int) -> None:
+        """Logs the line for this cycle."""
+        self.log_scalars(bp_step)
 
 
 __all__ = [

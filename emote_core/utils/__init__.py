@@ -5,7 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from emote_core.utils.deprecation import deprecated
-from emote_core.utils.threading import AtomicContainer, AtomicInt, LockedResource
+from emote_core.utils.threading import (
+    AtomicContainer,
+    AtomicInt,
+    LockedResource,
+    TracedLock,
+    WeakReference,
+)
 from emote_core.utils.timers import (
     BlockTimers,
     MovingWindowStatistics,
@@ -20,6 +26,8 @@ __all__ = [
     "LockedResource",
     "MovingWindowStatistics",
     "TimedBlock",
+    "TracedLock",
+    "WeakReference",
     "WelfordStatistics",
     "deprecated",
     "discount",

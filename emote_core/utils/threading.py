@@ -7,13 +7,19 @@ runs, except inside :class:`LockedResource`'s ``with`` block, which exists exact
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
+import weakref
+from collections.abc import Callable
 from types import TracebackType
-from typing import Generic, Self, TypeVar
+from typing import Generic, Protocol, Self, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["AtomicContainer", "AtomicInt", "LockedResource"]
+__all__ = ["AtomicContainer", "AtomicInt", "LockedResource", "TracedLock", "WeakReference"]
+
+log = logging.getLogger(__name__)
 
 
 class LockedResource(Generic[T]):
@@ -61,18 +67,31 @@ class LockedResource(Generic[T]):
 
 
 class AtomicContainer(Generic[T]):
-    """A value whose reads, writes and swaps are each atomic.
+    """A value whose reads, writes, swaps and takes are each atomic.
 
     Args:
         value: The initial value.
     """
 
     def __init__(self, value: T) -> None:
-        self._value = value
+        self._value: T | None = value
         self._lock = threading.Lock()
 
-    def read(self) -> T:
-        """Returns the current value."""
+    def take(self) -> T | None:
+        """Empty the container and return what it held, in one atomic step.
+
+        Of several threads taking at once, exactly one gets the value; the others get ``None``,
+        which is also what the container holds afterwards (until the next :meth:`set`).
+
+        Returns:
+            The value held before the call, or ``None`` if the container was empty.
+        """
+        with self._lock:
+            value, self._value = self._value, None
+            return value
+
+    def read(self) -> T | None:
+        """Returns the current value (``None`` after :meth:`take`)."""
         with self._lock:
             return self._value
 
@@ -85,7 +104,7 @@ class AtomicContainer(Generic[T]):
         with self._lock:
             self._value = value
 
-    def swap(self, value: T) -> T:
+    def swap(self, value: T) -> T | None:
         """Replace the current value and return the previous one in one atomic step.
 
         Args:
@@ -174,3 +193,104 @@ class AtomicInt:
 
     def __repr__(self) -> str:
         return f"AtomicInt({self.value})"
+
+
+class WeakReference(weakref.ReferenceType, Generic[T]):  # type: ignore[type-arg]
+    """A weak reference that names the type it points at, as upstream emote's ``WeakReference``.
+
+    Calling it returns the object while something else keeps it alive, and ``None`` once it has
+    been collected; it never keeps the object alive itself. ``WeakReference[Policy](policy)``
+    reads as what it holds where a plain ``weakref.ref`` would not.
+
+    Args:
+        obj: The object to refer to; it must support weak references.
+        callback: Called with this reference when the object is about to be collected.
+    """
+
+    def __call__(self) -> T | None:
+        return super().__call__()
+
+
+class _Lock(Protocol):
+    def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+class TracedLock:
+    """A lock that records who holds it and how long threads wait for it and keep it.
+
+    Meant for finding deadlocks and contention: :attr:`holder` names the thread inside the lock
+    right now, and each acquisition after a wait is logged at DEBUG level with the thread that
+    waited, the wait and the name of the lock. Use it as a context manager, like the lock it wraps.
+
+    Args:
+        lock_class: Makes the underlying lock; ``threading.RLock`` gives a re-entrant one, whose
+            nested entries count as one hold.
+        name: Names the lock in the log.
+    """
+
+    def __init__(
+        self, lock_class: Callable[[], _Lock] = threading.Lock, *, name: str = "traced_lock"
+    ) -> None:
+        self._lock = lock_class()
+        self.name = name
+        self._holder: str | None = None
+        self._depth = 0
+        self._hold_start = 0.0
+        self._accumulated_block_time = 0.0
+        self._accumulated_exec_time = 0.0
+        self._acquisitions = 0
+
+    @property
+    def holder(self) -> str | None:
+        """The name of the thread holding the lock, or ``None`` when it is free."""
+        return self._holder
+
+    @property
+    def accumulated_block_time(self) -> float:
+        """Seconds that all threads together spent waiting to acquire the lock."""
+        return self._accumulated_block_time
+
+    @property
+    def accumulated_exec_time(self) -> float:
+        """Seconds the lock was held, over all completed holds."""
+        return self._accumulated_exec_time
+
+    @property
+    def acquisitions(self) -> int:
+        """How many times the lock was taken (nested re-entries not counted)."""
+        return self._acquisitions
+
+    def __enter__(self) -> Self:
+        waiting_since = time.perf_counter()
+        self._lock.acquire()
+        acquired_at = time.perf_counter()
+        # From here on this thread holds the lock, so the bookkeeping below cannot race.
+        self._depth += 1
+        if self._depth == 1:
+            waited = acquired_at - waiting_since
+            self._accumulated_block_time += waited
+            self._acquisitions += 1
+            self._holder = threading.current_thread().name
+            self._hold_start = acquired_at
+            if waited > 0.001:
+                log.debug(
+                    "%s: %s acquired it after waiting %.3f s", self.name, self._holder, waited
+                )
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self._accumulated_exec_time += time.perf_counter() - self._hold_start
+            self._holder = None
+        self._lock.release()
+
+    def __repr__(self) -> str:
+        return f"TracedLock(name={self.name!r}, holder={self._holder!r})"

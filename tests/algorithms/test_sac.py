@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from emote_core.algorithms.sac import AlphaLoss, PolicyLoss, QLoss, QTarget
+from emote_core.algorithms.sac import AlphaLoss, PolicyLoss, QLoss, QTarget, soft_update_from_to
 from emote_core.callback import Order
 from emote_core.callbacks.checkpointing import Checkpointer, CheckpointLoader
 from emote_core.callbacks.generic import BackPropStepsTerminator
@@ -154,6 +154,27 @@ def test_targets_start_as_copies_and_follow_by_polyak_averaging() -> None:
     callback.end_batch()
     for old, online, target in zip(before, q1.parameters(), q1_target.parameters(), strict=True):
         torch.testing.assert_close(target, 0.75 * old + 0.25 * online)
+
+
+def test_soft_update_from_to_moves_the_target_a_fraction_tau_toward_the_source() -> None:
+    torch.manual_seed(0)
+    source = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))
+    target = copy.deepcopy(source)
+    with torch.no_grad():
+        for parameter in source.parameters():
+            parameter.add_(1.0)
+        source[1].running_mean.fill_(5.0)
+    before = [p.detach().clone() for p in target.parameters()]
+    soft_update_from_to(source, target, 0.1)
+    for old, online, moved in zip(before, source.parameters(), target.parameters(), strict=True):
+        torch.testing.assert_close(moved, 0.9 * old + 0.1 * online)
+    torch.testing.assert_close(target[1].running_mean, torch.full((3,), 5.0))
+
+
+def test_soft_update_from_to_refuses_a_tau_outside_zero_to_one() -> None:
+    network = nn.Linear(1, 1)
+    with pytest.raises(ConfigurationError, match=r"tau must be in \[0.0, 1.0\]; got 1.5"):
+        soft_update_from_to(network, copy.deepcopy(network), 1.5)
 
 
 def test_target_sharing_parameters_with_its_network_is_refused() -> None:

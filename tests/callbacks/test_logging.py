@@ -357,6 +357,26 @@ def test_terminal_logger_logs_one_sorted_line_per_cycle(
     assert capsys.readouterr().out == ""
 
 
+def test_terminal_logger_log_scalars_reports_at_a_given_step_with_a_suffix(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    reporter = Reporter()
+    for bp_step in (1, 2):
+        reporter.backward(bp_step)
+    logger = TerminalLogger(callbacks=[reporter], log_interval=INTERVAL)
+
+    with caplog.at_level(logging.INFO, logger="emote_core.callbacks.logging"):
+        logger.log_scalars(8)
+        logger.log_scalars(8, suffix="bp_samples")
+
+    lines = [r.getMessage() for r in caplog.records if r.name == "emote_core.callbacks.logging"]
+    assert lines == [
+        "bp_step 8 | loss/q 1 | lr 0.0005 | training/reward 1.5 | training/short 3",
+        "bp_samples 8 | loss_bp_samples/q 1 | lr_bp_samples 0.0005 "
+        "| training_bp_samples/reward 1.5 | training_bp_samples/short 3",
+    ]
+
+
 def test_steps_after_the_last_cycle_are_written_at_end_training(tmp_path: Path) -> None:
     reporter = Reporter()
     writer = SummaryWriter(log_dir=str(tmp_path))

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import gc
+import logging
 import sys
 import threading
 import time
@@ -7,7 +9,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from emote_core.utils import AtomicContainer, AtomicInt, LockedResource
+from emote_core.utils import (
+    AtomicContainer,
+    AtomicInt,
+    LockedResource,
+    TracedLock,
+    WeakReference,
+)
 
 THREADS = 8
 ITERATIONS = 5_000
@@ -138,3 +146,85 @@ def test_atomic_container_read_and_set() -> None:
     container.set("b")
     assert container.swap("c") == "b"
     assert container.read() == "c"
+
+
+def test_atomic_container_take_empties_it_and_only_one_thread_gets_the_value() -> None:
+    container = AtomicContainer("weights")
+    assert container.take() == "weights"
+    assert container.read() is None
+    assert container.take() is None
+    taken: list[str | None] = []
+    taken_lock = threading.Lock()
+
+    def work() -> None:
+        value = container.take()
+        with taken_lock:
+            taken.append(value)
+
+    for round_ in range(50):
+        container.set(f"weights-{round_}")
+        taken.clear()
+        _run_in_threads(work)
+        assert sorted(taken, key=str) == [None] * (THREADS - 1) + [f"weights-{round_}"]
+
+
+def test_weak_reference_returns_the_object_until_it_is_collected() -> None:
+    class Policy:
+        pass
+
+    policy = Policy()
+    collected: list[object] = []
+    reference = WeakReference[Policy](policy, collected.append)
+    assert reference() is policy
+    assert isinstance(reference, WeakReference)
+    del policy
+    gc.collect()
+    assert reference() is None
+    assert collected == [reference]
+
+
+def test_traced_lock_names_its_holder_and_measures_waits(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    lock = TracedLock(name="exporter")
+    assert lock.holder is None
+    inside = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with lock:
+            inside.set()
+            release.wait(5)
+
+    holder = threading.Thread(target=hold, name="exporter-thread")
+    holder.start()
+    assert inside.wait(5)
+    assert lock.holder == "exporter-thread"
+    threading.Timer(0.05, release.set).start()
+    with caplog.at_level(logging.DEBUG, logger="emote_core.utils.threading"), lock:
+        assert lock.holder == threading.current_thread().name
+    holder.join()
+    assert lock.holder is None
+    assert lock.acquisitions == 2
+    assert lock.accumulated_block_time >= 0.04  # the main thread waited for the release
+    assert lock.accumulated_exec_time >= lock.accumulated_block_time
+    assert "exporter: MainThread acquired it after waiting" in caplog.text
+
+
+def test_traced_lock_serialises_threads_and_counts_reentry_once() -> None:
+    lock = TracedLock()
+    counter = [0]
+
+    def work() -> None:
+        for _ in range(200):
+            with lock:
+                counter[0] += 1
+
+    _run_in_threads(work)
+    assert counter[0] == THREADS * 200
+    assert lock.acquisitions == THREADS * 200
+    reentrant = TracedLock(threading.RLock)
+    with reentrant, reentrant:
+        assert reentrant.holder == threading.current_thread().name
+    assert reentrant.holder is None
+    assert reentrant.acquisitions == 1

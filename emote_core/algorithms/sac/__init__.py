@@ -27,6 +27,7 @@ running the policy again.
 
 from __future__ import annotations
 
+from emote_core.algorithms._common import soft_update_from_to
 from emote_core.algorithms.sac.family import SacConfig, SacNetworks, SoftActorCritic
 from emote_core.algorithms.sac.losses import (
     POLICY_LOG_PROBS_KEY,
@@ -47,4 +48,5 @@ __all__ = [
     "SacConfig",
     "SacNetworks",
     "SoftActorCritic",
+    "soft_update_from_to",
 ]
