@@ -14,6 +14,7 @@ import numpy as np
 from emote_core.errors import FormatError
 from emote_core.stores.stored import ColumnSchema, EpisodeRecord, StoredTable
 from emote_core.stores.summary import bytes_on_disk, columns_summary, episode_summary
+from emote_core.stores.zarr_store.groups import child_names, keys_under, open_group
 from emote_core.stores.zarr_store.layout import (
     COLUMNS,
     EPISODE_FIELDS,
@@ -26,7 +27,6 @@ from emote_core.stores.zarr_store.layout import (
     check_format,
     table_checksums,
 )
-from emote_core.stores.zarr_store.writer import child_names, keys_under, open_group
 from emote_core.typing import EpisodeState
 
 log = logging.getLogger(__name__)

@@ -22,6 +22,13 @@ from emote_core.errors import FormatError, SchemaError
 from emote_core.stores.provenance import ENV_ID, PROVENANCE, Provenance, with_session
 from emote_core.stores.stored import ColumnSchema, EpisodeRecord
 from emote_core.stores.summary import reward_column
+from emote_core.stores.zarr_store.groups import (
+    child_names,
+    is_store,
+    keys_under,
+    open_group,
+    require_group,
+)
 from emote_core.stores.zarr_store.layout import (
     COLUMNS,
     DEFAULT_SHARD,
@@ -41,46 +48,6 @@ from emote_core.stores.zarr_store.lease import DEFAULT_TIMEOUT, ShardLease, desc
 from emote_core.typing import EpisodeState
 
 log = logging.getLogger(__name__)
-
-
-def open_group(
-    url: str | os.PathLike[str], mode: str, *, attributes: dict[str, Any] | None = None
-) -> Any:
-    """Opens the Zarr group at a local path or an fsspec URL (``memory://``, ``s3://``, ...).
-
-    Args:
-        url: Where.
-        mode: Zarr's mode (``"r"``, ``"r+"``, ``"w-"``, ``"w"``).
-        attributes: For a group created now: its attributes, written with its metadata in one
-            write (a reader never sees the group without them).
-
-    Raises:
-        FormatError: If there is no readable Zarr group there (for ``mode="r"``).
-    """
-    import zarr
-
-    location = os.fspath(url)
-    try:
-        return zarr.open_group(location, mode=mode, attributes=attributes)  # type: ignore[arg-type]
-    except FileExistsError as error:
-        raise FormatError(
-            f"'{location}' already holds data; choose another destination or allow overwriting"
-        ) from error
-    except FileNotFoundError as error:
-        raise FormatError(f"no emote memory store at '{location}'") from error
-    except (ValueError, KeyError, TypeError) as error:
-        raise FormatError(
-            f"'{location}' is not a readable Zarr store: its zarr.json is unreadable ({error})"
-        ) from error
-
-
-def is_store(url: str | os.PathLike[str]) -> bool:
-    """Whether an emote-memory store's root metadata is at ``url`` (its shards unread)."""
-    try:
-        attributes = dict(open_group(url, "r").attrs)
-    except FormatError:
-        return False
-    return attributes.get("format") == FORMAT_NAME
 
 
 def producer() -> dict[str, Any]:
@@ -388,48 +355,8 @@ class ShardWriter:
         self.commit = commit
 
 
-def require_group(parent: Any, name: str) -> Any:
-    """``parent[name]``, created if missing; two writers may race to create it."""
-    from zarr.errors import ContainsGroupError
-
-    try:
-        return parent.require_group(name)
-    except ContainsGroupError:  # created by another writer between zarr's check and its write
-        return parent[name]
-
-
 def _empty_commit(columns: Sequence[StoreColumn]) -> dict[str, Any]:
     return {"sequence": 0, "episodes": 0, "transitions": 0, "rows": {c.name: 0 for c in columns}}
-
-
-PARTIAL_SUFFIX = ".partial"
-"""zarr's local store writes each file under a temporary ``<name>.<uuid>.partial`` name first; a
-writer killed mid-write leaves one behind. Such files are never data."""
-
-
-def keys_under(root: Any, prefix: str) -> bool:
-    """Whether the store holds any key below ``prefix`` (metadata or not; temporaries aside)."""
-    from zarr.core.sync import sync  # zarr's stores are async; this runs one call to the end
-
-    async def first() -> bool:
-        async for key in root.store.list_prefix(prefix):
-            if not key.endswith(PARTIAL_SUFFIX):
-                return True
-        return False
-
-    return bool(sync(first()))
-
-
-def child_names(root: Any, prefix: str) -> list[str]:
-    """The names directly below ``prefix`` in the store, whether or not they have metadata."""
-    from zarr.core.sync import sync
-
-    async def names() -> list[str]:
-        return [name async for name in root.store.list_dir(prefix)]
-
-    return sorted(
-        name for name in sync(names()) if name != "zarr.json" and not name.endswith(PARTIAL_SUFFIX)
-    )
 
 
 def _write_rows(array: Any, start: int, data: np.ndarray) -> None:
