@@ -104,7 +104,7 @@ def build_training(
         table=table, sources=stores, skip_damaged=skip_damaged, export_store=run.memory_export
     )
     if not resume:  # a resumed run's memory is what its checkpoint recorded (restore_state)
-        memory.fill()
+        memory.fill(opened)  # the stores the check above read: not opened again
     if not live and not resume and not loader.is_ready():
         raise ConfigurationError(
             f"the stores hold {table.size()} transitions in {table.episode_count} episodes; a "

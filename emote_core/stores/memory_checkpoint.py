@@ -22,6 +22,7 @@ from emote_core.utils.random_state import capture, restore
 if TYPE_CHECKING:
     from emote_core.memory.table import ArrayMemoryTable
     from emote_core.stores.memory_export import MemoryExporterProxyWrapper
+    from emote_core.stores.zarr_store import MemoryStore
 
 log = logging.getLogger(__name__)
 
@@ -67,18 +68,30 @@ class ReplayMemoryCheckpoint(Callback):
         self.exported: dict[str, int] = {}
         """Episodes per shard of the export store that earlier parts of this run committed."""
 
-    def fill(self) -> int:
-        """Fills the table from the sources, pinning what was read; returns the episodes read."""
+    def fill(self, opened: Sequence[MemoryStore] | None = None) -> int:
+        """Fills the table from the sources, pinning what was read; returns the episodes read.
+
+        Args:
+            opened: The sources, already open (read once, not again), in their order.
+        """
         from emote_core.stores.zarr_store import MemoryStore
 
-        for source in self.sources:
-            source["shards"] = MemoryStore(source["url"]).committed()
-        return self._load(self.sources, {})
+        stores = (
+            list(opened) if opened is not None else [MemoryStore(s["url"]) for s in self.sources]
+        )
+        for source, store in zip(self.sources, stores, strict=True):
+            source["shards"] = store.committed()
+        return self._load(self.sources, {}, stores)
 
-    def _load(self, sources: list[dict[str, Any]], exported: dict[str, int]) -> int:
+    def _load(
+        self,
+        sources: list[dict[str, Any]],
+        exported: dict[str, int],
+        opened: Sequence[MemoryStore] | None = None,
+    ) -> int:
         from emote_core.stores.zarr_store.tables import load_table
 
-        urls = [source["url"] for source in sources]
+        urls: list[Any] = list(opened) if opened is not None else [s["url"] for s in sources]
         limits = [dict(source["shards"]) for source in sources]
         if exported and self.export_store is not None:
             urls.append(os.fspath(self.export_store))
@@ -86,7 +99,8 @@ class ReplayMemoryCheckpoint(Callback):
         if not urls:
             return 0
         loaded = load_table(self.table, urls, skip_damaged=self.skip_damaged, limits=limits)
-        log.info("memory: %d episodes (%d transitions) from %s", loaded, self.table.size(), urls)
+        named = [getattr(url, "url", url) for url in urls]
+        log.info("memory: %d episodes (%d transitions) from %s", loaded, self.table.size(), named)
         return loaded
 
     def state_dict(self) -> dict[str, Any]:

@@ -165,7 +165,7 @@ def save_table(
 
 def load_table(
     table: ArrayMemoryTable,
-    urls: Sequence[str | os.PathLike[str]],
+    urls: Sequence[str | os.PathLike[str] | MemoryStore],
     *,
     skip_damaged: bool = False,
     limits: Sequence[Mapping[str, int] | None] | None = None,
@@ -181,7 +181,7 @@ def load_table(
 
     Args:
         table: The table to fill.
-        urls: The stores.
+        urls: The stores (paths or URLs, or stores already open).
         skip_damaged: Leave damaged episodes (and unreadable shards) out instead of refusing.
         limits: Per store, ``None`` or the episodes to read per shard (see
             :meth:`MemoryStore.episodes`): the part of a store that a checkpoint saw.
@@ -193,7 +193,7 @@ def load_table(
         FormatError: If a store is missing or its columns do not fit the table, or (unless
             ``skip_damaged``) it holds damaged episodes, naming them.
     """
-    stores = [MemoryStore(url) for url in urls]
+    stores = [url if isinstance(url, MemoryStore) else MemoryStore(url) for url in urls]
     per_store = list(limits) if limits is not None else [None] * len(stores)
     if len(per_store) != len(stores):
         raise ValueError(f"load_table got {len(per_store)} limits for {len(stores)} stores")
