@@ -161,7 +161,7 @@ class NStepTarget:
         matrix = self._gamma_matrix
         if matrix.device != rewards.device or matrix.dtype != rewards.dtype:
             matrix = self._gamma_matrix = matrix.to(device=rewards.device, dtype=rewards.dtype)
-        return discount(rewards, bootstrap, masks_end, matrix)
+        return discount(rewards, bootstrap, masks=masks_end, gamma_matrix=matrix)
 
 
 class TargetFollower:

@@ -39,7 +39,7 @@ def statistics(values: np.ndarray) -> dict[str, float | None]:
 
 
 def episode_summary(
-    lengths: np.ndarray, returns: np.ndarray, end_states: np.ndarray
+    *, lengths: np.ndarray, returns: np.ndarray, end_states: np.ndarray
 ) -> dict[str, Any]:
     """Counts and statistics of a set of episodes."""
     return {
@@ -72,7 +72,7 @@ def summarize_stored(stored: StoredTable, length_key: str | None = None) -> dict
         "format_version": stored.metadata.get("format_version"),
         "columns": columns_summary(stored.columns),
         "spaces": stored.spaces,
-        **episode_summary(lengths, returns, ends),
+        **episode_summary(lengths=lengths, returns=returns, end_states=ends),
     }
 
 

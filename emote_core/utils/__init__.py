@@ -33,11 +33,12 @@ __all__ = [
     "discount",
     "discount_all_steps",
     "make_gamma_matrix",
+    "split_rollouts",
 ]
 
 # The gamma-matrix helpers need torch; they load on first use so that importing emote_core.utils
 # (timers, threading) stays light.
-_GAMMA_MATRIX_NAMES = ("discount", "discount_all_steps", "make_gamma_matrix")
+_GAMMA_MATRIX_NAMES = ("discount", "discount_all_steps", "make_gamma_matrix", "split_rollouts")
 
 
 def __getattr__(name: str) -> Any:

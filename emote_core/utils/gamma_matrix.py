@@ -76,8 +76,13 @@ def _stacked(rewards: Tensor, values: Tensor, masks: Tensor, gamma_matrix: Tenso
     return torch.cat([rewards, masks * values], dim=1)
 
 
-def discount(rewards: Tensor, values: Tensor, masks: Tensor, gamma_matrix: Tensor) -> Tensor:
+def discount(rewards: Tensor, values: Tensor, *, masks: Tensor, gamma_matrix: Tensor) -> Tensor:
     """The n-step return of each window's first transition.
+
+    ``masks`` and ``gamma_matrix`` are keyword-only: upstream emote's ``discount(rewards, values,
+    gamma_matrix)`` takes no masks and returns every step's return, flattened; a call written for
+    it fails here instead of reading the gamma matrix as masks. Its counterpart is
+    :func:`discount_all_steps` (``.reshape(-1, 1)`` for upstream's shape).
 
     Args:
         rewards: ``(B, L)`` rewards of each window.
@@ -95,7 +100,7 @@ def discount(rewards: Tensor, values: Tensor, masks: Tensor, gamma_matrix: Tenso
 
 
 def discount_all_steps(
-    rewards: Tensor, values: Tensor, masks: Tensor, gamma_matrix: Tensor
+    rewards: Tensor, values: Tensor, *, masks: Tensor, gamma_matrix: Tensor
 ) -> Tensor:
     """The return from every step of each window, all bootstrapped from the window's end.
 
@@ -114,4 +119,36 @@ def discount_all_steps(
     return _stacked(rewards, values, masks, gamma_matrix) @ gamma_matrix
 
 
-__all__ = ["discount", "discount_all_steps", "make_gamma_matrix"]
+def split_rollouts(data: Tensor, rollout_length: int) -> Tensor:
+    """Reshapes a batch of flattened windows ``(B * L, ...)`` to ``(B, L, ...)``.
+
+    The memory loader delivers the ``L`` steps of each sampled window as consecutive rows; this
+    gives each window its own leading index (a view, no copy), as upstream emote's function of the
+    same name does.
+
+    Args:
+        data: Rows of whole windows, window after window.
+        rollout_length: The window length ``L``, at least 1.
+
+    Raises:
+        ConfigurationError: If ``rollout_length`` is not a positive integer or the row count is not
+            a multiple of it (upstream's ``view`` would fail less clearly, or not at all for a
+            0-d input).
+    """
+    if (
+        isinstance(rollout_length, bool)
+        or not isinstance(rollout_length, int)
+        or rollout_length < 1
+    ):
+        raise ConfigurationError(
+            f"rollout_length must be a positive integer; got {rollout_length!r}"
+        )
+    if data.dim() == 0 or data.shape[0] % rollout_length:
+        raise ConfigurationError(
+            f"split_rollouts needs whole windows of {rollout_length} rows; got a tensor of shape "
+            f"{tuple(data.shape)}"
+        )
+    return data.view(data.shape[0] // rollout_length, rollout_length, *data.shape[1:])
+
+
+__all__ = ["discount", "discount_all_steps", "make_gamma_matrix", "split_rollouts"]

@@ -409,7 +409,9 @@ class MemoryStore:
             "producer": self.attributes.get("producer"),
             "created": self.attributes.get("created"),
             "source": self.attributes.get("source"),
-            **episode_summary(joined("length"), joined("return"), joined("end_state")),
+            **episode_summary(
+                lengths=joined("length"), returns=joined("return"), end_states=joined("end_state")
+            ),
             "shards": [
                 {
                     "name": s.name,
