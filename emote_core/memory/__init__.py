@@ -41,6 +41,7 @@ _EXPORTS: dict[str, str] = {
     "SyntheticMasks": "emote_core.memory.mappers",
     "TagColumn": "emote_core.memory.columns",
     "TerminalAdaptor": "emote_core.memory.adaptors",
+    "TmrlEpisodeMemory": "emote_core.memory.tmrl_memory",
     "UniformSampleStrategy": "emote_core.memory.strategies",
     "VirtualColumn": "emote_core.memory.columns",
 }
@@ -88,6 +89,7 @@ __all__ = [
     "SyntheticMasks",
     "TagColumn",
     "TerminalAdaptor",
+    "TmrlEpisodeMemory",
     "UniformSampleStrategy",
     "VirtualColumn",
 ]

@@ -62,11 +62,16 @@ def source_sha256(location: str) -> tuple[str | None, str]:
 
 
 def _local_path(location: str, name: str) -> str:
-    """Where a source lies on this machine: a Minari dataset id resolves under Minari's root."""
+    """Where a source lies on this machine: a Minari dataset id resolves under Minari's root, a
+    tmrl dataset folder to its ``data.pkl`` (so the folder and the file hash the same)."""
     if name == "minari" and not Path(location).exists():
         from emote_core.stores.peers.minari_io import datasets_root
 
         return str(datasets_root() / location)
+    if name == "tmrl-dataset" and Path(location).is_dir():
+        from emote_core.stores.peers.tmrl import dataset_file
+
+        return str(dataset_file(location))
     return location
 
 

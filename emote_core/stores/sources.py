@@ -85,8 +85,9 @@ class Probe:
 
     @cached_property
     def peer_format(self) -> str | None:
-        """The peer format (SB3, skrl, tmrl) of a file, judged without unpickling it."""
-        if not self.exists or self.is_dir:
+        """The peer format (SB3, skrl, tmrl) of a file, or of a tmrl dataset folder, judged
+        without unpickling it."""
+        if not self.exists:
             return None
         from emote_core.stores.peers import detect_peer_format
 
@@ -374,8 +375,8 @@ def detect_format(location: str | os.PathLike[str]) -> str:
     hint = f"name its format if it has one emote reads ({', '.join(source_formats())})"
     if probe.is_dir:
         raise FormatError(
-            f"'{text}' is a directory but not an emote memory store (it has no zarr.json) nor "
-            f"a Minari dataset; {hint}"
+            f"'{text}' is a directory but not an emote memory store (it has no zarr.json), a "
+            f"Minari dataset, nor a tmrl dataset folder (a data.pkl of tmrl's lists); {hint}"
         )
     if probe.zip_members is not None:
         members = sorted(probe.zip_members)[:8]

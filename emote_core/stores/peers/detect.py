@@ -14,7 +14,7 @@ from pathlib import Path
 
 from emote_core.stores.peers.sb3 import SB3_FORMAT
 from emote_core.stores.peers.skrl import PRIMARY_OBSERVATIONS, SKRL_FORMAT
-from emote_core.stores.peers.tmrl import TMRL_FORMAT
+from emote_core.stores.peers.tmrl import DATASET_FILE, TMRL_FORMAT
 
 _SB3_MODULE = "stable_baselines3.common.buffers"
 _PEEK_OPCODES = 200
@@ -84,9 +84,15 @@ def detect_peer_format(path: str | os.PathLike[str]) -> str | None:
         ``"tmrl-dataset"`` (a pickle of a list: its content is checked when read),
         ``"skrl-memory"`` (an ``.npz``, ``torch.save`` zip or ``.csv`` holding ``rewards``,
         ``actions`` and an observation/next-observation pair), or ``None`` for anything else,
-        including missing, empty and emote's own files.
+        including missing, empty and emote's own files. A folder is ``"tmrl-dataset"`` when it
+        holds a ``data.pkl`` that is one (tmrl's ``dataset_path``), else ``None``.
     """
     resolved = Path(path)
+    if resolved.is_dir():
+        pickled = resolved / DATASET_FILE
+        if pickled.is_file() and detect_peer_format(pickled) == TMRL_FORMAT:
+            return TMRL_FORMAT
+        return None
     try:
         with resolved.open("rb") as file:
             head = file.read(4096)

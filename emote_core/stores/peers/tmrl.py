@@ -1,5 +1,7 @@
 """tmrl ``data.pkl`` datasets (the ``dataset_path`` of tmrl's memories) as episodes.
 
+A dataset is given as the ``data.pkl`` file or as the folder holding it (tmrl's ``dataset_path``).
+
 The file is a pickled list of seven per-entry lists, as tmrl's ``GenericTorchMemory`` keeps them:
 actions, observations, rewards, terminated, truncated, infos and dones. Entry ``i`` holds the
 action that led to observation ``i`` and its reward. Entry 0 and every entry after a done are
@@ -25,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -51,6 +54,9 @@ TMRL_FORMAT = "tmrl-dataset"
 
 TMRL_LISTS = ("actions", "observations", "rewards", "terminated", "truncated", "infos", "dones")
 """The seven per-entry lists of a dataset, in file order."""
+
+DATASET_FILE = "data.pkl"
+"""The file in a tmrl ``dataset_path`` folder that holds the dataset."""
 
 
 def _numeric(values: list[Any], what: str, source: str) -> np.ndarray:
@@ -142,11 +148,62 @@ def split_tmrl_lists(lists: Sequence[Sequence[Any]], *, source: str) -> tuple[En
     return stream, info
 
 
-def read_tmrl_dataset(path: str | os.PathLike[str], *, trust_pickle: bool = False) -> StoredTable:
-    """Reads a tmrl ``data.pkl`` dataset as episodes, through the restricted unpickler.
+def dataset_file(path: str | os.PathLike[str]) -> Path:
+    """The ``data.pkl`` of a dataset given as the file or as the folder holding it.
+
+    tmrl's ``dataset_path`` is a folder holding ``data.pkl``; both spellings are accepted.
+
+    Raises:
+        FormatError: If ``path`` is a folder without a ``data.pkl`` file.
+    """
+    resolved = Path(path)
+    if not resolved.is_dir():
+        return resolved
+    pickled = resolved / DATASET_FILE
+    if not pickled.is_file():
+        found = sorted(p.name for p in resolved.iterdir())[:8]
+        raise FormatError(
+            f"'{path}' is a directory without {DATASET_FILE} (it holds {found}); a tmrl dataset "
+            f"folder (tmrl's dataset_path) holds {DATASET_FILE} — pass that folder or the file"
+        )
+    return pickled
+
+
+def load_tmrl_lists(path: str | os.PathLike[str], *, trust_pickle: bool = False) -> list[list]:
+    """The seven per-entry lists of a tmrl dataset, unpickled through the restricted unpickler.
 
     Args:
-        path: The ``data.pkl`` file.
+        path: The ``data.pkl`` file or the folder holding it.
+        trust_pickle: Unpickle without restrictions (runs the file's code).
+
+    Raises:
+        UnsafePickleError: The pickle names a global outside the allowlist; nothing ran.
+        FormatError: The file is missing, empty, damaged or not a tmrl dataset.
+    """
+    file = dataset_file(path)
+    source = f"tmrl dataset '{path}'"
+    _, data = read_source(file, "tmrl dataset")
+    if trust_pickle:
+        log.warning("unpickling %s without restrictions (--trust-pickle): it may run code", file)
+    lists = safe_loads(data, trust=trust_pickle)
+    if (
+        not isinstance(lists, list | tuple)
+        or len(lists) != len(TMRL_LISTS)
+        or not all(isinstance(values, list | tuple) for values in lists)
+    ):
+        shape = f"{len(lists)} items" if isinstance(lists, list | tuple) else type(lists).__name__
+        raise FormatError(
+            f"{source} holds {shape}; a tmrl dataset is a list of seven lists "
+            f"({', '.join(TMRL_LISTS)}), as GenericTorchMemory keeps them"
+        )
+    return [list(values) for values in lists]
+
+
+def read_tmrl_dataset(path: str | os.PathLike[str], *, trust_pickle: bool = False) -> StoredTable:
+    """Reads a tmrl dataset (``data.pkl``, or the folder holding it) as episodes.
+
+    Args:
+        path: The ``data.pkl`` file, or the folder holding it (tmrl's ``dataset_path``).
         trust_pickle: Unpickle without restrictions (runs the file's code): only for files
             whose origin the user vouches for.
 
@@ -160,24 +217,19 @@ def read_tmrl_dataset(path: str | os.PathLike[str], *, trust_pickle: bool = Fals
         FormatError: The file is missing, empty, damaged or not a tmrl dataset.
     """
     source = f"tmrl dataset '{path}'"
-    _, data = read_source(path, "tmrl dataset")
-    if trust_pickle:
-        log.warning("unpickling %s without restrictions (--trust-pickle): it may run code", path)
-    lists = safe_loads(data, trust=trust_pickle)
-    if (
-        not isinstance(lists, list | tuple)
-        or len(lists) != len(TMRL_LISTS)
-        or not all(isinstance(values, list | tuple) for values in lists)
-    ):
-        shape = f"{len(lists)} items" if isinstance(lists, list | tuple) else type(lists).__name__
-        raise FormatError(
-            f"{source} holds {shape}; a tmrl dataset is a list of seven lists "
-            f"({', '.join(TMRL_LISTS)}), as GenericTorchMemory keeps them"
-        )
+    lists = load_tmrl_lists(path, trust_pickle=trust_pickle)
     if not lists[0]:
         raise FormatError(f"{source} holds seven empty lists: the dataset has no entries")
     stream, info = split_tmrl_lists(lists, source=source)
     return peer_table(source=source, format=TMRL_FORMAT, streams=[stream], metadata=info)
 
 
-__all__ = ["TMRL_FORMAT", "TMRL_LISTS", "read_tmrl_dataset", "split_tmrl_lists"]
+__all__ = [
+    "DATASET_FILE",
+    "TMRL_FORMAT",
+    "TMRL_LISTS",
+    "dataset_file",
+    "load_tmrl_lists",
+    "read_tmrl_dataset",
+    "split_tmrl_lists",
+]
