@@ -154,14 +154,21 @@ def proxy_throughput(agents: int = 16, steps: int = 6_000) -> float:
     obs = [rng.standard_normal(OBS, dtype=np.float32) for _ in range(agents)]
     actions = [rng.standard_normal(ACT, dtype=np.float32) for _ in range(agents)]
     responses = {a: DictResponse(list_data={"actions": actions[a]}) for a in range(agents)}
-    initial = {a: DictObservation(EpisodeState.INITIAL, {"obs": obs[a]}, {"reward": None})
-               for a in range(agents)}  # fmt: skip
+    initial = {
+        a: DictObservation(
+            episode_state=EpisodeState.INITIAL, array_data={"obs": obs[a]}, rewards={"reward": None}
+        )
+        for a in range(agents)
+    }
     start = time.perf_counter()
     proxy.add(initial, responses)
     for step in range(1, steps):
         state = EpisodeState.INTERRUPTED if step % EPISODE_LENGTH == 0 else EpisodeState.RUNNING
         observations = {
-            a: DictObservation(state, {"obs": obs[a]}, {"reward": 1.0}) for a in range(agents)
+            a: DictObservation(
+                episode_state=state, array_data={"obs": obs[a]}, rewards={"reward": 1.0}
+            )
+            for a in range(agents)
         }
         if state is EpisodeState.INTERRUPTED:
             proxy.add(observations, {})

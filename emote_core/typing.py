@@ -78,9 +78,13 @@ class MetaData:
     info_lists: dict[str, list[float]] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DictObservation:
     """One agent's observation at one step.
+
+    Built by keyword only: upstream emote's field order is ``(rewards, episode_state, array_data,
+    metadata)``, so a positional call ported from there would put the rewards in the episode
+    state here. ``docs/porting.md`` lists it.
 
     Attributes:
         episode_state: Where in the episode this observation stands.

@@ -7,6 +7,7 @@ import sys
 import typing
 from collections.abc import Callable
 
+import pytest
 import torch
 
 from emote_core.typing import RewardFnType
@@ -35,3 +36,17 @@ def test_importing_the_typing_module_does_not_import_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "False"
+
+
+def test_dict_observation_refuses_upstreams_positional_field_order() -> None:
+    import numpy as np
+
+    from emote_core.typing import DictObservation, EpisodeState
+
+    # Upstream emote: DictObservation(rewards, episode_state, array_data, metadata).
+    with pytest.raises(TypeError, match="positional"):
+        DictObservation({"reward": 1.0}, EpisodeState.RUNNING, {"obs": np.zeros(2)})  # type: ignore[misc]
+    built = DictObservation(
+        rewards={"reward": 1.0}, episode_state=EpisodeState.RUNNING, array_data={"obs": np.zeros(2)}
+    )
+    assert built.episode_state is EpisodeState.RUNNING and built.rewards == {"reward": 1.0}

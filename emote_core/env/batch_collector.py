@@ -190,7 +190,11 @@ class BatchGymCollector:
         if self._act_batch is not None:
             return np.asarray(self._act_batch(observations))
         per_agent = {
-            slot: DictObservation(_RUNNING, {k: v[slot] for k, v in observations.items()}, {})
+            slot: DictObservation(
+                episode_state=_RUNNING,
+                array_data={k: v[slot] for k, v in observations.items()},
+                rewards={},
+            )
             for slot in range(self.env.num_envs)
         }
         responses = self.agent(per_agent)

@@ -239,23 +239,29 @@ class DictGymWrapper:
         result: dict[AgentId, DictObservation] = {}
         if not done.any():
             for agent, row, reward in zip(agents, rows, reward_values, strict=True):
-                result[agent] = DictObservation(_RUNNING, row, {REWARD_KEY: reward})
+                result[agent] = DictObservation(
+                    episode_state=_RUNNING, array_data=row, rewards={REWARD_KEY: reward}
+                )
             return result
         for slot, (agent, row, reward) in enumerate(zip(agents, rows, reward_values, strict=True)):
             if not done[slot]:
-                result[agent] = DictObservation(_RUNNING, row, {REWARD_KEY: reward})
+                result[agent] = DictObservation(
+                    episode_state=_RUNNING, array_data=row, rewards={REWARD_KEY: reward}
+                )
                 continue
             state = EpisodeState.from_gymnasium(
                 terminated=bool(terminated[slot]), truncated=bool(truncated[slot])
             )
             final = self.final_observation(infos, slot)
-            result[agent] = DictObservation(state, final, {REWARD_KEY: reward})
+            result[agent] = DictObservation(
+                episode_state=state, array_data=final, rewards={REWARD_KEY: reward}
+            )
             self.completed_episodes.append((float(self._returns[slot]), int(self._lengths[slot])))
             self._returns[slot] = 0.0
             self._lengths[slot] = 0
             new_agent = next(self._ids)
             agents[slot] = new_agent
-            result[new_agent] = DictObservation(_INITIAL, row, {})
+            result[new_agent] = DictObservation(episode_state=_INITIAL, array_data=row, rewards={})
         return result
 
     def drain_completed_episodes(self) -> list[tuple[float, int]]:

@@ -185,25 +185,36 @@ class FrameStack(gymnasium.ObservationWrapper[LazyFrames, Any, np.ndarray]):
 
 
 class ScaledFloatFrame(gymnasium.ObservationWrapper[np.ndarray, Any, Any]):
-    """Maps ``uint8`` frames (or :class:`LazyFrames`) to float32 in ``[0, 1]``.
+    """Maps ``uint8`` frames (or :class:`LazyFrames`) to float32 in ``[-1, 1]`` or ``[0, 1]``.
+
+    ``centered=True`` (the default) gives ``(frame / 255 - 0.5) * 2`` in ``[-1, 1]``, what upstream
+    emote's wrapper of the same name returns, so ported pixel pipelines see the same inputs (its
+    observation space says so, where upstream's claimed ``[0, 1]``). ``centered=False`` gives
+    ``frame / 255`` in ``[0, 1]``, the Atari baselines' scaling.
 
     Args:
         env: An environment with ``uint8`` image observations.
+        centered: Whether to centre the range on zero.
 
     Raises:
         ConfigurationError: If the observations are not a ``uint8`` box.
     """
 
-    def __init__(self, env: gymnasium.Env) -> None:
+    def __init__(self, env: gymnasium.Env, *, centered: bool = True) -> None:
         super().__init__(env)
         source = env.observation_space
         if not isinstance(source, spaces.Box) or source.dtype != np.uint8:
             raise ConfigurationError(f"ScaledFloatFrame needs uint8 observations; got {source}")
-        self.observation_space = spaces.Box(low=0.0, high=1.0, shape=source.shape, dtype=np.float32)
+        self.centered = bool(centered)
+        low = -1.0 if self.centered else 0.0
+        self.observation_space = spaces.Box(low=low, high=1.0, shape=source.shape, dtype=np.float32)
 
     def observation(self, observation: Any) -> np.ndarray:
-        """The frame as float32 divided by 255."""
-        return np.asarray(observation, dtype=np.float32) / np.float32(255.0)
+        """The frame as float32 in the wrapper's range."""
+        scaled = np.asarray(observation, dtype=np.float32) / np.float32(255.0)
+        if self.centered:
+            scaled = (scaled - np.float32(0.5)) * np.float32(2.0)
+        return scaled
 
 
 __all__ = ["FrameStack", "LazyFrames", "ScaledFloatFrame", "WarpFrame"]

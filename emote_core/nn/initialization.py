@@ -51,16 +51,36 @@ def xavier_uniform_init_(module: nn.Module, *, gain: float = 1.0) -> None:
         _zero_bias(module)
 
 
-def normal_init_(module: nn.Module, *, std: float = 0.01, mean: float = 0.0) -> None:
+def normal_init_(module: nn.Module, *, std: float | None = None, mean: float = 0.0) -> None:
     """Normally distributed weights and zero biases (small ``std`` for output layers).
 
+    With no ``std``, the scales are upstream emote's, by layer type: ``Linear`` 1e-3, ``Conv1d``
+    0.01, and ``BatchNorm1d`` reset to weight 1 and bias 0; other layers are left alone. So
+    ``net.apply(normal_init_)`` ported from upstream initialises the same way. A given ``std``
+    applies to every linear and convolutional layer.
+
     Args:
-        module: Any module; only linear and convolutional layers change.
-        std: The standard deviation of the weights.
+        module: Any module; only the layers named above change.
+        std: The standard deviation of the weights, or ``None`` for upstream's per-type scales.
         mean: The mean of the weights.
     """
-    if _is_layer(module):
-        nn.init.normal_(module.weight, mean=mean, std=std)
+    if std is not None:
+        if _is_layer(module):
+            nn.init.normal_(module.weight, mean=mean, std=std)
+            _zero_bias(module)
+        return
+    if isinstance(module, nn.BatchNorm1d):
+        if module.affine:
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+        return
+    default = {nn.Linear: 1e-3, nn.Conv1d: 0.01}.get(type(module))
+    if default is None:
+        for kind, scale in ((nn.Linear, 1e-3), (nn.Conv1d, 0.01)):
+            if isinstance(module, kind):
+                default = scale
+    if default is not None:
+        nn.init.normal_(module.weight, mean=mean, std=default)
         _zero_bias(module)
 
 

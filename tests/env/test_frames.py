@@ -84,13 +84,22 @@ def test_frame_stack_adds_a_channel_to_2d_frames() -> None:
 
 
 def test_scaled_float_frame_maps_uint8_to_unit_floats_also_after_stacking() -> None:
-    env = ScaledFloatFrame(FrameStack(WarpFrame(Pictures()), 2))
+    env = ScaledFloatFrame(FrameStack(WarpFrame(Pictures()), 2), centered=False)
     assert env.observation_space.dtype == np.float32
     assert env.observation_space.shape == (84, 84, 2)
     env.reset(seed=0)
     obs, *_ = env.step(0)
     assert obs.dtype == np.float32 and obs.shape == (84, 84, 2)
     np.testing.assert_allclose(obs[60, 0], [0.0, 10 / 255])
+    assert env.observation_space.contains(obs)
+
+
+def test_scaled_float_frame_defaults_to_upstreams_centred_range() -> None:
+    env = ScaledFloatFrame(FrameStack(WarpFrame(Pictures()), 2))
+    assert (env.observation_space.low == -1.0).all() and (env.observation_space.high == 1.0).all()
+    env.reset(seed=0)
+    obs, *_ = env.step(0)
+    np.testing.assert_allclose(obs[60, 0], [-1.0, (10 / 255 - 0.5) * 2], rtol=1e-6)
     assert env.observation_space.contains(obs)
 
 

@@ -42,7 +42,11 @@ def make_table() -> ArrayMemoryTable:
 def feed_episode(proxy, agent: int, length: int, end=TERMINAL, base: float = 0.0) -> None:
     def observation(state, t):
         reward = {} if state == INITIAL else {"reward": base + t}
-        return DictObservation(state, {"obs": np.full(2, base + t, np.float32)}, reward)
+        return DictObservation(
+            episode_state=state,
+            array_data={"obs": np.full(2, base + t, np.float32)},
+            rewards=reward,
+        )
 
     response = {agent: DictResponse({"actions": np.ones(1, np.float32)})}
     proxy.add({agent: observation(INITIAL, 0)}, response)

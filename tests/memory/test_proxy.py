@@ -48,7 +48,11 @@ def make_table(
 
 def obs(state: EpisodeState, value: float, reward: float | None = None) -> DictObservation:
     rewards = {} if reward is None else {"reward": reward}
-    return DictObservation(state, {"obs": np.full(3, value, dtype=np.float32)}, rewards)
+    return DictObservation(
+        episode_state=state,
+        array_data={"obs": np.full(3, value, dtype=np.float32)},
+        rewards=rewards,
+    )
 
 
 def act(value: float) -> DictResponse:
@@ -200,7 +204,9 @@ def test_missing_response_or_reward_is_an_error_naming_the_agent():
 def test_observation_keys_must_not_change_within_an_episode():
     proxy = MemoryTableProxy(make_table())
     proxy.add({0: obs(INITIAL, 0)}, {0: act(0)})
-    other = DictObservation(RUNNING, {"pixels": np.zeros(3)}, {"reward": 1.0})
+    other = DictObservation(
+        episode_state=RUNNING, array_data={"pixels": np.zeros(3)}, rewards={"reward": 1.0}
+    )
     with pytest.raises(EpisodeCollationError, match=r"\['obs'\].*\['pixels'\]"):
         proxy.add({0: other}, {0: act(1)})
 
@@ -209,7 +215,9 @@ def test_observation_shapes_must_not_change_within_an_episode():
     table = make_table()
     proxy = MemoryTableProxy(table)
     proxy.add({0: obs(INITIAL, 0)}, {0: act(0)})
-    wider = DictObservation(TERMINAL, {"obs": np.zeros(4, np.float32)}, {"reward": 1.0})
+    wider = DictObservation(
+        episode_state=TERMINAL, array_data={"obs": np.zeros(4, np.float32)}, rewards={"reward": 1.0}
+    )
     with pytest.raises(EpisodeCollationError, match=r"'obs'.*\(3,\), \(4,\)"):
         proxy.add({0: wider}, {})
     assert table.episode_count == 0 and proxy.is_initial(0)
@@ -343,7 +351,9 @@ def test_gymnasium_vector_env_episodes_match_the_env_exactly():
         for i in range(num_envs):
             state = states[i]
             reward = None if state == INITIAL else {"reward": float(rewards[i])}
-            observations[i] = DictObservation(state, {"obs": observation[i]}, reward or {})
+            observations[i] = DictObservation(
+                episode_state=state, array_data={"obs": observation[i]}, rewards=reward or {}
+            )
             record = running[i]
             record["obs"].append(observation[i].copy())
             if state != INITIAL:

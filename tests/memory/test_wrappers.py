@@ -46,7 +46,12 @@ def make_table(maxlen: int = 10_000) -> ArrayMemoryTable:
 
 def obs(state, reward=None, metadata=None) -> DictObservation:
     rewards = {} if reward is None else {"reward": reward}
-    return DictObservation(state, {"obs": np.zeros(2, np.float32)}, rewards, metadata)
+    return DictObservation(
+        episode_state=state,
+        array_data={"obs": np.zeros(2, np.float32)},
+        rewards=rewards,
+        metadata=metadata,
+    )
 
 
 def act() -> DictResponse:

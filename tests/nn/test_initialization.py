@@ -33,6 +33,23 @@ def test_norm_layers_are_left_alone() -> None:
     assert model[3].weight.abs().max() <= bound
 
 
+def test_normal_init_without_a_scale_uses_upstreams_per_layer_scales() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(300, 300), nn.Conv1d(40, 40, 5), nn.BatchNorm1d(7), nn.Conv2d(3, 3, 3)
+    )
+    with torch.no_grad():
+        model[2].weight.fill_(3.0)
+        model[2].bias.fill_(2.0)
+    conv2d_before = model[3].weight.clone()
+    model.apply(normal_init_)
+    assert abs(model[0].weight.std().item() - 1e-3) < 1e-4
+    assert abs(model[1].weight.std().item() - 0.01) < 1e-3
+    assert model[0].bias.eq(0).all() and model[1].bias.eq(0).all()
+    assert model[2].weight.eq(1).all() and model[2].bias.eq(0).all()
+    assert torch.equal(model[3].weight, conv2d_before)  # upstream leaves Conv2d alone
+
+
 def test_normal_init_uses_the_given_scale() -> None:
     layer = nn.Linear(200, 200)
     layer.apply(functools.partial(normal_init_, std=0.01))

@@ -44,7 +44,9 @@ def step(count: int, seed: int = 0, **states: EpisodeState) -> dict[int, DictObs
         state = states.get(f"a{agent}", EpisodeState.RUNNING)
         data = {"pos": rng.standard_normal(3).astype(np.float32),
                 "grid": rng.standard_normal((2, 2)).astype(np.float32)}  # fmt: skip
-        result[agent] = DictObservation(state, data, {"reward": 0.0})
+        result[agent] = DictObservation(
+            episode_state=state, array_data=data, rewards={"reward": 0.0}
+        )
     return result
 
 
@@ -89,7 +91,11 @@ def test_dqn_exports_act_greedily_like_the_torch_proxy(tmp_path: Path) -> None:
     export_policy(graph, tmp_path / "q.onnx", metadata=policy_metadata(graph))
     rng = np.random.default_rng(0)
     seen = {
-        i: DictObservation(EpisodeState.RUNNING, {"obs": rng.standard_normal(5, np.float32)}, {})
+        i: DictObservation(
+            episode_state=EpisodeState.RUNNING,
+            array_data={"obs": rng.standard_normal(5, np.float32)},
+            rewards={},
+        )
         for i in range(32)
     }
     greedy = EpsilonGreedyAgentProxy(q_network=q, device="cpu", num_actions=4, epsilon=0.0)
@@ -101,11 +107,19 @@ def test_dqn_exports_act_greedily_like_the_torch_proxy(tmp_path: Path) -> None:
 def test_observations_that_do_not_fit_are_refused_by_name(sac_export) -> None:
     _, path = sac_export
     proxy = OnnxAgentProxy(path)
-    missing = {0: DictObservation(EpisodeState.RUNNING, {"pos": np.zeros(3)}, {})}
+    missing = {
+        0: DictObservation(
+            episode_state=EpisodeState.RUNNING, array_data={"pos": np.zeros(3)}, rewards={}
+        )
+    }
     with pytest.raises(ConfigurationError, match="has no 'grid'"):
         proxy(missing)
     wrong = {
-        0: DictObservation(EpisodeState.RUNNING, {"pos": np.zeros(4), "grid": np.zeros((2, 2))}, {})
+        0: DictObservation(
+            episode_state=EpisodeState.RUNNING,
+            array_data={"pos": np.zeros(4), "grid": np.zeros((2, 2))},
+            rewards={},
+        )
     }
     with pytest.raises(ConfigurationError, match=r"observation 'pos' of agent 0 has shape \(4,\)"):
         proxy(wrong)

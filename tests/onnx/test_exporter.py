@@ -61,7 +61,10 @@ def observations(rng: np.random.Generator, count: int) -> dict[int, DictObservat
         for _ in range(count)
     ]  # fmt: skip
     running = EpisodeState.RUNNING
-    return {i: DictObservation(running, row, {"reward": 0.0}) for i, row in enumerate(rows)}
+    return {
+        i: DictObservation(episode_state=running, array_data=row, rewards={"reward": 0.0})
+        for i, row in enumerate(rows)
+    }
 
 
 @pytest.mark.parametrize("opset", [9, 13, 15, 17, 18, 23])
@@ -125,7 +128,10 @@ def test_dqn_exports_greedy_actions_and_q_values(tmp_path: Path) -> None:
     actions, values = session.run(None, {"obs": obs})
     assert actions.dtype == np.int64 and actions.shape == (9, 1)
     greedy = EpsilonGreedyAgentProxy(q_network=q, device="cpu", num_actions=3, epsilon=0.0)
-    seen = {i: DictObservation(EpisodeState.RUNNING, {"obs": row}, {}) for i, row in enumerate(obs)}
+    seen = {
+        i: DictObservation(episode_state=EpisodeState.RUNNING, array_data={"obs": row}, rewards={})
+        for i, row in enumerate(obs)
+    }
     expected = np.stack([r.list_data["actions"] for r in greedy(seen).values()])
     np.testing.assert_array_equal(actions, expected)
     np.testing.assert_allclose(values, q(torch.from_numpy(obs)).detach().numpy(), atol=1e-5)

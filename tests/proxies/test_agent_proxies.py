@@ -238,11 +238,15 @@ def test_vision_proxy_adds_channels_moves_them_first_and_scales() -> None:
 
     frame = np.zeros((6, 5, 3), np.uint8)
     frame[..., 2] = 255
-    obs = {0: DictObservation(EpisodeState.INITIAL, {"obs": frame})}
+    obs = {0: DictObservation(episode_state=EpisodeState.INITIAL, array_data={"obs": frame})}
     VisionAgentProxy(policy=Record(), device="cpu", channels_first=True, scale=1 / 255)(obs)
     assert seen[-1].shape == (1, 3, 6, 5) and seen[-1].dtype == torch.float32
     assert seen[-1][0, 2].eq(1.0).all() and seen[-1][0, :2].eq(0.0).all()
-    gray = {0: DictObservation(EpisodeState.INITIAL, {"obs": np.ones((6, 5), np.uint8)})}
+    gray = {
+        0: DictObservation(
+            episode_state=EpisodeState.INITIAL, array_data={"obs": np.ones((6, 5), np.uint8)}
+        )
+    }
     VisionAgentProxy(policy=Record(), device="cpu")(gray)
     assert seen[-1].shape == (1, 6, 5, 1)
     with pytest.raises(ConfigurationError, match="scale must be positive"):

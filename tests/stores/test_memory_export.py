@@ -37,7 +37,9 @@ def make_table() -> DictObsMemoryTable:
 
 def obs(state, reward=None, value: float = 0.0) -> DictObservation:
     rewards = {} if reward is None else {"reward": reward}
-    return DictObservation(state, {"obs": np.full(2, value, np.float32)}, rewards)
+    return DictObservation(
+        episode_state=state, array_data={"obs": np.full(2, value, np.float32)}, rewards=rewards
+    )
 
 
 def act() -> DictResponse:
