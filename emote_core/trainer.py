@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from emote_core.callback import LIFECYCLE_HOOKS, Callback, repeated_names
@@ -85,19 +85,36 @@ class Trainer:
         self.state = StateDict(bp_step=0, bp_samples=0)
         self.shutdown_signal = threading.Event()
 
-    def train(self, shutdown_signal: threading.Event | None = None) -> StateDict:
+    def train(
+        self, shutdown_signal: threading.Event | Callable[[], bool] | None = None
+    ) -> StateDict:
         """Trains until the loader is exhausted, a shutdown is requested, or an error escapes.
 
         Args:
-            shutdown_signal: An event that, once set (from any thread), stops training before the
-                next batch. It is also in the state as ``shutdown_signal`` for callbacks that wait
-                (such as memory warm-up). A new one is made when omitted.
+            shutdown_signal: What stops training before the next batch. Either an event that,
+                once set (from any thread), stops it; or, as upstream emote takes it, a function
+                of no arguments returning whether to stop, called once for every batch before
+                that batch is trained. The state's ``shutdown_signal`` is always an event (set
+                when the function says stop) for callbacks that wait, such as memory warm-up. A
+                new event is made when omitted.
 
         Returns:
             The final training state (``bp_step`` is the number of the last completed step).
+
+        Raises:
+            TypeError: If ``shutdown_signal`` is neither an event nor a callable.
         """
-        if shutdown_signal is not None:
+        self._poll: Callable[[], bool] | None = None
+        if isinstance(shutdown_signal, threading.Event):
             self.shutdown_signal = shutdown_signal
+        elif callable(shutdown_signal):
+            self._poll = shutdown_signal
+        elif shutdown_signal is not None:
+            raise TypeError(
+                "Trainer.train(shutdown_signal=...) takes a threading.Event or a function of no "
+                f"arguments returning whether to stop; got {shutdown_signal!r} "
+                f"({type(shutdown_signal).__name__})"
+            )
         self._implementers = {
             hook: [c for c in self.callbacks if c.overrides(hook)] for hook in LIFECYCLE_HOOKS
         }
@@ -122,7 +139,7 @@ class Trainer:
             except TrainingShutdownException:
                 log.info("the data loader asked training to stop at bp_step %d", state["bp_step"])
                 break
-            if self.shutdown_signal.is_set():  # set while the loader was producing this batch
+            if self._stop_requested():  # before this batch is trained
                 break
             if self.batch_size_key not in batch:
                 raise ConfigurationError(
@@ -142,6 +159,19 @@ class Trainer:
                 and self._run_hook("end_cycle", bp_step)
             ):
                 break
+
+    def _stop_requested(self) -> bool:
+        """Whether the event is set (perhaps while the loader produced a batch) or the polled
+        function, called once here, says stop; its answer sets the event for the callbacks."""
+        if self.shutdown_signal.is_set():
+            return True
+        if self._poll is not None and self._poll():
+            log.info(
+                "the shutdown function asked training to stop at bp_step %d", self.state["bp_step"]
+            )
+            self.shutdown_signal.set()
+            return True
+        return False
 
     def _run_hook(self, hook: str, cycle_position: int | None = None) -> bool:
         """Runs ``hook`` on every callback that implements it (and whose cycle is due).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -160,6 +161,36 @@ def test_shutdown_signal_set_from_another_thread_stops_training() -> None:
     state = Trainer([Recorder(events)], endless()).train(shutdown_signal=signal)
     assert state["bp_step"] == 4
     assert events[-1] == ("Recorder", "end_training", 4)
+
+
+def test_a_shutdown_function_is_polled_once_before_each_batch_as_upstream_passes_it() -> None:
+    calls: list[int] = []
+
+    def shutdown_after_three_batches() -> bool:
+        calls.append(len(calls))
+        return len(calls) > 3
+
+    events: list = []
+    trainer = Trainer([Recorder(events)], batches(100))
+    state = trainer.train(shutdown_signal=shutdown_after_three_batches)
+    assert state["bp_step"] == 3  # the fourth poll said stop before the fourth batch
+    assert len(calls) == 4
+    assert [e for e in events if e[1] == "backward"] == [
+        ("Recorder", "backward", s) for s in (1, 2, 3)
+    ]
+    assert state["shutdown_signal"].is_set()  # waiting callbacks see the stop too
+
+
+def test_a_shutdown_function_that_never_says_stop_trains_every_batch() -> None:
+    state = Trainer([Recorder([])], batches(6)).train(shutdown_signal=lambda: False)
+    assert state["bp_step"] == 6 and not state["shutdown_signal"].is_set()
+
+
+@pytest.mark.parametrize("signal", [True, "stop", 0.5])
+def test_a_shutdown_signal_of_another_type_is_a_type_error_naming_it(signal) -> None:
+    expected = re.escape(f"got {signal!r} ({type(signal).__name__})")
+    with pytest.raises(TypeError, match=rf"threading.Event or a function.*{expected}"):
+        Trainer([Recorder([])], batches(2)).train(shutdown_signal=signal)
 
 
 def test_shutdown_request_lets_later_callbacks_finish_the_hook() -> None:

@@ -19,7 +19,7 @@ from emote_core.typing import AgentId, DictObservation, DictResponse, EpisodeSta
 from emote_core.utils import BlockTimers
 
 if TYPE_CHECKING:
-    pass
+    from torch.utils.tensorboard import SummaryWriter
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,9 @@ SCALED_REWARD_KEY = "training/scaled_reward"
 """Scalar: the mean return of the recent finished episodes (read by ``FinalRewardTestCheck``)."""
 INF_STEPS_PER_SECOND_KEY = "performance/inf_steps_per_sec"
 """Scalar: agent steps per second since the previous refresh."""
+HISTOGRAM_PREFIX = "histogram:"
+"""A metadata key starting with this (upstream emote's convention) is logged as a histogram of
+the key without it."""
 
 
 def _copy_windows(windows: dict[str, deque[float]]) -> dict[str, deque[float]]:
@@ -82,7 +85,10 @@ class LoggingProxyWrapper(LoggingMixin, MemoryTableProxyWrapper):
     * ``training/scaled_reward``: mean of the ``episode/reward`` window (a scalar, the default key
       of ``FinalRewardTestCheck``);
     * every key of an observation's ``metadata.info`` as a windowed scalar, and every key of its
-      ``metadata.info_lists`` as a histogram of the values gathered since the logger last wrote;
+      ``metadata.info_lists`` both as a windowed scalar (upstream emote's reading) and as a
+      histogram of the values gathered since the logger last wrote; a key starting with
+      ``histogram:`` in either goes to the histogram of the rest of the key only (see
+      :meth:`report`);
     * every ``cycle_in_steps`` agent steps: ``performance/inf_steps_per_sec`` and the mean
       duration (seconds) of each of the proxy's timers as ``timing/<name>``.
 
@@ -95,8 +101,15 @@ class LoggingProxyWrapper(LoggingMixin, MemoryTableProxyWrapper):
     ``windowed_scalar_cumulative``, ``hist_logs``) are therefore read as snapshots taken under a
     lock, and written only through this class's methods.
 
+    Given a ``writer`` (upstream emote's call, ``LoggingProxyWrapper(inner, writer,
+    log_interval)``), it also writes its logs to that TensorBoard writer itself every
+    ``log_interval`` calls of :meth:`add` (see :meth:`write_logs`), at the agent step count.
+
     Args:
         inner: The wrapped proxy.
+        writer: A ``torch.utils.tensorboard.SummaryWriter`` to write to; ``None`` leaves writing
+            to a logger callback.
+        log_interval: Calls of :meth:`add` between writes to ``writer`` (needed with it).
         name: The name checkpoints store this wrapper's counters under.
         cycle_in_steps: How many agent steps between refreshes of rates, timers and histograms.
         histogram_length: The most ``info_lists`` values kept per key between writes.
@@ -104,7 +117,8 @@ class LoggingProxyWrapper(LoggingMixin, MemoryTableProxyWrapper):
         clock: The time source for the rate, in seconds (for tests).
 
     Raises:
-        ConfigurationError: If ``cycle_in_steps`` or ``histogram_length`` is not positive.
+        ConfigurationError: If ``cycle_in_steps``, ``histogram_length`` or ``log_interval`` is
+            not positive, or ``writer`` and ``log_interval`` are not given together.
     """
 
     windowed_scalar = _shared_log("windowed_scalar", _copy_windows)
@@ -113,6 +127,8 @@ class LoggingProxyWrapper(LoggingMixin, MemoryTableProxyWrapper):
     def __init__(
         self,
         inner: MemoryProxy,
+        writer: SummaryWriter | None = None,
+        log_interval: int | None = None,
         *,
         name: str = "memory_proxy_logger",
         cycle_in_steps: int = 1000,
@@ -120,12 +136,21 @@ class LoggingProxyWrapper(LoggingMixin, MemoryTableProxyWrapper):
         default_window_length: int = 250,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if (writer is None) != (log_interval is None):
+            raise ConfigurationError(
+                "LoggingProxyWrapper writes to a writer every log_interval calls of add(); pass "
+                f"both or neither (got writer={writer!r}, log_interval={log_interval!r})"
+            )
         for label, value in (
             ("cycle_in_steps", cycle_in_steps),
             ("histogram_length", histogram_length),
+            ("log_interval", 1 if log_interval is None else log_interval),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigurationError(f"{label} must be a positive integer; got {value!r}")
+        self.writer = writer
+        self.log_interval = log_interval
+        self._adds = 0
         self._lock = threading.RLock()
         self._logs = LoggingMixin(default_window_length=default_window_length)
         self.inf_step = 0
@@ -223,9 +248,13 @@ class LoggingProxyWrapper(LoggingMixin, MemoryTableProxyWrapper):
             if finished:
                 self._episodes_finished(finished)
             for item in metadata:
-                self._record_metadata(item)
+                self._record_metadata(item.info, item.info_lists)
             if self.inf_step - self._last_refresh_step >= self.cycle_in_steps:
                 self.refresh()
+            self._adds += 1
+            due = self.log_interval is not None and self._adds % self.log_interval == 0
+        if due:
+            self.write_logs()
 
     def _episodes_finished(self, finished: list[tuple[float, int]]) -> None:
         logs = self._logs
@@ -234,14 +263,79 @@ class LoggingProxyWrapper(LoggingMixin, MemoryTableProxyWrapper):
         logs.log_windowed_scalar(EPISODE_LENGTH_KEY, [length for _, length in finished])
         logs.log_scalar(SCALED_REWARD_KEY, float(np.mean(logs.windowed_scalar[EPISODE_REWARD_KEY])))
 
-    def _record_metadata(self, metadata: MetaData) -> None:
-        for key, value in metadata.info.items():
-            self._logs.log_windowed_scalar(key, value)
-        for key, values in metadata.info_lists.items():
-            pending = self._pending_lists.get(key)
-            if pending is None:
-                pending = self._pending_lists[key] = deque(maxlen=self.histogram_length)
-            pending.extend(np.asarray(values, dtype=np.float64).ravel().tolist())
+    def report(
+        self, metrics: Mapping[str, float], metrics_lists: Mapping[str, Iterable[float]]
+    ) -> None:
+        """Logs metrics as an observation's metadata would be (upstream emote's method).
+
+        Args:
+            metrics: Values by key: windowed scalars, or histogram values for keys starting with
+                ``histogram:`` (logged under the rest of the key).
+            metrics_lists: Lists of values by key: windowed scalars and histograms, or histogram
+                values only for keys starting with ``histogram:``.
+        """
+        with self._lock:
+            self._record_metadata(metrics, metrics_lists)
+
+    def _record_metadata(
+        self, info: Mapping[str, Any], info_lists: Mapping[str, Iterable[float]]
+    ) -> None:
+        for key, value in info.items():
+            if key.startswith(HISTOGRAM_PREFIX):
+                self._gather(key[len(HISTOGRAM_PREFIX) :], value)
+            else:
+                self._logs.log_windowed_scalar(key, value)
+        for key, values in info_lists.items():
+            if key.startswith(HISTOGRAM_PREFIX):
+                self._gather(key[len(HISTOGRAM_PREFIX) :], values)
+                continue
+            values = np.asarray(values, dtype=np.float64).ravel().tolist()
+            if values:
+                self._logs.log_windowed_scalar(key, values)
+            self._gather(key, values)
+
+    def _gather(self, key: str, values: Any) -> None:
+        """Holds histogram values until the next :meth:`refresh`."""
+        pending = self._pending_lists.get(key)
+        if pending is None:
+            pending = self._pending_lists[key] = deque(maxlen=self.histogram_length)
+        pending.extend(np.asarray(values, dtype=np.float64).ravel().tolist())
+
+    def write_logs(self, writer: SummaryWriter | None = None) -> None:
+        """Writes the logs to ``writer`` (the wrapper's own when left out) at step ``inf_step``.
+
+        Written: the scalars, the windowed scalars' means and sums (``<key>/cumulative``), the
+        histograms, and upstream emote's ``episode/completed``, ``env_vs_episode/reward`` (mean
+        return, at the finished-episode count) and the recent returns' distributions
+        ``episode/reward_distribution`` and ``env_vs_episode/reward_distribution``.
+
+        Raises:
+            ConfigurationError: If there is no writer to write to.
+        """
+        writer = writer if writer is not None else self.writer
+        if writer is None:
+            raise ConfigurationError("LoggingProxyWrapper.write_logs needs a writer; pass one")
+        with self._lock:
+            self.refresh()
+            step, episodes = self.inf_step, self.completed_episodes
+            scalars = self.scalar_logs | {"episode/completed": float(episodes)}
+            for key, window in self._logs.windowed_scalar.items():
+                scalars[key] = float(np.mean(window)) if window else None
+            for key, total in self._logs.windowed_scalar_cumulative.items():
+                scalars[f"{key}/cumulative"] = total
+            histograms = {key: np.array(v) for key, v in self._logs.hist_logs.items()}
+            returns = np.array(self._logs.windowed_scalar.get(EPISODE_REWARD_KEY, ()))
+        for key, value in scalars.items():
+            if value is not None:
+                writer.add_scalar(key, value, step)
+        for key, values in histograms.items():
+            if values.size:
+                writer.add_histogram(key, values, step)
+        if returns.size:
+            writer.add_scalar("env_vs_episode/reward", float(returns.mean()), episodes)
+            writer.add_histogram("episode/reward_distribution", returns, step)
+            writer.add_histogram("env_vs_episode/reward_distribution", returns, episodes)
+        writer.flush()
 
     def refresh(self) -> None:
         """Updates the rate, the timers and the histograms in the logs now.
@@ -276,8 +370,10 @@ class LoggingProxyWrapper(LoggingMixin, MemoryTableProxyWrapper):
 
         Args:
             keys: Logged keys. A windowed scalar gives its mean under ``key`` and its sum under
-                ``key + "/cumulative"``; a scalar gives its latest value; a histogram
-                (``info_lists``) gives its values in the second dict. Unknown keys are left out.
+                ``key + "/cumulative"``, and its window in the second dict; a scalar gives its
+                latest value; a histogram gives its values in the second dict (in place of a
+                window of the same key), and, asked for as ``histogram:<key>`` (upstream's
+                spelling), their mean under that name. Unknown keys are left out.
 
         Returns:
             ``(means and scalars, lists of histogram values)``.
@@ -288,10 +384,16 @@ class LoggingProxyWrapper(LoggingMixin, MemoryTableProxyWrapper):
             self.refresh()
             logs = self._logs
             for key in keys:
+                if key.startswith(HISTOGRAM_PREFIX):
+                    held = logs.hist_logs.get(key[len(HISTOGRAM_PREFIX) :])
+                    if held is not None and len(held):
+                        values[key] = float(np.mean(held))
+                    continue
                 window = logs.windowed_scalar.get(key)
                 if window:
                     values[key] = float(np.mean(window))
                     values[f"{key}/cumulative"] = logs.windowed_scalar_cumulative.get(key, 0.0)
+                    lists[key] = list(window)
                 elif key in (scalars := self.scalar_logs):
                     values[key] = scalars[key]
                 if key in logs.hist_logs:

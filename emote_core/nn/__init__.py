@@ -10,7 +10,11 @@ from emote_core.nn.action_value import (
 from emote_core.nn.encoders import Conv1dEncoder, Conv2dEncoder, MlpEncoder
 from emote_core.nn.initialization import normal_init_, orthogonal_init_, xavier_uniform_init_
 from emote_core.nn.inputs import flatten_observation, observation_dim
-from emote_core.nn.optim import ModifiedAdamW, split_decay_parameters
+from emote_core.nn.optim import (
+    ModifiedAdamW,
+    separate_modules_for_weight_decay,
+    split_decay_parameters,
+)
 from emote_core.nn.policies import GaussianMlpPolicy, GaussianPolicy, GaussianPolicyHead
 
 __all__ = [
@@ -28,6 +32,7 @@ __all__ = [
     "normal_init_",
     "observation_dim",
     "orthogonal_init_",
+    "separate_modules_for_weight_decay",
     "split_decay_parameters",
     "xavier_uniform_init_",
 ]

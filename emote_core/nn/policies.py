@@ -115,7 +115,31 @@ class GaussianPolicyHead(nn.Module):
         return self.act(features, epsilon)
 
 
-class GaussianPolicy(nn.Module):
+class BasePolicy(nn.Module):
+    """The base of policies (upstream emote's ``BasePolicy``): sampling and post-processing.
+
+    A policy's ``forward`` in train mode returns the sampled actions first (then, say, their
+    log-probabilities). Those samples are *pre-actions*; :meth:`post_process` turns them into the
+    decisions an environment acts on, the identity unless a subclass (a discrete reparameterised
+    policy, say) says otherwise.
+    """
+
+    def post_process(self, actions: Tensor) -> Tensor:
+        """The decisions for sampled pre-actions; the identity here."""
+        return actions
+
+    def infer(self, observation: Tensor) -> tuple[Tensor, Tensor]:
+        """Samples pre-actions for ``observation`` and returns ``(pre_actions, post_actions)``.
+
+        For inference only (it is not meant for gradients). This default calls the policy and
+        takes its first output.
+        """
+        outputs = self(observation)
+        sampled = outputs[0] if isinstance(outputs, tuple | list) else outputs
+        return sampled, self.post_process(sampled)
+
+
+class GaussianPolicy(BasePolicy):
     """An encoder, optional hidden layers and a :class:`GaussianPolicyHead`.
 
     Args:
@@ -171,6 +195,12 @@ class GaussianPolicy(nn.Module):
         """``tanh(mean + std * epsilon)`` (``tanh(mean)`` without ``epsilon``), ``(B, A)``."""
         return self.head.act(self.features(observation), epsilon)
 
+    def infer(self, observation: Tensor) -> tuple[Tensor, Tensor]:
+        """A sampled action and its post-processed decision (the same tensor here), in either
+        mode; see :meth:`BasePolicy.infer`."""
+        actions, _ = self.sample(observation)
+        return actions, self.post_process(actions)
+
     def forward(
         self, observation: Tensor, epsilon: Tensor | None = None
     ) -> tuple[Tensor, Tensor] | Tensor:
@@ -212,4 +242,4 @@ class GaussianMlpPolicy(GaussianPolicy):
         self.observation_dim = observation_dim
 
 
-__all__ = ["GaussianMlpPolicy", "GaussianPolicy", "GaussianPolicyHead"]
+__all__ = ["BasePolicy", "GaussianMlpPolicy", "GaussianPolicy", "GaussianPolicyHead"]

@@ -9,19 +9,23 @@ layout :mod:`emote_core.onnx.format` describes. Exports of a finished run's chec
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
 from concurrent import futures
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
+
+import numpy as np
+import torch
 
 from emote_core.callback import Callback, Order
 from emote_core.errors import ConfigurationError, ExportError
 from emote_core.onnx.format import MetadataKey
-from emote_core.onnx.graph import PolicyGraph, policy_metadata
+from emote_core.onnx.graph import PolicyGraph, policy_metadata, proxy_policy_graph
 from emote_core.onnx.storage import CRUDStorage, StorageItem, StorageItemHandle
 from emote_core.onnx.writer import (
     DEFAULT_OPSET,
@@ -30,14 +34,55 @@ from emote_core.onnx.writer import (
     check_opset,
     write_policy,
 )
+from emote_core.spaces import MDPSpace
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class _Request:
-    metadata: dict[str, str]
-    future: futures.Future[StorageItem]
+UPSTREAM_PREFIX = "savedmodel_"
+"""File-name prefix of exports of an agent proxy (upstream emote's default)."""
+
+
+class QueuedExport:
+    """An export requested with :meth:`OnnxExporter.queue_export`: a result to wait on.
+
+    Args:
+        metadata: Props for this export only.
+        exporter_name: The name of the exporter that serves it (for messages).
+    """
+
+    def __init__(self, metadata: Mapping[str, Any] | None, exporter_name: str = "") -> None:
+        self.metadata = dict(metadata or {})
+        self.exporter_name = exporter_name
+        self.future: futures.Future[StorageItem] = futures.Future()
+
+    def done(self) -> bool:
+        """Whether the export has been made (or failed)."""
+        return self.future.done()
+
+    @property
+    def return_value(self) -> StorageItem | None:
+        """The stored export once made, else ``None``."""
+        done = self.future.done() and not self.future.cancelled()
+        return self.future.result() if done and self.future.exception() is None else None
+
+    def block_until_complete(self, timeout: float | None = None) -> StorageItem:
+        """Waits for the export and returns it.
+
+        Args:
+            timeout: Seconds to wait; ``None`` waits as long as it takes.
+
+        Raises:
+            ExportError: If the export fails, or is not made within ``timeout``.
+        """
+        try:
+            return self.future.result(timeout)
+        except futures.TimeoutError:
+            self.future.cancel()
+            raise ExportError(
+                f"'{self.exporter_name}' did not serve the export request within {timeout} s; the "
+                "training thread serves requests after every batch — is training running?"
+            ) from None
 
 
 class OnnxExporter(Callback):
@@ -54,7 +99,20 @@ class OnnxExporter(Callback):
     them through :meth:`process_pending_exports` (pass this callback as
     ``MemoryWarmup(exporter=...)``). Once training has ended, requests run on the calling thread.
 
+    Built from an agent proxy, as upstream emote's ``OnnxExporter(agent_proxy, spaces,
+    requires_epsilon, directory, interval, prefix, device)`` (positional arguments in that
+    order), it exports any proxy with a ``policy`` and ``input_names`` (see
+    :func:`~emote_core.onnx.graph.proxy_policy_graph`); files are then named
+    ``savedmodel_<n>.onnx`` unless ``prefix`` says otherwise, and the metadata's algorithm is
+    empty.
+
     Args:
+        agent_proxy: The proxy whose policy to export (instead of ``graph``).
+        spaces: The MDP space of the proxy's inputs and actions (with ``agent_proxy``).
+        requires_epsilon: Whether the policy takes an ``epsilon`` noise input of the action's
+            shape after the observations (with ``agent_proxy``).
+        device: Accepted for upstream's call; every export traces a CPU copy of the network
+            wherever it trains, so the file is the same for any device.
         graph: Snapshots the acting network into a :class:`~emote_core.onnx.graph.PolicyGraph`;
             called on the training thread at every export (an algorithm family's
             ``policy_graph`` bound to the network and spaces, say).
@@ -64,12 +122,16 @@ class OnnxExporter(Callback):
         recipe_toml: The resolved recipe as TOML, recorded so the export can be evaluated alone.
         env_action_space: The environment's own action space (its bounds are recorded).
         opset: The default-domain opset.
-        prefix: File names are ``<prefix><handle>.onnx``.
+        prefix: File names are ``<prefix><handle>.onnx`` (default ``policy_``, or ``savedmodel_``
+            for an agent proxy).
         max_exports: Keep at most this many exports, deleting the oldest.
         name: The callback's name.
 
     Raises:
-        ConfigurationError: If the opset is not supported or ``max_exports`` is not positive.
+        ConfigurationError: If the opset is not supported, ``max_exports`` is not positive, or
+            not exactly one of ``graph`` and ``agent_proxy`` (with its ``spaces`` and
+            ``requires_epsilon``) is given.
+        ExportError: If ``agent_proxy`` cannot be exported (no policy, inputs not in ``spaces``).
         CallbackDefinitionError: If ``interval`` is not a positive integer or ``None``.
     """
 
@@ -77,20 +139,30 @@ class OnnxExporter(Callback):
 
     def __init__(
         self,
-        *,
-        graph: Callable[[], PolicyGraph],
-        directory: str | Path,
+        agent_proxy: Any = None,
+        spaces: MDPSpace | None = None,
+        requires_epsilon: bool | None = None,
+        directory: str | Path | None = None,
         interval: int | None = None,
+        prefix: str | None = None,
+        device: Any = None,
+        *,
+        graph: Callable[[], PolicyGraph] | None = None,
         recipe_name: str = "",
         recipe_toml: str = "",
         env_action_space: Any = None,
         opset: int = DEFAULT_OPSET,
-        prefix: str = "policy_",
         max_exports: int | None = None,
         name: str = "onnx_exporter",
     ) -> None:
         super().__init__(name=name, cycle=interval)
-        self.graph = graph
+        if directory is None:
+            raise ConfigurationError(f"OnnxExporter '{name}': pass directory=, where exports go")
+        if device is not None:
+            torch.device(device)  # a malformed device is an error here, as upstream's would be
+        self.graph = self._graph_source(name, graph, agent_proxy, spaces, requires_epsilon)
+        if prefix is None:
+            prefix = "policy_" if agent_proxy is None else UPSTREAM_PREFIX
         self.recipe_name = recipe_name
         self.recipe_toml = recipe_toml
         self.env_action_space = env_action_space
@@ -101,12 +173,49 @@ class OnnxExporter(Callback):
         self.last_report: ExportReport | None = None
         """The report of the latest export (its ``out`` is the stored file)."""
         self._metadata: dict[str, str] = {}
-        self._requests: collections.deque[_Request] = collections.deque()
+        self._requests: collections.deque[QueuedExport] = collections.deque()
         self._state_lock = threading.Lock()  # guards _metadata, _requests and _closed
         self._export_lock = threading.Lock()  # one trace at a time
         self._training_thread: int | None = None
         self._closed = False
         self._bp_step = 0
+
+    @staticmethod
+    def _graph_source(
+        name: str,
+        graph: Callable[[], PolicyGraph] | None,
+        agent_proxy: Any,
+        spaces: MDPSpace | None,
+        requires_epsilon: bool | None,
+    ) -> Callable[[], PolicyGraph]:
+        owner = f"OnnxExporter '{name}'"
+        if (graph is None) == (agent_proxy is None):
+            raise ConfigurationError(
+                f"{owner}: pass either graph= (a policy graph) or agent_proxy= (with spaces= and "
+                "requires_epsilon=, as upstream emote), exactly one of them"
+            )
+        if graph is not None:
+            return graph
+        if spaces is None or not isinstance(requires_epsilon, bool):
+            raise ConfigurationError(
+                f"{owner}: exporting an agent proxy needs spaces= (its MDP space) and "
+                f"requires_epsilon=True/False; got spaces={spaces!r}, "
+                f"requires_epsilon={requires_epsilon!r}"
+            )
+        source = functools.partial(
+            proxy_policy_graph, agent_proxy, spaces, requires_epsilon=requires_epsilon
+        )
+        graph = source()  # fails now, not at the first export, if the proxy cannot be exported
+        try:
+            graph.run(graph.sample_inputs(1, np.random.default_rng(0)))
+        except ExportError:
+            raise
+        except Exception as error:
+            raise ExportError(
+                f"{owner}: the proxy's policy fails on inputs {dict(graph.input_shapes)} "
+                f"(one row each, from spaces): {type(error).__name__}: {error}"
+            ) from error
+        return source
 
     # Exporting.
 
@@ -159,6 +268,27 @@ class OnnxExporter(Callback):
         )  # fmt: skip
         return item
 
+    def queue_export(self, metadata: Mapping[str, Any] | None = None) -> QueuedExport:
+        """Queues an export for the training thread, from any thread, without waiting.
+
+        The training thread serves it after its next batch (or in
+        :meth:`process_pending_exports`); once training has ended, it is made at once.
+
+        Args:
+            metadata: Props for this export only.
+
+        Returns:
+            The request: wait on it with :meth:`QueuedExport.block_until_complete`.
+        """
+        request = QueuedExport(metadata, self.name)
+        with self._state_lock:
+            closed = self._closed
+            if not closed:
+                self._requests.append(request)
+        if closed:  # nothing changes the weights any more
+            self._serve(request)
+        return request
+
     def export_threadsafe(
         self, metadata: Mapping[str, Any] | None = None, *, timeout: float | None = None
     ) -> StorageItem:
@@ -176,35 +306,24 @@ class OnnxExporter(Callback):
         """
         if threading.get_ident() == self._training_thread:
             return self.export(metadata)
-        request = _Request(dict(metadata or {}), futures.Future())
-        with self._state_lock:
-            closed = self._closed
-            if not closed:
-                self._requests.append(request)
-        if closed:  # nothing changes the weights any more
-            return self.export(metadata)
-        try:
-            return request.future.result(timeout)
-        except futures.TimeoutError:
-            request.future.cancel()
-            raise ExportError(
-                f"'{self.name}' did not serve the export request within {timeout} s; the "
-                "training thread serves requests after every batch — is training running?"
-            ) from None
+        return self.queue_export(metadata).block_until_complete(timeout)
 
     def process_pending_exports(self) -> None:
-        """Serves the requests queued by :meth:`export_threadsafe` (on the training thread)."""
+        """Serves the requests queued by :meth:`queue_export` (on the training thread)."""
         while True:
             with self._state_lock:
                 if not self._requests:
                     return
                 request = self._requests.popleft()
-            if not request.future.set_running_or_notify_cancel():
-                continue  # the caller gave up waiting
-            try:
-                request.future.set_result(self.export(request.metadata))
-            except Exception as error:  # the requester gets the error, training goes on
-                request.future.set_exception(error)
+            self._serve(request)
+
+    def _serve(self, request: QueuedExport) -> None:
+        if not request.future.set_running_or_notify_cancel():
+            return  # the caller gave up waiting
+        try:
+            request.future.set_result(self.export(request.metadata))
+        except Exception as error:  # the requester gets the error, training goes on
+            request.future.set_exception(error)
 
     # Storage.
 
@@ -255,4 +374,4 @@ class OnnxExporter(Callback):
         return f"OnnxExporter(name={self.name!r}, directory={self.storage.directory!r})"
 
 
-__all__ = ["SUPPORTED_OPSETS", "OnnxExporter"]
+__all__ = ["SUPPORTED_OPSETS", "UPSTREAM_PREFIX", "OnnxExporter", "QueuedExport"]

@@ -131,6 +131,66 @@ def policy_graph(
     return PolicyGraph(snapshot, str(algorithm), spaces, tuple(shapes), shapes, outputs)
 
 
+class _ProxyPolicy(nn.Module):
+    """An agent proxy's policy called as the proxy calls it: one tensor per input name."""
+
+    def __init__(self, policy: nn.Module) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, *inputs: Tensor) -> Tensor:
+        outputs = self.policy(*inputs)
+        if isinstance(outputs, tuple | list):
+            raise ExportError(
+                f"the policy returned {len(outputs)} outputs in eval mode; an export of an agent "
+                f"proxy's policy has one output, '{ACTIONS_OUTPUT}' — export through the "
+                "algorithm's policy graph (graph=...) for more"
+            )
+        return outputs
+
+
+def proxy_policy_graph(
+    agent_proxy: Any, spaces: MDPSpace, *, requires_epsilon: bool
+) -> PolicyGraph:
+    """Snapshots the policy of any agent proxy into a traceable graph, as upstream emote's
+    exporter read a proxy: inputs are the proxy's ``input_names`` (plus ``epsilon``, of the
+    action's shape, when ``requires_epsilon``), passed positionally; the output is ``actions``.
+
+    Args:
+        agent_proxy: Anything with a ``policy`` (a torch module) and ``input_names``.
+        spaces: The MDP space; gives each input's shape.
+        requires_epsilon: Whether the policy takes noise after the observations.
+
+    Raises:
+        ExportError: If the proxy lacks a policy or input names, an input is not in the
+            observation space, or an observation key is named ``epsilon``.
+    """
+    policy = getattr(agent_proxy, "policy", None)
+    names = getattr(agent_proxy, "input_names", None)
+    if not isinstance(policy, nn.Module) or names is None:
+        raise ExportError(
+            f"{type(agent_proxy).__name__} cannot be exported: an agent proxy needs a 'policy' "
+            "(a torch module) and 'input_names'"
+        )
+    state_keys = tuple(spaces.state.keys())
+    missing = [name for name in names if name not in state_keys]
+    if missing:
+        raise ExportError(
+            f"the proxy's inputs {missing} are not in the observation space, whose keys are "
+            f"{list(state_keys)}"
+        )
+    shapes = {name: tuple(int(d) for d in spaces.state[name].shape) for name in names}
+    if requires_epsilon:
+        if "epsilon" in shapes:
+            raise ExportError(
+                "observation key 'epsilon' is also the name of the noise input; rename the key"
+            )
+        shapes["epsilon"] = tuple(int(d) for d in spaces.actions.shape)
+    snapshot = copy.deepcopy(_ProxyPolicy(policy)).to("cpu").eval()
+    snapshot.requires_grad_(False)
+    return PolicyGraph(snapshot, "", spaces, tuple(shapes), shapes, (ACTIONS_OUTPUT,))
+
+
 def action_bounds(env_action_space: Any) -> dict[str, Any]:
     """The environment's own action bounds, as the ``action_bounds`` metadata records them.
 
@@ -215,4 +275,5 @@ __all__ = [
     "file_sha256",
     "policy_graph",
     "policy_metadata",
+    "proxy_policy_graph",
 ]

@@ -51,6 +51,12 @@ class GenericAgentProxy:
             the noise shape comes from the action space.
         deterministic: For epsilon-taking policies, act with zero noise (the mean action).
         seed: Seeds the noise generator; ``None`` draws from fresh entropy.
+        uses_logprobs: How to read the policy's outputs, as upstream emote's argument says.
+            ``True``: the policy returns a tuple ``(actions, log_probs, *others)``; the
+            log-probabilities are dropped and the rest fill ``output_keys`` in order. ``False``:
+            the policy returns one tensor, stored under every output key. Left out (emote's
+            default, unlike upstream's ``True``): one output per output key, no log-probabilities
+            (what emote's policies return in eval mode).
 
     Raises:
         ConfigurationError: If keys are malformed or absent from ``spaces``, or the policy takes
@@ -68,8 +74,14 @@ class GenericAgentProxy:
         spaces: MDPSpace | None = None,
         deterministic: bool = False,
         seed: int | None = None,
+        uses_logprobs: bool | None = None,
     ) -> None:
         owner = type(self).__name__
+        if uses_logprobs is not None and not isinstance(uses_logprobs, bool):
+            raise ConfigurationError(
+                f"{owner}: uses_logprobs must be True, False or left out; got {uses_logprobs!r}"
+            )
+        self.uses_logprobs = uses_logprobs
         self.policy = policy
         self.device = torch.device(device)
         self._input_keys = key_names(owner, "input_keys", input_keys)
@@ -219,18 +231,7 @@ class GenericAgentProxy:
         return torch.randn(shape, generator=self._generator).to(self.device)
 
     def _outputs(self, outputs: Any, count: int) -> dict[str, np.ndarray]:
-        if isinstance(outputs, torch.Tensor):
-            outputs = (outputs,)
-        if not isinstance(outputs, tuple | list) or len(outputs) != len(self._output_keys):
-            got = (
-                f"{len(outputs)} outputs"
-                if isinstance(outputs, tuple | list)
-                else type(outputs).__name__
-            )
-            raise ConfigurationError(
-                f"{type(self).__name__}: the policy returned {got} in eval mode; the proxy "
-                f"expects one tensor per output key {list(self._output_keys)}"
-            )
+        outputs = self._select_outputs(outputs)
         arrays = {}
         for key, output in zip(self._output_keys, outputs, strict=True):
             array = torch.as_tensor(output).detach().cpu().numpy()
@@ -243,6 +244,44 @@ class GenericAgentProxy:
                 )
             arrays[key] = self._cast(key, array)
         return arrays
+
+    def _select_outputs(self, outputs: Any) -> tuple[Any, ...]:
+        """The policy's outputs, one per output key, read as ``uses_logprobs`` says."""
+        owner, keys = type(self).__name__, list(self._output_keys)
+        is_sequence = isinstance(outputs, tuple | list)
+        if self.uses_logprobs is False:
+            if is_sequence:
+                raise ConfigurationError(
+                    f"{owner}: with uses_logprobs=False the policy must return one tensor (stored "
+                    f"under every output key {keys}); it returned {len(outputs)} outputs — pass "
+                    "uses_logprobs=True if the second is log-probabilities"
+                )
+            return (outputs,) * len(keys)
+        if self.uses_logprobs is True:
+            if not is_sequence or len(outputs) < 2:
+                got = f"{len(outputs)} output" if is_sequence else type(outputs).__name__
+                raise ConfigurationError(
+                    f"{owner}: with uses_logprobs=True the policy must return (actions, "
+                    f"log_probs, ...) and the log-probabilities are dropped; it returned {got} "
+                    "in eval mode — emote's policies return only actions there: leave "
+                    "uses_logprobs out"
+                )
+            outputs = (outputs[0], *outputs[2:])
+        if isinstance(outputs, torch.Tensor):
+            outputs = (outputs,)
+        if not isinstance(outputs, tuple | list) or len(outputs) != len(keys):
+            got = (
+                f"{len(outputs)} outputs"
+                if isinstance(outputs, tuple | list)
+                else type(outputs).__name__
+            )
+            one_extra = isinstance(outputs, tuple | list) and len(outputs) == len(keys) + 1
+            hint = " — if the second is log-probabilities, pass uses_logprobs=True" * one_extra
+            raise ConfigurationError(
+                f"{owner}: the policy returned {got} in eval mode; the proxy expects one "
+                f"tensor per output key {keys}{hint}"
+            )
+        return tuple(outputs)
 
     def _cast(self, key: str, array: np.ndarray) -> np.ndarray:
         if self.spaces is None or key != ACTIONS_KEY:

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from emote_core.errors import ConfigurationError
-from emote_core.nn.optim import ModifiedAdamW
+from emote_core.nn.optim import ModifiedAdamW, separate_modules_for_weight_decay
 from emote_core.nn.policies import GaussianMlpPolicy
 
 
@@ -51,3 +51,63 @@ def test_bad_inputs_are_configuration_errors() -> None:
         ModifiedAdamW([torch.zeros(1)], lr=1e-3, weight_decay=0.1)
     with pytest.raises(ConfigurationError, match="weight_decay"):
         ModifiedAdamW(nn.Linear(1, 1), lr=1e-3, weight_decay=-1.0)
+
+
+def q_network() -> nn.Sequential:
+    """Linear, LayerNorm, ReLU, a nested block and a last layer, as Q networks are built."""
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8))
+    return nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), nn.ReLU(), block, nn.Linear(8, 1))
+
+
+def test_separation_follows_upstreams_rules_on_a_real_network() -> None:
+    network = q_network()
+    decayed, plain = separate_modules_for_weight_decay(
+        network, (nn.Linear,), (nn.LayerNorm,), layers_to_exclude={"4"}
+    )
+    assert decayed == {"0.weight", "3.0.weight"}
+    assert plain == {
+        "0.bias", "1.weight", "1.bias", "3.0.bias", "3.1.weight", "3.1.bias", "4.weight",
+        "4.bias",
+    }  # fmt: skip
+    # An excluded block takes every parameter inside it out of decay.
+    decayed, _ = separate_modules_for_weight_decay(network, (nn.Linear,), (), {"3"})
+    assert decayed == {"0.weight", "4.weight"}
+
+
+def test_upstreams_positional_call_builds_groups_by_its_rules() -> None:
+    network = q_network()
+    optimizer = ModifiedAdamW(network, 1e-3, 0.1, (nn.Linear,), (nn.LayerNorm,), {"4"})
+    named = {id(p): name for name, p in network.named_parameters()}
+    decayed, plain = optimizer.param_groups
+    assert {named[id(p)] for p in decayed["params"]} == {"0.weight", "3.0.weight"}
+    assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
+    assert len(plain["params"]) == len(named) - 2
+    # betas is keyword-only: a tuple of floats in the fourth place is a wrong whitelist, loudly.
+    with pytest.raises(ConfigurationError, match=r"whitelist_weight_modules must be.*0\.9"):
+        ModifiedAdamW(network, 1e-3, 0.1, (0.9, 0.99))
+
+
+def test_parameters_upstream_left_untrained_are_trained_without_decay_and_named(caplog) -> None:
+    network = nn.Sequential(nn.Conv1d(2, 2, 1), nn.Flatten(), nn.Linear(2, 1))
+    assert separate_modules_for_weight_decay(network, (nn.Linear,), ()) == (
+        {"2.weight"}, {"0.bias", "2.bias"},
+    )  # fmt: skip
+    with caplog.at_level("WARNING", logger="emote_core.nn.optim"):
+        optimizer = ModifiedAdamW(
+            network, lr=1e-3, weight_decay=0.1, whitelist_weight_modules=[nn.Linear]
+        )
+    assert any(p is network[0].weight for p in optimizer.param_groups[1]["params"])
+    assert "['0.weight']" in caplog.text and "left such parameters out" in caplog.text
+
+
+def test_malformed_lists_and_layers_are_configuration_errors() -> None:
+    network = q_network()
+    with pytest.raises(ConfigurationError, match=r"\['Linear'\] are both in"):
+        separate_modules_for_weight_decay(network, (nn.Linear,), (nn.Linear,))
+    with pytest.raises(ConfigurationError, match=r"names \['9'\], which the network does not"):
+        ModifiedAdamW(network, layers_to_exclude={"9"})
+    with pytest.raises(ConfigurationError, match=r"must be torch\.nn\.Module classes"):
+        ModifiedAdamW(network, whitelist_weight_modules=["Linear"])
+    with pytest.raises(ConfigurationError, match="pass that network as a single module"):
+        ModifiedAdamW([network], layers_to_exclude={"4"})

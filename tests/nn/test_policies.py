@@ -9,7 +9,12 @@ from torch.distributions.transforms import TanhTransform
 
 from emote_core.errors import ConfigurationError
 from emote_core.nn.encoders import Conv2dEncoder
-from emote_core.nn.policies import GaussianMlpPolicy, GaussianPolicy, GaussianPolicyHead
+from emote_core.nn.policies import (
+    BasePolicy,
+    GaussianMlpPolicy,
+    GaussianPolicy,
+    GaussianPolicyHead,
+)
 
 
 def make_policy(observation_dim: int = 5, action_dim: int = 3) -> GaussianMlpPolicy:
@@ -116,3 +121,29 @@ def test_bad_sizes_are_configuration_errors() -> None:
         GaussianPolicyHead(hidden_dim=4, action_dim=1, log_std_min=1.0, log_std_max=0.0)
     with pytest.raises(ConfigurationError, match="hidden_dims"):
         GaussianMlpPolicy(observation_dim=3, action_dim=1, hidden_dims=(64, -1))
+
+
+def test_policies_are_base_policies_that_infer_pre_and_post_actions() -> None:
+    policy = make_policy()
+    assert isinstance(policy, BasePolicy)
+    observation = torch.randn(4, 5)
+    for training in (True, False):
+        policy.train(training)
+        torch.manual_seed(1)
+        pre, post = policy.infer(observation)
+        torch.manual_seed(1)
+        sampled, _ = policy.sample(observation)
+        assert torch.equal(pre, sampled) and torch.equal(post, pre)  # the identity post_process
+
+
+def test_a_base_policy_subclass_changes_only_post_processing() -> None:
+    class Rounded(BasePolicy):
+        def forward(self, observation):
+            return observation * 0.6, torch.zeros(observation.shape[0], 1)
+
+        def post_process(self, actions):
+            return actions.round()
+
+    pre, post = Rounded().infer(torch.tensor([[1.0, 2.0]]))
+    torch.testing.assert_close(pre, torch.tensor([[0.6, 1.2]]))
+    assert post.tolist() == [[1.0, 1.0]]
