@@ -34,7 +34,12 @@ def table_proxy() -> MemoryTableProxy:
 
 def step(proxy, state, reward=None, metadata=None) -> None:
     rewards = {} if reward is None else {"reward": reward}
-    observation = DictObservation(state, {"obs": np.zeros(2, np.float32)}, rewards, metadata)
+    observation = DictObservation(
+        episode_state=state,
+        array_data={"obs": np.zeros(2, np.float32)},
+        rewards=rewards,
+        metadata=metadata,
+    )
     responses = {} if state in (EpisodeState.TERMINAL, EpisodeState.INTERRUPTED) else {
         0: DictResponse({"actions": np.zeros(1, np.float32)})
     }  # fmt: skip
