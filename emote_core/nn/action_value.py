@@ -13,12 +13,14 @@ make that mistake fail at the call (``docs/porting.md``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import torch
 from torch import Tensor, nn
 
 from emote_core.errors import ConfigurationError
 from emote_core.nn.encoders import Activation, MlpEncoder
+from emote_core.nn.initialization import orthogonal_init_
 
 
 def _check_positive(owner: str, what: str, value: int) -> None:
@@ -28,6 +30,9 @@ def _check_positive(owner: str, what: str, value: int) -> None:
 
 class ActionValueMlp(nn.Module):
     """``Q(s, a)`` for continuous actions: an MLP over the concatenated observation and action.
+
+    Its layers start orthogonal (gain sqrt 2, the output layer gain 1) with zero biases, as
+    upstream emote's.
 
     Args:
         observation_dim: The width of the flattened observation.
@@ -54,6 +59,10 @@ class ActionValueMlp(nn.Module):
             input_dim=observation_dim + action_dim, hidden_dims=hidden_dims, activation=activation
         )
         self.final_layer = nn.Linear(self.encoder.output_dim, 1)
+        # Upstream emote's initialisation: orthogonal hidden layers (gain sqrt 2), an orthogonal
+        # output layer of gain 1, zero biases.
+        self.encoder.apply(orthogonal_init_)
+        self.final_layer.apply(partial(orthogonal_init_, gain=1.0))
         self.observation_dim = observation_dim
         self.action_dim = action_dim
 

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from emote_core.errors import ConfigurationError
+from emote_core.nn.initialization import orthogonal_init_
 
 Activation = Callable[[], nn.Module]
 """A factory of activation modules, such as ``nn.ReLU``."""
@@ -66,6 +67,7 @@ class _ConvEncoder(nn.Module):
 
     _conv: type[nn.Module]
     _spatial_dims: int
+    _orthogonal: bool = False
 
     def __init__(
         self,
@@ -110,6 +112,8 @@ class _ConvEncoder(nn.Module):
         if flatten:
             layers.append(nn.Flatten())
         self.layers = nn.Sequential(*layers)
+        if self._orthogonal:
+            self.layers.apply(orthogonal_init_)
         too_small = ConfigurationError(
             f"{owner}: input_shape {self.input_shape} is too small for these kernels and strides "
             "(nothing is left of it); use smaller kernels or strides, or more padding"
@@ -165,7 +169,7 @@ class Conv1dEncoder(_ConvEncoder):
 
 
 class Conv2dEncoder(_ConvEncoder):
-    """A stack of 2-D convolutions for images.
+    """A stack of 2-D convolutions for images, starting orthogonal (gain sqrt 2) as upstream's.
 
     Args:
         input_shape: One observation's shape: ``(height, width, channels)`` when
@@ -184,6 +188,7 @@ class Conv2dEncoder(_ConvEncoder):
 
     _conv = nn.Conv2d
     _spatial_dims = 2
+    _orthogonal = True  # upstream emote's Conv2dEncoder starts orthogonal; its Conv1dEncoder not
 
 
 __all__ = ["Activation", "Conv1dEncoder", "Conv2dEncoder", "MlpEncoder"]

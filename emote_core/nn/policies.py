@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -26,16 +27,22 @@ from torch import Tensor, nn
 
 from emote_core.errors import ConfigurationError
 from emote_core.nn.encoders import Activation, MlpEncoder
+from emote_core.nn.initialization import orthogonal_init_, xavier_uniform_init_
 
 _HALF_LOG_TWO_PI = 0.5 * math.log(2.0 * math.pi)
 _LOG_TWO = math.log(2.0)
+
+MEAN_LIMIT = 5.0
+"""The pre-squash mean is clamped to ``[-MEAN_LIMIT, MEAN_LIMIT]`` (``tanh(5)`` = 0.99991), as
+upstream emote's head does: it keeps the mean from drifting where tanh has no gradient."""
 
 
 class GaussianPolicyHead(nn.Module):
     """Maps features to a tanh-squashed diagonal Gaussian over actions.
 
     One linear layer gives the mean and the log standard deviation of the pre-squash Gaussian;
-    the log standard deviation is clamped to ``[log_std_min, log_std_max]``.
+    the mean is clamped to ``[-5, 5]`` (:data:`MEAN_LIMIT`, as upstream emote) and the log standard
+    deviation to ``[log_std_min, log_std_max]``.
 
     Args:
         hidden_dim: The width of the input features.
@@ -72,9 +79,12 @@ class GaussianPolicyHead(nn.Module):
         self.linear = nn.Linear(hidden_dim, 2 * action_dim)
 
     def distribution(self, features: Tensor) -> tuple[Tensor, Tensor]:
-        """The pre-squash Gaussian's mean and (clamped) log standard deviation, each ``(B, A)``."""
+        """The pre-squash Gaussian's clamped mean and log standard deviation, each ``(B, A)``."""
         mean, log_std = self.linear(features).chunk(2, dim=-1)
-        return mean, log_std.clamp(self.log_std_min, self.log_std_max)
+        return (
+            mean.clamp(-MEAN_LIMIT, MEAN_LIMIT),
+            log_std.clamp(self.log_std_min, self.log_std_max),
+        )
 
     def sample(self, features: Tensor, epsilon: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """A reparameterised action sample and its log-probability.
@@ -176,6 +186,11 @@ class GaussianPolicy(BasePolicy):
             hidden_dim=self.hidden.output_dim, action_dim=action_dim,
             log_std_min=log_std_min, log_std_max=log_std_max,
         )  # fmt: skip
+        # Upstream emote's initialisation: orthogonal hidden layers (gain sqrt 2) and a head with
+        # Xavier-uniform weights of gain 0.01, so the first actions are near tanh(0) with small
+        # spread. The given encoder keeps its own initialisation.
+        self.hidden.apply(orthogonal_init_)
+        self.head.apply(partial(xavier_uniform_init_, gain=0.01))
         self.action_dim = action_dim
         self.detach_encoder = detach_encoder
 
