@@ -187,7 +187,11 @@ def test_sac_pendulum_interrupted_halfway_and_resumed_reaches_the_recipes_return
 ) -> None:
     half = invoke(runner, "train", "sac_pendulum", "--steps", "10000", "--run-dir", "p", "-q")
     assert half.exit_code == 0, half.output
-    resumed = invoke(runner, "train", "--resume", "--run-dir", "p", "-q", "--json")
+    # The first start asked for 10,000 updates, which a plain --resume would keep: ask for the
+    # recipe's whole run.
+    resumed = invoke(
+        runner, "train", "--resume", "--run-dir", "p", "-q", "--json", "--steps", "19900"
+    )
     assert resumed.exit_code == 0, resumed.output
     assert json.loads(resumed.stdout)["steps"] == 19_900
     memory = load_checkpoint(in_tmp / "p" / "checkpoints" / "checkpoint_19900.tar")["callbacks"]
