@@ -16,6 +16,7 @@ _EXPORTS: dict[str, str] = {
     "Adaptor": "emote_core.memory.adaptors",
     "ArrayMemoryTable": "emote_core.memory.table",
     "Column": "emote_core.memory.columns",
+    "CoverageBasedEjectionStrategy": "emote_core.memory.strategies",
     "CoverageBasedSampleStrategy": "emote_core.memory.strategies",
     "DictObsAdaptor": "emote_core.memory.adaptors",
     "DictObsMemoryTable": "emote_core.memory.builders",
@@ -41,6 +42,7 @@ _EXPORTS: dict[str, str] = {
     "SyntheticMasks": "emote_core.memory.mappers",
     "TagColumn": "emote_core.memory.columns",
     "TerminalAdaptor": "emote_core.memory.adaptors",
+    "UniformEjectionStrategy": "emote_core.memory.strategies",
     "UniformSampleStrategy": "emote_core.memory.strategies",
     "VirtualColumn": "emote_core.memory.columns",
 }
@@ -63,6 +65,7 @@ __all__ = [
     "Adaptor",
     "ArrayMemoryTable",
     "Column",
+    "CoverageBasedEjectionStrategy",
     "CoverageBasedSampleStrategy",
     "DictObsAdaptor",
     "DictObsMemoryTable",
@@ -88,6 +91,7 @@ __all__ = [
     "SyntheticMasks",
     "TagColumn",
     "TerminalAdaptor",
+    "UniformEjectionStrategy",
     "UniformSampleStrategy",
     "VirtualColumn",
 ]

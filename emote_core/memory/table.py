@@ -183,6 +183,7 @@ class ArrayMemoryTable:
         from emote_core.utils.random_state import generators_of
 
         generators: dict[str, np.random.Generator | torch.Generator] = {"sampling": self.rng}
+        generators.update(generators_of(self.ejector, "ejector."))  # random ejection
         for position, adaptor in enumerate(self.adaptors):
             generators.update(generators_of(adaptor, f"adaptor{position}."))
         return generators
