@@ -14,6 +14,16 @@ from emote_core.errors import ConfigurationError
 from emote_core.utils.gamma_matrix import discount, make_gamma_matrix
 
 
+def priority_feedback(table: Any, losses: Sequence[str]) -> list[Any]:
+    """The callback feeding the TD errors of ``losses`` back to ``table`` when the table samples
+    by priority (``memory.sampler = "prioritized"``); nothing otherwise."""
+    if table is None or not getattr(table, "prioritized", False):
+        return []
+    from emote_core.memory.priorities import PriorityUpdater
+
+    return [PriorityUpdater(table=table, losses=losses)]
+
+
 def key_list(observation_keys: Sequence[str] | None) -> list[str] | None:
     """The observation keys a network reads, as a list (``None``: all, sorted)."""
     return list(observation_keys) if observation_keys is not None else None
@@ -265,6 +275,7 @@ __all__ = [
     "check_positive_int",
     "frozen",
     "prepare_target",
+    "priority_feedback",
     "sample_policy",
     "window_count",
     "window_ends",

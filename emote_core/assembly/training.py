@@ -25,7 +25,7 @@ from emote_core.callback import Callback
 from emote_core.callbacks.progress import ProgressReporter, ProgressSink
 from emote_core.errors import ConfigurationError
 from emote_core.recipes.loading import recipe_to_toml
-from emote_core.recipes.schema import Recipe
+from emote_core.recipes.schema import MemoryConfig, Recipe, SamplerKind
 from emote_core.runs import RunDirectory
 from emote_core.trainer import Trainer
 
@@ -82,6 +82,7 @@ def build_training(
     from emote_core.callbacks.generic import BackPropStepsTerminator
     from emote_core.callbacks.logging import TensorboardLogger, TerminalLogger
     from emote_core.memory import DictObsMemoryTable, DictObsNStepMemoryTable, MemoryLoader
+    from emote_core.memory.priorities import PriorityUpdater
     from emote_core.stores.memory_checkpoint import ReplayMemoryCheckpoint
     from emote_core.stores.zarr_store import MemoryStore
 
@@ -95,7 +96,11 @@ def build_training(
     table_class = (
         DictObsNStepMemoryTable if recipe.memory.rollout_length > 1 else DictObsMemoryTable
     )
-    table = table_class(spaces=spaces, maxlen=recipe.memory.maxlen, device=device, seed=recipe.seed)
+    total = bp_steps if bp_steps is not None else recipe.training.bp_steps
+    table = table_class(
+        spaces=spaces, maxlen=recipe.memory.maxlen, device=device, seed=recipe.seed,
+        sampler=_sampler(recipe.memory, total),
+    )  # fmt: skip
     loader = MemoryLoader(
         table=table, rollout_count=recipe.memory.batch_size,
         rollout_length=recipe.memory.rollout_length,
@@ -113,6 +118,12 @@ def build_training(
 
     networks = make_networks(recipe, spaces, device)
     parts = training_parts(recipe, networks, build_context(recipe, spaces, device, table=table))
+    if table.prioritized and not any(isinstance(c, PriorityUpdater) for c in parts.callbacks):
+        raise ConfigurationError(
+            f'memory.sampler = "prioritized" needs the algorithm to feed its TD errors back, '
+            f"and '{recipe.algorithm}' adds no PriorityUpdater to its training callbacks; set "
+            'memory.sampler = "uniform" (or wire its losses with emote_core.memory.priorities)'
+        )
     callbacks: list[Callback] = [*parts.callbacks, memory]
     checkpointed: list[Callback] = [*parts.callbacks, memory]
 
@@ -127,7 +138,6 @@ def build_training(
         env.close()
         env = None
 
-    total = bp_steps if bp_steps is not None else recipe.training.bp_steps
     loggables = [c for c in callbacks if hasattr(c, "scalar_logs")]
     writer = SummaryWriter(log_dir=str(run.tensorboard))
     interval = recipe.training.log_interval
@@ -167,6 +177,22 @@ def build_training(
         callbacks.append(CheckpointLoader(callbacks=checkpointed, run_dir=run.path))
     trainer = Trainer(callbacks, loader)
     return TrainingRun(trainer, run, table, networks, env, collector, total)
+
+
+def _sampler(memory: MemoryConfig, updates: int) -> Any:
+    """The table's sample strategy as the recipe's ``memory.sampler`` says; prioritized replay's
+    beta moves linearly from ``priority_beta`` to ``priority_beta_final`` over ``updates``."""
+    from emote_core.memory.strategies import PrioritizedSampleStrategy, UniformSampleStrategy
+    from emote_core.schedules import LinearSchedule
+
+    if memory.sampler is not SamplerKind.PRIORITIZED:
+        return UniformSampleStrategy()
+    beta: Any = memory.priority_beta
+    if memory.priority_beta_final != beta:
+        beta = LinearSchedule(beta, memory.priority_beta_final, max(updates, 1))
+    return PrioritizedSampleStrategy(
+        alpha=memory.priority_alpha, beta=beta, epsilon=memory.priority_epsilon
+    )
 
 
 def _collector(

@@ -16,6 +16,7 @@ _EXPORTS: dict[str, str] = {
     "Adaptor": "emote_core.memory.adaptors",
     "ArrayMemoryTable": "emote_core.memory.table",
     "Column": "emote_core.memory.columns",
+    "CoverageBasedEjectionStrategy": "emote_core.memory.strategies",
     "CoverageBasedSampleStrategy": "emote_core.memory.strategies",
     "DictObsAdaptor": "emote_core.memory.adaptors",
     "DictObsMemoryTable": "emote_core.memory.builders",
@@ -42,6 +43,7 @@ _EXPORTS: dict[str, str] = {
     "TagColumn": "emote_core.memory.columns",
     "TerminalAdaptor": "emote_core.memory.adaptors",
     "TmrlEpisodeMemory": "emote_core.memory.tmrl_memory",
+    "UniformEjectionStrategy": "emote_core.memory.strategies",
     "UniformSampleStrategy": "emote_core.memory.strategies",
     "VirtualColumn": "emote_core.memory.columns",
 }
@@ -64,6 +66,7 @@ __all__ = [
     "Adaptor",
     "ArrayMemoryTable",
     "Column",
+    "CoverageBasedEjectionStrategy",
     "CoverageBasedSampleStrategy",
     "DictObsAdaptor",
     "DictObsMemoryTable",
@@ -90,6 +93,7 @@ __all__ = [
     "TagColumn",
     "TerminalAdaptor",
     "TmrlEpisodeMemory",
+    "UniformEjectionStrategy",
     "UniformSampleStrategy",
     "VirtualColumn",
 ]

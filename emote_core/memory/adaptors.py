@@ -66,6 +66,10 @@ class DictObsAdaptor:
         observation_keys: The flat column names of the observation entries.
         output_keys: The names inside the dicts, one per observation key; defaults to the same.
         next_prefix: The prefix of the virtual next-observation columns.
+        with_next: Whether next observations are gathered too (upstream emote's argument):
+            ``True`` requires every next column, ``False`` leaves them as flat entries and adds
+            no ``next_observation`` (upstream added an empty dict), ``None`` (the default)
+            gathers them when the batch has them.
 
     Raises:
         ConfigurationError: If keys repeat, or ``output_keys`` does not match in length.
@@ -77,8 +81,15 @@ class DictObsAdaptor:
         *,
         output_keys: Sequence[str] | None = None,
         next_prefix: str = "next_",
+        with_next: bool | None = None,
     ) -> None:
         keys = list(observation_keys)
+        if with_next not in (True, False, None):
+            raise ConfigurationError(
+                f"DictObsAdaptor's with_next must be true, false or None (gather next "
+                f"observations when present); got {with_next!r}"
+            )
+        self.with_next = with_next
         outputs = keys if output_keys is None else list(output_keys)
         if not keys:
             raise ConfigurationError("DictObsAdaptor needs at least one observation key")
@@ -97,12 +108,18 @@ class DictObsAdaptor:
     def __call__(self, batch: dict[str, Any], count: int, sequence_length: int) -> dict[str, Any]:
         observation = {out: _require(self, batch, key) for key, out in self.key_map}
         next_names = [(self.next_prefix + key, out) for key, out in self.key_map]
-        present = [name for name, _ in next_names if name in batch]
-        if present and len(present) != len(next_names):
+        present = [] if self.with_next is False else [n for n, _ in next_names if n in batch]
+        if (present or self.with_next) and len(present) != len(next_names):
             missing = sorted(name for name, _ in next_names if name not in batch)
+            rule = (
+                "with_next=True needs every observation key's next column; build the table "
+                "with next-observation columns or pass with_next=False"
+                if self.with_next
+                else "every observation key needs its next column, or none does"
+            )
             raise ConfigurationError(
                 f"DictObsAdaptor found next-observation columns {present} but not {missing}; "
-                "every observation key needs its next column, or none does"
+                + rule
             )
         for key, _ in self.key_map:
             del batch[key]
@@ -112,7 +129,10 @@ class DictObsAdaptor:
         return batch
 
     def __repr__(self) -> str:
-        return f"DictObsAdaptor(key_map={self.key_map!r}, next_prefix={self.next_prefix!r})"
+        return (
+            f"DictObsAdaptor(key_map={self.key_map!r}, next_prefix={self.next_prefix!r}, "
+            f"with_next={self.with_next!r})"
+        )
 
 
 class KeyScaleAdaptor:

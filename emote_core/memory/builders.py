@@ -133,8 +133,25 @@ def _action_column(actions: BoxSpace) -> Column:
     return Column(ACTIONS_KEY, actions.shape, actions.dtype)
 
 
+def _flag_dtype(name: str, dtype: Any) -> np.dtype[Any]:
+    try:
+        resolved = np.dtype(dtype)
+    except TypeError:
+        resolved = None
+    if resolved is None or resolved.kind not in "fiub":
+        raise ConfigurationError(
+            f"{name} must be a numpy bool, integer or float dtype; got {dtype!r} — for example "
+            f"{name}=np.float32 (the default) or {name}=bool"
+        )
+    return resolved
+
+
 def _build_columns(
-    spaces: MDPSpace, keys: list[str], next_mapper: type[Mapper], use_terminal: bool
+    spaces: MDPSpace,
+    keys: list[str],
+    next_mapper: type[Mapper],
+    use_terminal: bool,
+    flag_dtypes: tuple[np.dtype[Any], np.dtype[Any]],
 ) -> list[AnyColumn]:
     columns: list[AnyColumn] = []
     for key in keys:
@@ -146,8 +163,8 @@ def _build_columns(
     columns += [
         _action_column(spaces.actions),
         Column(REWARDS_KEY, _FLAG_SHAPE, np.float32),
-        VirtualColumn(DONES_KEY, _FLAG_SHAPE, np.float32, REWARDS_KEY, SyntheticDones()),
-        VirtualColumn(MASKS_KEY, _FLAG_SHAPE, np.float32, REWARDS_KEY, SyntheticMasks()),
+        VirtualColumn(DONES_KEY, _FLAG_SHAPE, flag_dtypes[0], REWARDS_KEY, SyntheticDones()),
+        VirtualColumn(MASKS_KEY, _FLAG_SHAPE, flag_dtypes[1], REWARDS_KEY, SyntheticMasks()),
     ]
     if use_terminal:
         # The flag of the observation a transition leads to decides its mask, so it is read one
@@ -214,6 +231,10 @@ class DictObsMemoryTable(ArrayMemoryTable):
         adaptors: Extra adaptors, run before observations are nested (reward scaling, casts).
         preprocessor: An adaptor run last on the nested batch, such as a
             :class:`~emote_core.memory.adaptors.SamplePreprocessor` augmentation.
+        dones_dtype: The dtype of sampled ``dones`` (upstream emote's argument); float32 by
+            default where upstream's default was ``bool`` — pass ``dones_dtype=bool`` for
+            upstream's batches.
+        masks_dtype: The dtype of sampled ``masks`` (float32, as upstream's default).
 
     Raises:
         ConfigurationError: If the spaces cannot be stored (see the message), or an adaptor is
@@ -234,13 +255,19 @@ class DictObsMemoryTable(ArrayMemoryTable):
         seed: int | None = None,
         adaptors: Sequence[Adaptor] = (),
         preprocessor: Adaptor | None = None,
+        dones_dtype: Any = np.float32,
+        masks_dtype: Any = np.float32,
     ) -> None:
         keys = _check_spaces(spaces, use_terminal)
+        flag_dtypes = (
+            _flag_dtype("dones_dtype", dones_dtype),
+            _flag_dtype("masks_dtype", masks_dtype),
+        )
         self.spaces = spaces
         self.observation_keys = keys
         self.use_terminal = use_terminal
         super().__init__(
-            columns=_build_columns(spaces, keys, self.next_mapper, use_terminal),
+            columns=_build_columns(spaces, keys, self.next_mapper, use_terminal, flag_dtypes),
             maxlen=maxlen,
             sampler=sampler if sampler is not None else UniformSampleStrategy(),
             ejector=ejector if ejector is not None else FifoEjectionStrategy(),
@@ -268,6 +295,8 @@ class DictObsNStepMemoryTable(DictObsMemoryTable):
         seed: Seed of the table's sampling generator.
         adaptors: Extra adaptors, run before observations are nested.
         preprocessor: An adaptor run last on the nested batch.
+        dones_dtype: The dtype of sampled ``dones`` (float32; upstream's n-step table: bool).
+        masks_dtype: The dtype of sampled ``masks`` (float32).
 
     Raises:
         ConfigurationError: If the spaces cannot be stored, or an adaptor is not callable.

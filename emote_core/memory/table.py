@@ -49,6 +49,31 @@ def _headroom(maxlen: int) -> int:
     return maxlen + maxlen // 64 + 64
 
 
+class _FullQuery:
+    """What ``table.full`` gives: call it (``table.full()``); its truth value is refused.
+
+    Upstream emote's ``full`` is a method; were it a plain property here, ``table.full()`` would
+    fail, and were it a plain method, code written as ``if table.full:`` would always be true.
+    """
+
+    __slots__ = ("_table",)
+
+    def __init__(self, table: ArrayMemoryTable) -> None:
+        self._table = table
+
+    def __call__(self) -> bool:
+        with self._table._lock:
+            return self._table._is_full()
+
+    def __bool__(self) -> bool:
+        raise MemoryTableError(
+            "table.full is a method (as in upstream emote): write table.full(), not table.full"
+        )
+
+    def __repr__(self) -> str:
+        return f"<method full of {self._table!r}>"
+
+
 class ArrayMemoryTable:
     """A table of whole episodes, sampled as windows that never cross an episode boundary.
 
@@ -116,6 +141,7 @@ class ArrayMemoryTable:
         }
         self._lock = threading.RLock()
         self._size = 0
+        self._filled = False
         self._last_sample: SampledWindows | None = None
         self._last_identities = np.zeros(0, dtype=np.int64)
         self._last_sequence_length = 0
@@ -137,9 +163,19 @@ class ArrayMemoryTable:
         return len(self.index)
 
     @property
-    def full(self) -> bool:
-        """Whether the table holds ``maxlen`` transitions (the next episode ejects old ones)."""
-        return self._size >= self.maxlen
+    def full(self) -> _FullQuery:
+        """``table.full()``: whether the table is saturated, as upstream emote's ``full()``.
+
+        True once the table has ejected episodes to make room (or holds exactly ``maxlen``
+        transitions), until :meth:`clear`. As tables hold and eject whole episodes, a full
+        table usually holds fewer than ``maxlen`` transitions. ``full`` is a method, as
+        upstream's: using it without the call (``if table.full:``) raises instead of being
+        always true.
+        """
+        return _FullQuery(self)
+
+    def _is_full(self) -> bool:
+        return self._filled or self._size >= self.maxlen
 
     def random_generators(self) -> dict[str, np.random.Generator | torch.Generator]:
         """The sampling generator and those of adaptors that draw (image shifts), for
@@ -147,6 +183,7 @@ class ArrayMemoryTable:
         from emote_core.utils.random_state import generators_of
 
         generators: dict[str, np.random.Generator | torch.Generator] = {"sampling": self.rng}
+        generators.update(generators_of(self.ejector, "ejector."))  # random ejection
         for position, adaptor in enumerate(self.adaptors):
             generators.update(generators_of(adaptor, f"adaptor{position}."))
         return generators
@@ -204,6 +241,7 @@ class ArrayMemoryTable:
     def _make_room(self, length: int) -> None:
         while self._size + length > self.maxlen:
             self._remove(self.ejector.choose())
+            self._filled = True
 
     def _remove(self, slot: int) -> None:
         identity = int(self.index.ids[slot])
@@ -385,6 +423,11 @@ class ArrayMemoryTable:
             slots[current], self._last_sample.offsets[current], values[current]
         )
 
+    @property
+    def prioritized(self) -> bool:
+        """Whether the sample strategy keeps priorities fed back by :meth:`update_priorities`."""
+        return self.sampler.has_priorities
+
     # Capacity.
 
     @_synchronized
@@ -414,6 +457,7 @@ class ArrayMemoryTable:
         self.ejector.clear()
         self.schema.extra_rows.clear()
         self._size = 0
+        self._filled = False
         self._last_sample = None
 
     # Reading back.
@@ -439,6 +483,30 @@ class ArrayMemoryTable:
             data[column.name] = self._tag_values[column.name][slot].copy()
         end = EpisodeState.TERMINAL if self.index.terminal[slot] else EpisodeState.INTERRUPTED
         return int(self.index.ids[slot]), data, end
+
+    def store(self, path: Any) -> None:
+        """Refused: upstream emote's ``table.store(path)`` is a function of the stores here.
+
+        Raises:
+            MemoryTableError: Always, naming the call to write instead.
+        """
+        raise MemoryTableError(
+            f"table.store({path!r}) is upstream emote's table method; emote writes tables with "
+            "emote_core.stores.upstream.store_table(table, path) (note: it writes the exact name "
+            "given, where upstream appended '.zip') or into an emote-memory Zarr store"
+        )
+
+    def restore(self, path: Any) -> None:
+        """Refused: upstream emote's ``table.restore(path)`` is a function of the stores here.
+
+        Raises:
+            MemoryTableError: Always, naming the call to write instead.
+        """
+        raise MemoryTableError(
+            f"table.restore({path!r}) is upstream emote's table method; emote reads tables with "
+            "emote_core.stores.upstream.restore_table(table, path), which accepts the path "
+            "with or without '.zip'"
+        )
 
     def nbytes(self) -> int:
         """Bytes allocated for stored columns (CPU pages count only once written)."""

@@ -21,6 +21,7 @@ from emote_core.recipes.schema import (
     LoggingConfig,
     MemoryConfig,
     Recipe,
+    SamplerKind,
     TrainingConfig,
     WandbMode,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "LoggingConfig",
     "MemoryConfig",
     "Recipe",
+    "SamplerKind",
     "TrainingConfig",
     "WandbMode",
     "available_recipes",

@@ -312,6 +312,7 @@ def validate_recipe(recipe: Recipe, source: str = "recipe") -> None:
     for key, value in non_negative.items():
         if value < 0:
             raise ConfigurationError(f"{source}: '{key}' must be >= 0; got {value}")
+    recipe.memory.check(source)
     if not recipe.logging.wandb_project.strip():
         raise ConfigurationError(
             f"{source}: 'logging.wandb_project' must name a W&B project; got an empty string"

@@ -9,9 +9,12 @@ declare (:mod:`emote_core.algorithms.registry`); a loaded recipe holds them, typ
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from emote_core.errors import ConfigurationError
 
 
 @dataclass
@@ -28,6 +31,25 @@ class EnvConfig:
     """Cut episodes at this many steps (INTERRUPTED); the env's own limit when unset."""
 
 
+class SamplerKind(StrEnum):
+    """How training batches are drawn from the replay memory."""
+
+    UNIFORM = "uniform"
+    """Every stored window equally likely."""
+    PRIORITIZED = "prioritized"
+    """Prioritized replay: windows drawn in proportion to ``(|TD error| + epsilon) ** alpha``,
+    losses weighted by importance-sampling weights; the algorithm feeds its TD errors back."""
+
+
+_PRIORITY_RANGES = {
+    "priority_alpha": (0.0, math.inf),
+    "priority_beta": (0.0, 1.0),
+    "priority_beta_final": (0.0, 1.0),
+    "priority_epsilon": (0.0, math.inf),
+}
+"""Prioritized replay's recipe settings and their allowed ranges."""
+
+
 @dataclass
 class MemoryConfig:
     """The replay memory and how it is sampled."""
@@ -40,9 +62,46 @@ class MemoryConfig:
     """Transitions per window (n-step returns when above 1)."""
     warmup_steps: int = 1_000
     """Env steps collected (random-policy quality) before training starts."""
+    sampler: SamplerKind = SamplerKind.UNIFORM
+    """``uniform`` or ``prioritized`` (prioritized replay; SAC and DQN feed TD errors back)."""
+    priority_alpha: float = 0.6
+    """Prioritized only: how strongly priorities shape sampling (0 is uniform)."""
+    priority_beta: float = 0.4
+    """Prioritized only: importance-sampling correction at the first update, in [0, 1]."""
+    priority_beta_final: float = 1.0
+    """Prioritized only: beta reached, linearly, at the run's last update, in [0, 1]; equal to
+    ``priority_beta`` keeps beta constant."""
+    priority_epsilon: float = 1e-6
+    """Prioritized only: added to every ``|TD error|`` so that no window's chance reaches 0."""
     store_episodes: bool = True
     """Append live episodes to the run's ``memory_export/`` store as they end. A resumed run
     reads its replay memory back from there; without it a resume starts with an empty memory."""
+
+    def check(self, source: str) -> None:
+        """Checks prioritized replay's settings: in range, and unchanged from their defaults
+        with the uniform sampler (where they would change nothing, silently).
+
+        Raises:
+            ConfigurationError: Naming the setting, its value and the fix.
+        """
+        defaults = MemoryConfig()
+        for key, (low, high) in _PRIORITY_RANGES.items():
+            value = getattr(self, key)
+            if self.sampler is not SamplerKind.PRIORITIZED:
+                if value != getattr(defaults, key):
+                    raise ConfigurationError(
+                        f"{source}: 'memory.{key}' = {value} is a setting of prioritized replay "
+                        f"but 'memory.sampler' is '{self.sampler}'; set memory.sampler = "
+                        f'"prioritized" or remove memory.{key}'
+                    )
+            elif not low <= value <= high or math.isinf(value):
+                bounds = f"in [{low}, {high}]" if high != math.inf else f"finite and >= {low}"
+                raise ConfigurationError(f"{source}: 'memory.{key}' must be {bounds}; got {value}")
+        if self.sampler is SamplerKind.PRIORITIZED and self.priority_epsilon == 0.0:
+            raise ConfigurationError(
+                f"{source}: 'memory.priority_epsilon' must be above 0 so that every window keeps "
+                "a chance to be drawn; got 0 — use a small value such as 1e-6"
+            )
 
 
 @dataclass
@@ -160,6 +219,7 @@ __all__ = [
     "LoggingConfig",
     "MemoryConfig",
     "Recipe",
+    "SamplerKind",
     "TrainingConfig",
     "WandbMode",
 ]

@@ -114,6 +114,24 @@ def test_q_loss_reads_the_taken_actions() -> None:
     assert loss.scalar_logs["training/q_prediction"] == pytest.approx(2.5)
 
 
+@pytest.mark.parametrize("huber", [True, False])
+def test_q_loss_weights_each_window_by_its_importance_weight(huber: bool) -> None:
+    q = ScaledValues([1.0, 3.0])
+    loss = QLoss(q=q, optimizer=torch.optim.SGD(q.parameters(), lr=0.0), huber=huber)
+    batch = {
+        "observation": {"obs": torch.tensor([[1.0], [2.0]])},
+        "actions": torch.tensor([[1], [0]]),
+        "q_target": torch.tensor([[3.0], [0.0]]),  # predictions 3 and 2: errors 0 and 2
+    }
+    per_window = 1.5 if huber else 4.0  # Huber of 2 is 2 - 0.5
+    weighted = loss.loss(**batch, importance_weights=torch.tensor([[1.0], [0.25]]))
+    assert weighted.item() == pytest.approx(0.25 * per_window / 2)
+    assert loss.loss(**batch).item() == pytest.approx(per_window / 2)
+    published = loss.backward(**batch, bp_step=3)["default"]
+    torch.testing.assert_close(published["q_td_error"], torch.tensor([[0.0], [2.0]]))
+    assert published["q_td_error_step"] == 3
+
+
 def test_dqn_learns_the_better_arm_of_a_bandit(one_torch_thread: None) -> None:
     table = DictObsMemoryTable(spaces=SPACES, maxlen=10_000, seed=0)
     rng = np.random.default_rng(0)

@@ -135,6 +135,44 @@ def test_q_loss_regresses_each_windows_first_transition() -> None:
     assert loss.scalar_logs["training/q1_prediction"] == pytest.approx(2.25)
 
 
+def test_q_loss_weights_each_window_by_its_importance_weight_and_publishes_td_errors() -> None:
+    q = LinearQ(1.0, 1.0)
+    loss = QLoss(name="q1", q=q, optimizer=torch.optim.SGD(q.parameters(), lr=0.0))
+    observation = {"obs": torch.tensor([[1.0], [9.0], [2.0], [9.0]])}
+    actions = torch.tensor([[0.5], [9.0], [1.0], [9.0]])
+    q_target = torch.tensor([[2.5], [4.0]])  # predictions 1.5 and 3.0: errors -1 and -1
+    weights = torch.tensor([[0.2], [0.2], [1.0], [1.0]])  # per step, as a table gives them
+    value = loss.loss(
+        observation=observation, actions=actions, q_target=q_target, importance_weights=weights
+    )
+    assert value.item() == pytest.approx((0.2 * 1.0 + 1.0 * 1.0) / 2)
+    assert loss.loss(observation=observation, actions=actions, q_target=q_target).item() == 1.0
+    out = loss.backward(observation=observation, actions=actions, q_target=q_target, bp_step=7)
+    published = out["default"]
+    torch.testing.assert_close(published["q1_td_error"], torch.tensor([[-1.0], [-1.0]]))
+    assert published["q1_td_error_step"] == 7
+
+
+def test_prioritized_sac_trains_through_the_trainer_and_moves_priorities() -> None:
+    from emote_core.memory.priorities import PriorityUpdater
+    from emote_core.memory.strategies import PrioritizedSampleStrategy
+
+    table = DictObsMemoryTable(
+        spaces=SPACES, maxlen=10_000, seed=0, sampler=PrioritizedSampleStrategy(alpha=1.0)
+    )
+    rng = np.random.default_rng(0)
+    for identity in range(20):
+        obs = rng.normal(size=(6, 1)).astype(np.float32)
+        actions = rng.uniform(-1, 1, size=(5, 1)).astype(np.float32)
+        add_episode(table, identity, obs, actions, actions[:, 0] ** 2, EpisodeState.TERMINAL)
+    callbacks, _ = sac_callbacks()
+    callbacks += [PriorityUpdater(table=table, losses=["q1", "q2"]),
+                  BackPropStepsTerminator(bp_steps=20)]  # fmt: skip
+    Trainer(callbacks, MemoryLoader(table=table, rollout_count=16, rollout_length=1)).train()
+    priorities = np.concatenate([table.sampler.priorities(s) for s in table.index.live_slots()])
+    assert (priorities != 1.0).sum() > 50  # most sampled windows took their TD error
+
+
 def test_targets_start_as_copies_and_follow_by_polyak_averaging() -> None:
     torch.manual_seed(0)
     q1 = ActionValueMlp(observation_dim=1, action_dim=1, hidden_dims=(8,))

@@ -312,6 +312,18 @@ def test_an_addon_refuses_an_environment_it_cannot_work_with(
     assert "action_l2_throwaway needs continuous actions; 'CartPole-v1'" in result.stderr
 
 
+def test_prioritized_replay_with_an_algorithm_that_feeds_no_td_errors_back_is_refused(
+    plugins: None, runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("rwr.toml").write_text(RECIPE)
+    result = cli(runner, "train", "rwr.toml", "--run-dir", "run", "--set",
+                 "memory.sampler=prioritized")  # fmt: skip
+    assert result.exit_code == 1
+    assert "'rwr_throwaway' adds no PriorityUpdater to its training callbacks" in result.stderr
+    assert 'set memory.sampler = "uniform"' in result.stderr
+
+
 def test_another_packages_algorithm_is_found_by_the_emote_command_through_entry_points(
     tmp_path: Path,
 ) -> None:

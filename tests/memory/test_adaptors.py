@@ -59,6 +59,25 @@ def test_dict_obs_adaptor_without_next_columns_leaves_next_observation_out() -> 
     assert out["observation"]["pos"].shape == (4, 2)
 
 
+def test_dict_obs_adaptor_with_next_false_gathers_only_observations() -> None:
+    batch = flat_batch()
+    next_pos = batch["next_pos"]
+    out = DictObsAdaptor(["pos", "vel"], with_next=False)(batch, 3, 2)
+    assert "next_observation" not in out
+    assert sorted(out["observation"]) == ["pos", "vel"]
+    assert out["next_pos"] is next_pos and "next_vel" in out  # left as flat entries
+
+
+def test_dict_obs_adaptor_with_next_true_requires_the_next_columns() -> None:
+    batch = {"pos": torch.zeros(4, 2), "actions": torch.zeros(4, 1)}
+    with pytest.raises(ConfigurationError, match=r"not \['next_pos'\]; with_next=True needs every"):
+        DictObsAdaptor(["pos"], with_next=True)(batch, 4, 1)
+    out = DictObsAdaptor(["pos", "vel"], with_next=True)(flat_batch(), 3, 2)
+    assert sorted(out["next_observation"]) == ["pos", "vel"]
+    with pytest.raises(ConfigurationError, match="with_next must be true, false or None"):
+        DictObsAdaptor(["pos"], with_next="yes")  # type: ignore[arg-type]
+
+
 def test_dict_obs_adaptor_rejects_next_columns_for_only_some_keys() -> None:
     batch = flat_batch()
     del batch["next_vel"]

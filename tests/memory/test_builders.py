@@ -133,6 +133,22 @@ def test_cartpole_terminations_zero_the_mask_of_the_last_transition_only() -> No
     assert np.array_equal(batch["actions"].flatten().numpy(), actions)
 
 
+@pytest.mark.parametrize("table_type", [DictObsMemoryTable, DictObsNStepMemoryTable])
+def test_dones_and_masks_dtypes_are_upstreams_arguments(table_type: type) -> None:
+    table, data = filled(
+        table_type, gym.make("CartPole-v1"), episodes=3, dones_dtype=bool, masks_dtype=np.float64
+    )
+    batch = table.sample_all()
+    assert batch["dones"].dtype == torch.bool and batch["masks"].dtype == torch.float64
+    ends = np.cumsum([len(sequence["rewards"]) for sequence, _ in data]) - 1
+    assert np.array_equal(np.flatnonzero(batch["dones"].flatten().numpy()), ends)
+    assert np.array_equal(np.flatnonzero(batch["masks"].flatten().numpy() == 0), ends)
+    with pytest.raises(ConfigurationError, match=r"dones_dtype must be a numpy bool, integer or"):
+        filled(table_type, gym.make("CartPole-v1"), episodes=1, dones_dtype="not a dtype")
+    with pytest.raises(ConfigurationError, match=r"masks_dtype .* got <class 'str'>"):
+        filled(table_type, gym.make("CartPole-v1"), episodes=1, masks_dtype=str)
+
+
 def test_dict_observation_space_gives_one_entry_per_key() -> None:
     table, data = filled(DictObsMemoryTable, dict_pendulum(), episodes=2)
     assert table.observation_keys == ["angle", "velocity"]

@@ -14,6 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from emote_core.errors import (
     ConfigurationError,
     DuplicateEpisodeError,
+    MemoryTableError,
     SamplingError,
     SchemaError,
 )
@@ -200,9 +201,36 @@ def test_whole_oldest_episodes_are_ejected_at_maxlen() -> None:
     for serial in range(5):
         table.add_sequence(serial, episode(serial, 10))
     assert [identity for identity, _, _ in table.episodes()] == [3, 4]
-    assert table.size() == 20 and not table.full
     table.add_sequence(5, episode(5, 5))
-    assert table.size() == 25 and table.full
+    assert table.size() == 25
+
+
+def test_full_is_upstreams_method_true_once_the_table_ejected() -> None:
+    table = make_table(maxlen=25)
+    table.add_sequence(0, episode(0, 10))
+    table.add_sequence(1, episode(1, 10))
+    assert table.full() is False
+    table.add_sequence(2, episode(2, 10))  # ejects episode 0
+    # Like upstream emote: saturated once it had to eject, though it holds fewer than maxlen.
+    assert table.size() == 20 and table.full() is True
+    table.clear()
+    assert table.full() is False
+    table.add_sequence(3, episode(3, 25))
+    assert table.full() is True  # exactly maxlen held
+
+
+def test_full_used_without_the_call_is_refused() -> None:
+    table = make_table(maxlen=25)
+    with pytest.raises(MemoryTableError, match=r"write table.full\(\)"):
+        if table.full:  # the bug upstream-style code would hide: a method is always truthy
+            pass
+
+
+@pytest.mark.parametrize("method", ["store", "restore"])
+def test_upstream_store_and_restore_methods_name_the_stores_functions(method: str) -> None:
+    table = make_table()
+    with pytest.raises(MemoryTableError, match=f"{method}_table\\(table, path\\)"):
+        getattr(table, method)("memory/table")
 
 
 def test_compaction_keeps_every_episode_intact() -> None:

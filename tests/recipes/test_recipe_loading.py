@@ -17,6 +17,7 @@ from emote_core.recipes import (
     recipe_to_toml,
 )
 from emote_core.recipes.loading import is_learning_rate, validate_recipe
+from emote_core.recipes.schema import SamplerKind
 
 
 def test_every_shipped_recipe_loads_and_round_trips_through_toml() -> None:
@@ -81,6 +82,12 @@ def test_eval_and_logging_tables_load_and_round_trip() -> None:
         ("eval.deterministic=1", "'eval.deterministic' must be true or false"),
         ("logging.wandb_mode=offlin", "'logging.wandb_mode' must be one of ['offline', 'online']"),
         ("logging.wandb_project=' '", "'logging.wandb_project' must name a W&B project"),
+        ("memory.sampler=priority", "did you mean 'prioritized'"),
+        (
+            "memory.priority_alpha=0.7",
+            "'memory.priority_alpha' = 0.7 is a setting of prioritized replay but 'memory.sampler' "
+            "is 'uniform'; set memory.sampler = \"prioritized\"",
+        ),
     ],
 )
 def test_mistakes_are_named_with_a_fix(override: str, message: str) -> None:
@@ -218,3 +225,33 @@ def test_overrides_that_the_recipe_refuses_are_usage_errors_the_file_s_are_not(
     assert not isinstance(caught.value, UsageError)
     assert str(caught.value).startswith(f"{path}: 'training.bp_steps' must be at least 1")
     assert load_recipe(path, ["training.bp_steps=5"]).training.bp_steps == 5
+
+
+def test_prioritized_replay_is_chosen_and_tuned_from_the_memory_table() -> None:
+    recipe = load_recipe(
+        "sac_pendulum",
+        ["memory.sampler='prioritized'", "memory.priority_alpha=0.5", "memory.priority_beta=0.3",
+         "memory.priority_beta_final=0.9", "memory.priority_epsilon=0.01"],
+    )  # fmt: skip
+    memory = recipe.memory
+    assert memory.sampler is SamplerKind.PRIORITIZED
+    assert (memory.priority_alpha, memory.priority_beta) == (0.5, 0.3)
+    assert (memory.priority_beta_final, memory.priority_epsilon) == (0.9, 0.01)
+    assert recipe_from_dict(tomllib.loads(recipe_to_toml(recipe))) == recipe
+    assert load_recipe("sac_pendulum").memory.sampler is SamplerKind.UNIFORM
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("memory.priority_beta=1.5", "'memory.priority_beta' must be in [0.0, 1.0]; got 1.5"),
+        ("memory.priority_beta_final=-0.1", "'memory.priority_beta_final' must be in [0.0, 1.0]"),
+        ("memory.priority_alpha=-1", "'memory.priority_alpha' must be finite and >= 0.0; got -1"),
+        ("memory.priority_alpha=inf", "'memory.priority_alpha' must be finite and >= 0.0; got inf"),
+        ("memory.priority_epsilon=0", "'memory.priority_epsilon' must be above 0"),
+    ],
+)
+def test_prioritized_replay_settings_out_of_range_are_refused(override: str, message: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        load_recipe("sac_pendulum", ["memory.sampler='prioritized'", override])
+    assert message in str(caught.value)

@@ -27,6 +27,7 @@ from emote_core.callback import Callback, Order
 from emote_core.callbacks.logging_mixin import LoggingMixin
 from emote_core.callbacks.loss import LossCallback
 from emote_core.errors import ConfigurationError
+from emote_core.memory.priorities import td_error_outputs
 from emote_core.nn.inputs import flatten_observation
 
 
@@ -193,18 +194,43 @@ class QLoss(LossCallback):
         self.q_network = q
         self.huber = huber
         self.observation_keys = key_list(observation_keys)
+        self._td_errors: Tensor | None = None
 
-    def loss(self, observation: dict[str, Tensor], actions: Tensor, q_target: Tensor) -> Tensor:
-        """The Huber (or squared) error between ``Q(s)[a]`` and ``q_target``."""
+    def loss(
+        self,
+        observation: dict[str, Tensor],
+        actions: Tensor,
+        q_target: Tensor,
+        importance_weights: Tensor | None = None,
+    ) -> Tensor:
+        """The Huber (or squared) error between ``Q(s)[a]`` and ``q_target``, each window's
+        weighted by the batch's importance-sampling weights (prioritized replay; 1 without)."""
         inputs = flatten_observation(observation, self.observation_keys)
         inputs, actions = window_starts(self.name, [inputs, actions], q_target.shape[0])
         if actions.dtype != torch.int64:
             actions = actions.long()
         q_values = self.q_network(inputs).gather(-1, actions.reshape(-1, 1))
         self.log_scalar(f"training/{self.name}_prediction", q_values.detach().mean())
+        self._td_errors = (q_values - q_target).detach()
         if self.huber:
-            return F.smooth_l1_loss(q_values, q_target)
-        return F.mse_loss(q_values, q_target)
+            errors = F.smooth_l1_loss(q_values, q_target, reduction="none")
+        else:
+            errors = F.mse_loss(q_values, q_target, reduction="none")
+        if importance_weights is None:
+            return errors.mean()
+        (weights,) = window_starts(self.name, [importance_weights], q_target.shape[0])
+        return (weights * errors).mean()
+
+    def backward(self, **state: Any) -> dict[str, Any]:
+        """One Q step; publishes the batch's TD errors ``Q(s)[a] - q_target`` (one per window)
+        for prioritized replay (see :class:`~emote_core.memory.priorities.PriorityUpdater`).
+
+        Returns:
+            ``{data_group: {"<name>_td_error": (count, 1), "<name>_td_error_step": bp_step}}``.
+        """
+        super().backward(**state)
+        td_errors, self._td_errors = self._td_errors, None
+        return {self.data_group: td_error_outputs(self.name, td_errors, state.get("bp_step"))}
 
 
 __all__ = ["QLoss", "QTarget"]

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from emote_core.algorithms._common import priority_feedback
 from emote_core.algorithms.dqn.callbacks import QLoss, QTarget
 from emote_core.algorithms.registry import (
     AlgorithmFamily,
@@ -125,6 +126,7 @@ class DoubleDQN(AlgorithmFamily):
                   optimizer=torch.optim.Adam(networks.q.parameters(), lr=config.learning_rate,
                                              fused=True)),
             ScheduleStepper(schedules={"epsilon": epsilon}),
+            *priority_feedback(context.table, losses=["q"]),
         ]  # fmt: skip
         return TrainingParts(callbacks=callbacks, agent=self._agent(networks, context, epsilon))
 

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from emote_core.algorithms._common import priority_feedback
 from emote_core.algorithms.registry import (
     AlgorithmFamily,
     BuildContext,
@@ -147,6 +148,7 @@ class SoftActorCritic(AlgorithmFamily):
                       target_entropy=config.target_entropy, max_alpha=config.max_alpha,
                       optimizer=adam([networks.ln_alpha])),
         ]  # fmt: skip
+        callbacks += priority_feedback(context.table, losses=["q1", "q2"])
         agent = self.acting_agent(config, networks, context, deterministic=False)
         return TrainingParts(callbacks=callbacks, agent=agent)
 

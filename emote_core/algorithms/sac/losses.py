@@ -7,13 +7,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from emote_core.algorithms._common import frozen, key_list, sample_policy, window_starts
 from emote_core.algorithms.sac.targets import check_ln_alpha
 from emote_core.callbacks.loss import LossCallback
 from emote_core.errors import ConfigurationError
+from emote_core.memory.priorities import td_error_outputs
 from emote_core.nn.inputs import flatten_observation
 from emote_core.schedules import BPStepScheduler
 
@@ -59,14 +59,38 @@ class QLoss(LossCallback):
         )  # fmt: skip
         self.q_network = q
         self.observation_keys = key_list(observation_keys)
+        self._td_errors: Tensor | None = None
 
-    def loss(self, observation: dict[str, Tensor], actions: Tensor, q_target: Tensor) -> Tensor:
-        """``mean((q(s, a) - q_target)^2)``."""
+    def loss(
+        self,
+        observation: dict[str, Tensor],
+        actions: Tensor,
+        q_target: Tensor,
+        importance_weights: Tensor | None = None,
+    ) -> Tensor:
+        """``mean(w * (q(s, a) - q_target)^2)``, ``w`` the batch's importance-sampling weights
+        (prioritized replay; 1 without them)."""
         inputs = flatten_observation(observation, self.observation_keys)
         inputs, actions = window_starts(self.name, [inputs, actions], q_target.shape[0])
         q_values = self.q_network(observation=inputs, actions=actions)
         self.log_scalar(f"training/{self.name}_prediction", q_values.detach().mean())
-        return F.mse_loss(q_values, q_target)
+        errors = q_values - q_target
+        self._td_errors = errors.detach()
+        if importance_weights is None:
+            return errors.square().mean()
+        (weights,) = window_starts(self.name, [importance_weights], q_target.shape[0])
+        return (weights * errors.square()).mean()
+
+    def backward(self, **state: Any) -> dict[str, Any]:
+        """One Q step; publishes the batch's TD errors ``q(s, a) - q_target`` (one per window)
+        for prioritized replay (see :class:`~emote_core.memory.priorities.PriorityUpdater`).
+
+        Returns:
+            ``{data_group: {"<name>_td_error": (count, 1), "<name>_td_error_step": bp_step}}``.
+        """
+        super().backward(**state)
+        td_errors, self._td_errors = self._td_errors, None
+        return {self.data_group: td_error_outputs(self.name, td_errors, state.get("bp_step"))}
 
 
 class PolicyLoss(LossCallback):

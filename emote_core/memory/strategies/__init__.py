@@ -6,13 +6,17 @@ from emote_core.memory.strategies.base import (
     SampleStrategy,
     Strategy,
 )
-from emote_core.memory.strategies.coverage import CoverageBasedSampleStrategy
+from emote_core.memory.strategies.coverage import (
+    CoverageBasedEjectionStrategy,
+    CoverageBasedSampleStrategy,
+)
 from emote_core.memory.strategies.fifo import FifoEjectionStrategy, FifoSampleStrategy
 from emote_core.memory.strategies.prioritized import PrioritizedSampleStrategy
 from emote_core.memory.strategies.segment_tree import MinSegmentTree, SumSegmentTree
-from emote_core.memory.strategies.uniform import UniformSampleStrategy
+from emote_core.memory.strategies.uniform import UniformEjectionStrategy, UniformSampleStrategy
 
 __all__ = [
+    "CoverageBasedEjectionStrategy",
     "CoverageBasedSampleStrategy",
     "EjectionStrategy",
     "FifoEjectionStrategy",
@@ -23,5 +27,6 @@ __all__ = [
     "SampledWindows",
     "Strategy",
     "SumSegmentTree",
+    "UniformEjectionStrategy",
     "UniformSampleStrategy",
 ]

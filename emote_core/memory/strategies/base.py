@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -73,6 +73,9 @@ class Strategy(ABC):  # noqa: B024 - shared base; the roles below declare the ab
 
 class SampleStrategy(Strategy):
     """Chooses the windows of a sample."""
+
+    has_priorities: ClassVar[bool] = False
+    """Whether :meth:`update_priorities` is meaningful (losses should feed TD errors back)."""
 
     @abstractmethod
     def sample(self, count: int, sequence_length: int, rng: np.random.Generator) -> SampledWindows:

@@ -1,4 +1,5 @@
-"""Coverage-based sampling: episodes sampled less than their share are favoured."""
+"""Coverage-based strategies: sampling favours episodes drawn less than their share; ejection
+(upstream emote's weighting) favours removing episodes that were drawn little."""
 
 from __future__ import annotations
 
@@ -9,6 +10,20 @@ import numpy as np
 
 from emote_core.errors import ConfigurationError
 from emote_core.memory.strategies.base import SampledWindows, SampleStrategy
+from emote_core.memory.strategies.uniform import UniformEjectionStrategy
+
+
+def _alpha(alpha: Any) -> float:
+    if (
+        isinstance(alpha, bool)
+        or not isinstance(alpha, int | float)
+        or not math.isfinite(alpha)
+        or alpha < 0
+    ):
+        raise ConfigurationError(
+            f"alpha must be a finite number >= 0 (0 weighs every transition alike); got {alpha!r}"
+        )
+    return float(alpha)
 
 
 class CoverageBasedSampleStrategy(SampleStrategy):
@@ -29,16 +44,7 @@ class CoverageBasedSampleStrategy(SampleStrategy):
 
     def __init__(self, *, alpha: float = 0.5) -> None:
         super().__init__()
-        if (
-            isinstance(alpha, bool)
-            or not isinstance(alpha, int | float)
-            or not math.isfinite(alpha)
-            or alpha < 0
-        ):
-            raise ConfigurationError(
-                f"alpha must be a finite number >= 0 (0 samples uniformly); got {alpha!r}"
-            )
-        self.alpha = float(alpha)
+        self.alpha = _alpha(alpha)
         self._drawn = np.zeros(0, dtype=np.int64)
 
     def _counts(self) -> np.ndarray:
@@ -49,6 +55,10 @@ class CoverageBasedSampleStrategy(SampleStrategy):
             grown[: len(self._drawn)] = self._drawn
             self._drawn = grown
         return self._drawn
+
+    def draw_counts(self) -> np.ndarray:
+        """Draws so far per slot (0 for free slots), sized to the index's slot capacity."""
+        return self._counts().copy()
 
     def drawn(self, slot: int) -> int:
         """How many windows were drawn from the episode in ``slot`` so far."""
@@ -104,4 +114,53 @@ class CoverageBasedSampleStrategy(SampleStrategy):
                 counts[slot] = int(value)
 
 
-__all__ = ["CoverageBasedSampleStrategy"]
+class CoverageBasedEjectionStrategy(UniformEjectionStrategy):
+    """Ejects random episodes weighted by length and by how little they were sampled.
+
+    Upstream emote's weighting: episode ``e`` of ``N_e`` transitions, drawn ``d_e`` times by
+    sampling, is chosen with probability proportional to ``N_e * (d_e + 1) ** -alpha``, so
+    episodes that training has drawn often tend to stay. The draw counts are those of
+    ``sampler``, a :class:`CoverageBasedSampleStrategy` of the same table. Without one every
+    count is 0 and ejection is :class:`UniformEjectionStrategy`'s, which is what upstream's
+    ejector, whose counts only its own (never called) sampling raised, did in practice.
+
+    Args:
+        alpha: How strongly draws protect an episode (0 ejects as the uniform strategy).
+        sampler: The table's coverage-based sampler whose draw counts to use.
+        seed: Seed of the strategy's random generator.
+
+    Raises:
+        ConfigurationError: If ``alpha`` is negative or not a finite number, or ``sampler`` is
+            not a :class:`CoverageBasedSampleStrategy`.
+    """
+
+    def __init__(
+        self,
+        *,
+        alpha: float = 0.5,
+        sampler: CoverageBasedSampleStrategy | None = None,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(seed=seed)
+        self.alpha = _alpha(alpha)
+        if sampler is not None and not isinstance(sampler, CoverageBasedSampleStrategy):
+            raise ConfigurationError(
+                f"CoverageBasedEjectionStrategy's sampler must be the table's "
+                f"CoverageBasedSampleStrategy (its draw counts); got {type(sampler).__name__}"
+            )
+        self.sampler = sampler
+
+    def episode_weights(self) -> np.ndarray:
+        weights = super().episode_weights()
+        if self.sampler is None or self.alpha == 0.0:
+            return weights
+        if self.sampler.index is not self.index:
+            raise ConfigurationError(
+                "CoverageBasedEjectionStrategy's sampler belongs to another table; pass the "
+                "sampler of the table this ejector serves"
+            )
+        drawn = self.sampler.draw_counts()[: len(weights)]
+        return weights * (drawn + 1.0) ** -self.alpha
+
+
+__all__ = ["CoverageBasedEjectionStrategy", "CoverageBasedSampleStrategy"]

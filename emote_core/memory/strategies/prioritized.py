@@ -11,7 +11,7 @@ their leaves along, so priorities follow their episodes.
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -83,6 +83,8 @@ class PrioritizedSampleStrategy(SampleStrategy):
         ConfigurationError: If ``alpha``, ``beta``, ``epsilon`` or ``initial_priority`` is
             negative, not finite, or (``epsilon``) not positive.
     """
+
+    has_priorities: ClassVar[bool] = True
 
     def __init__(
         self,

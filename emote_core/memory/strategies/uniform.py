@@ -1,10 +1,13 @@
-"""Uniform sampling: every window of the requested length is equally likely."""
+"""Uniform strategies: every window equally likely to be sampled; episodes ejected at random."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from emote_core.memory.strategies.base import SampledWindows, SampleStrategy
+from emote_core.errors import MemoryTableError
+from emote_core.memory.strategies.base import EjectionStrategy, SampledWindows, SampleStrategy
 
 
 class UniformSampleStrategy(SampleStrategy):
@@ -40,4 +43,47 @@ class UniformSampleStrategy(SampleStrategy):
         return SampledWindows(slots=slots, offsets=draws - self._first_window[slots])
 
 
-__all__ = ["UniformSampleStrategy"]
+class UniformEjectionStrategy(EjectionStrategy):
+    """Ejects random episodes, each with probability proportional to its length (upstream
+    emote's ``UniformEjectionStrategy``): every held transition is equally likely to go.
+
+    The table asks for one episode at a time until the new one fits, so no episode is chosen
+    twice. Draws come from the strategy's own generator, which checkpoints keep (through the
+    table's ``random_generators``) and :meth:`state` records.
+
+    Args:
+        seed: Seed of the strategy's random generator (upstream drew from numpy's global one).
+    """
+
+    def __init__(self, *, seed: int | None = None) -> None:
+        super().__init__()
+        self.rng = np.random.default_rng(seed)
+
+    def random_generators(self) -> dict[str, np.random.Generator]:
+        """The generator ejections draw from, for checkpoints."""
+        return {"ejection": self.rng}
+
+    def episode_weights(self) -> np.ndarray:
+        """Each slot's unnormalised chance to be ejected next (0 for free slots)."""
+        index = self.index
+        return np.where(index.live, index.lengths, 0).astype(np.float64)
+
+    def choose(self) -> int:
+        weights = self.episode_weights()
+        cumulative = np.cumsum(weights)
+        if len(cumulative) == 0 or cumulative[-1] <= 0.0:
+            raise MemoryTableError("no episode to eject: the memory table is empty")
+        slot = int(np.searchsorted(cumulative, self.rng.random() * cumulative[-1], side="right"))
+        # A draw rounded up to the total belongs to the last slot with a chance.
+        return min(slot, int(np.flatnonzero(weights)[-1]))
+
+    def state(self) -> dict[str, Any]:
+        """The generator's state (JSON-compatible)."""
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        if "rng" in state:
+            self.rng.bit_generator.state = state["rng"]
+
+
+__all__ = ["UniformEjectionStrategy", "UniformSampleStrategy"]

@@ -65,7 +65,7 @@ def test_ejection_removes_the_oldest_episodes_first() -> None:
     table = make_table(UniformSampleStrategy(), maxlen=30)
     for identity, length in ((0, 10), (1, 5), (2, 10), (3, 5)):
         add_episode(table, identity, length)
-    assert held(table) == [0, 1, 2, 3] and table.full
+    assert held(table) == [0, 1, 2, 3] and table.full()
     add_episode(table, 4, 12)  # needs 12 of 30: episodes 0 then 1 must go, not more
     assert held(table) == [2, 3, 4]
     assert table.size() == 27
