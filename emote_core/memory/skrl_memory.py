@@ -14,9 +14,11 @@ A ring of ``memory_size * num_envs`` slots maps skrl's flat indexes to ``(episod
 ``len()``, ``memory_index``, ``env_index`` and ``filled`` follow skrl exactly. Where this memory
 differs from skrl's ``RandomMemory``:
 
-- the table holds up to ``memory_size * num_envs`` transitions and ejects whole episodes, oldest
-  first, so the oldest episode's rows can leave (and are no longer sampled) a little before
-  skrl's ring would overwrite them;
+- the table holds up to ``2 * memory_size * num_envs`` transitions and ejects whole episodes,
+  oldest first: the episodes the ring points at (per env, at most ``memory_size`` rows in the
+  ring plus the overwritten part of its oldest episode) always fit, and episodes whose rows the
+  ring has overwritten stay in the table, for export, until room is needed. Staged and table
+  rows together take two to three times the RAM of skrl's ``RandomMemory``;
 - an open episode that reaches ``memory_size`` rows is added as an INTERRUPTED segment and
   continues as a new episode (the table never holds an episode longer than itself);
 - ``get_tensor_by_name`` returns a copy; write back with ``set_tensor_by_name``;
@@ -55,6 +57,9 @@ TERMINAL_FLAGS = ("terminated", "dones")
 
 INTERRUPTED_FLAGS = ("truncated",)
 """Tensors whose true value ends an episode INTERRUPTED (a time limit)."""
+
+TABLE_FACTOR = 2
+"""The table's ``maxlen`` in ring sizes: room for every episode the ring still points at."""
 
 
 class SkrlMemory(SkrlMemoryReads):
@@ -241,7 +246,7 @@ class SkrlMemory(SkrlMemoryReads):
                 columns.append(Column(name, spec.shape, dtype))
         self.table = ArrayMemoryTable(
             columns=columns,
-            maxlen=self.memory_size * self.num_envs,
+            maxlen=TABLE_FACTOR * self.memory_size * self.num_envs,
             sampler=UniformSampleStrategy(),
             ejector=FifoEjectionStrategy(),
             length_key=self._length_key(),
