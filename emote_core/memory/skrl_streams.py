@@ -6,6 +6,9 @@ its episode ends (a ``terminated``/``dones`` flag: TERMINAL; ``truncated``: INTE
 whose observation is not the previous row's next observation: an unflagged reset, INTERRUPTED),
 then hands the whole episode over to be added to an emote table. Rows are staged in tensors on
 the memory's device, grown by doubling up to ``max_rows`` per env.
+
+Also here: :func:`occupied_size` (a tensor's row size from an int, a shape or a gymnasium space,
+as skrl counts it) and :func:`register_with_skrl` (the only place that imports skrl, lazily).
 """
 
 from __future__ import annotations

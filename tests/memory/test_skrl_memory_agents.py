@@ -155,11 +155,11 @@ def test_skrl_sac_learns_pendulum_from_it(tmp_path):
     env = wrap_env(raw, wrapper="gymnasium")
     memory = SkrlMemory(memory_size=20_000, device="cpu", seed=42)
     agent = _sac(
-        memory, env, tmp_path, hidden=256, batch_size=256, learning_starts=1000,
-        random_timesteps=1000, learning_rate=1e-3, discount_factor=0.99, polyak=0.005,
+        memory, env, tmp_path, hidden=128, batch_size=256, learning_starts=500,
+        random_timesteps=500, learning_rate=1e-3, discount_factor=0.99, polyak=0.005,
     )  # fmt: skip
     started = time.perf_counter()
-    _train(agent, env, 12_000)
+    _train(agent, env, 10_000)
     minutes = (time.perf_counter() - started) / 60
     agent.enable_training_mode(False, apply_to_models=True)
     evaluation = gym.make("Pendulum-v1")
