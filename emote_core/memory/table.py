@@ -508,6 +508,33 @@ class ArrayMemoryTable:
             "with or without '.zip'"
         )
 
+    @_synchronized
+    def write_steps(self, identity: int, name: str, offset: int, values: np.ndarray) -> None:
+        """Overwrites rows ``offset, offset + 1, ...`` of a stored column of a held episode.
+
+        For values computed after an episode was added (skrl's on-policy agents set returns
+        and advantages in place).
+
+        Raises:
+            MemoryTableError: The episode is not held, the column is not stored, or the rows do
+                not fit the episode.
+        """
+        slot = self.index.slot_of.get(int(identity))
+        if slot is None:
+            raise MemoryTableError(f"episode {identity} is not in the table")
+        if name not in self._arrays:
+            raise MemoryTableError(
+                f"column '{name}' is not a stored column; stored columns are {sorted(self._arrays)}"
+            )
+        values = np.asarray(values)
+        rows = int(self.index.lengths[slot]) + self.schema.extra_rows.get(name, 0)
+        if offset < 0 or offset + len(values) > rows:
+            raise MemoryTableError(
+                f"rows {offset}..{offset + len(values) - 1} do not fit column '{name}' of "
+                f"episode {identity}, which has {rows} rows"
+            )
+        self._arrays[name].write(int(self.index.starts[slot]) + offset, values)
+
     def nbytes(self) -> int:
         """Bytes allocated for stored columns (CPU pages count only once written)."""
         return sum(array.nbytes for array in self._arrays.values())

@@ -295,6 +295,18 @@ def test_peer_files_convert_to_stores_and_to_every_file_target(runner, tmp_path,
         )
 
 
+@pytest.mark.parametrize("kind", ["pt", "npz", "csv"])
+def test_a_skrl_ppo_memory_is_refused_as_on_policy_not_as_an_unknown_format(runner, tmp_path, kind):
+    # A real export of skrl's PPO (RandomMemory(export=True)): no next observations.
+    result = _convert(runner, str(PEER_DATA / f"skrl2_ppo_pendulum.{kind}"), str(tmp_path / "a"))
+    assert result.exit_code == ExitCode.ERROR
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: skrl memory")
+    assert "on-policy agent" in lines[0] and "final observations are not in the file" in lines[0]
+    assert "format emote knows" not in lines[0]
+    assert not (tmp_path / "a").exists()
+
+
 def test_a_minari_dataset_is_a_target_and_a_source(runner, tmp_path, monkeypatch):
     pytest.importorskip("minari", reason="Minari comes with the dev and minari extras")
     pytest.importorskip(

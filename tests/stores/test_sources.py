@@ -348,7 +348,10 @@ PEER_DATA = Path(__file__).parent / "peers" / "data"
 PEER_FILES = sorted(
     p
     for p in PEER_DATA.glob("*")
-    if p.suffix in (".pkl", ".pt", ".npz", ".csv") and not p.name.endswith(".record.npz")
+    if p.suffix in (".pkl", ".pt", ".npz", ".csv")
+    and not p.name.endswith(".record.npz")
+    # skrl's PPO exports hold no final observations: refused (tests/stores/peers/).
+    and not p.name.startswith("skrl2_ppo_")
 )
 PEER_FAMILIES = {"sb3": "sb3-replay-buffer", "skrl1": "skrl-memory", "skrl2": "skrl-memory"}
 MINARI_DATA = Path(__file__).parent / "peers" / "minari_data"

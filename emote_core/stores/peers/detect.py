@@ -13,23 +13,28 @@ import zipfile
 from pathlib import Path
 
 from emote_core.stores.peers.sb3 import SB3_FORMAT
-from emote_core.stores.peers.skrl import PRIMARY_OBSERVATIONS, SKRL_FORMAT
+from emote_core.stores.peers.skrl import FLAG_TENSORS, PRIMARY_OBSERVATIONS, SKRL_FORMAT
 from emote_core.stores.peers.tmrl import DATASET_FILE, TMRL_FORMAT
 
 _SB3_MODULE = "stable_baselines3.common.buffers"
 _PEEK_OPCODES = 200
+# A torch.save zip's data.pkl holds only the structure (about 35 opcodes per tensor; the data is
+# in other members), so its names are read further: a PPO memory has 9 tensors.
+_PEEK_TORCH_OPCODES = 10_000
 _STRINGS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING"}
 _FRAMING = {"PROTO", "FRAME"}
 
 
-def _peek_pickle(stream: io.BufferedIOBase) -> tuple[list[str], str | None, set[str]]:
+def _peek_pickle(
+    stream: io.BufferedIOBase, limit: int = _PEEK_OPCODES
+) -> tuple[list[str], str | None, set[str]]:
     """The first two opcodes after the framing, the first global (``module.name``), strings."""
     first: list[str] = []
     found, strings = None, set()
     recent: list[str] = []
     try:
         for count, (opcode, argument, _) in enumerate(pickletools.genops(stream)):
-            if count >= _PEEK_OPCODES:
+            if count >= limit:
                 break
             if opcode.name in _FRAMING:
                 continue
@@ -48,8 +53,15 @@ def _peek_pickle(stream: io.BufferedIOBase) -> tuple[list[str], str | None, set[
 
 
 def _has_skrl_names(names: set[str]) -> bool:
-    pairs = any(n in names and f"next_{n}" in names for n in PRIMARY_OBSERVATIONS)
-    return pairs and "rewards" in names and "actions" in names
+    """An off-policy memory (an observation/next-observation pair), or an on-policy one: its
+    observations and an end flag but no next observations. The reader refuses the latter with
+    the reason, which beats calling it a file of no known format."""
+    if "rewards" not in names or "actions" not in names:
+        return False
+    if any(n in names and f"next_{n}" in names for n in PRIMARY_OBSERVATIONS):
+        return True
+    observed = any(n in names for n in PRIMARY_OBSERVATIONS)
+    return observed and any(flag in names for flag in FLAG_TENSORS)
 
 
 def _zip_format(path: Path) -> str | None:
@@ -62,7 +74,7 @@ def _zip_format(path: Path) -> str | None:
             if len(pickles) != 1:
                 return None  # emote's own zips, or other archives
             with archive.open(pickles[0]) as member:
-                _, _, strings = _peek_pickle(member)
+                _, _, strings = _peek_pickle(member, _PEEK_TORCH_OPCODES)
     except (zipfile.BadZipFile, OSError, EOFError, ValueError):
         return None
     return SKRL_FORMAT if _has_skrl_names(strings) else None
@@ -83,9 +95,10 @@ def detect_peer_format(path: str | os.PathLike[str]) -> str | None:
         ``"sb3-replay-buffer"`` (a pickle whose first global is an SB3 buffer class),
         ``"tmrl-dataset"`` (a pickle of a list: its content is checked when read),
         ``"skrl-memory"`` (an ``.npz``, ``torch.save`` zip or ``.csv`` holding ``rewards``,
-        ``actions`` and an observation/next-observation pair), or ``None`` for anything else,
-        including missing, empty and emote's own files. A folder is ``"tmrl-dataset"`` when it
-        holds a ``data.pkl`` that is one (tmrl's ``dataset_path``), else ``None``.
+        ``actions`` and an observation/next-observation pair, or observations and an end flag
+        as on-policy agents write them), or ``None`` for anything else, including missing, empty
+        and emote's own files. A folder is ``"tmrl-dataset"`` when it holds a ``data.pkl`` that is
+        one (tmrl's ``dataset_path``), else ``None``.
     """
     resolved = Path(path)
     if resolved.is_dir():

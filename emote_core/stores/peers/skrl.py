@@ -11,8 +11,9 @@ the agent that created them. Off-policy agents store what emote needs:
 
 The primary observation (``observations``, else ``states``) becomes column ``obs``; any other
 ``X``/``next_X`` pair becomes an observation column ``X``; tensors that are neither pairs nor
-flags become per-transition columns under their own names. On-policy rollout memories (no
-``next_*`` tensors) lack final observations and are refused.
+flags become per-transition columns under their own names. On-policy rollout memories (PPO's:
+observations and flags but no ``next_*`` tensors) are recognised as skrl's and refused: they
+lack each episode's final observation, which no other row holds.
 
 Each env's rows are a stream in storage order, split into episodes at ``terminated`` (TERMINAL)
 and ``truncated`` (INTERRUPTED); the rows after the last flag form an unfinished INTERRUPTED
@@ -76,10 +77,19 @@ def _pairs(names: set[str], source: str) -> dict[str, tuple[str, str]]:
     """Observation column -> (tensor, next tensor)."""
     primary = next((n for n in PRIMARY_OBSERVATIONS if n in names and f"next_{n}" in names), None)
     if primary is None:
+        observed = next((n for n in PRIMARY_OBSERVATIONS if n in names), None)
+        if observed is not None:
+            raise FormatError(
+                f"{source} was written by an on-policy agent (PPO, A2C, ...): it has "
+                f"'{observed}' but no 'next_{observed}' (tensors {sorted(names)}), so its "
+                "episodes' final observations are not in the file and emote cannot rebuild "
+                "whole episodes; save the memory of an off-policy agent (SAC, TD3, DDPG, DQN), "
+                "which stores next observations"
+            )
         raise FormatError(
             f"{source} has tensors {sorted(names)} but no observations/next_observations (skrl "
-            "2.x) or states/next_states (skrl 1.x, rofunc) pair; on-policy rollout memories "
-            "keep no final observations, so emote cannot rebuild their episodes"
+            "2.x) or states/next_states (skrl 1.x, rofunc) pair; emote needs an observation and "
+            "its next observation per row to rebuild episodes"
         )
     pairs = {OBS_KEY: (primary, f"next_{primary}")}
     for name in sorted(names):

@@ -23,6 +23,10 @@ UPSTREAM = Path(__file__).parents[1] / "upstream" / "data" / "emote-rl-23-legacy
         ("skrl2_sac_pendulum.pt", "skrl-memory"),
         ("skrl2_sac_pendulum.npz", "skrl-memory"),
         ("skrl1_memory_2envs.csv", "skrl-memory"),
+        # skrl's PPO (no next observations): recognised, so the reader can say why it refuses.
+        ("skrl2_ppo_pendulum.pt", "skrl-memory"),
+        ("skrl2_ppo_pendulum.npz", "skrl-memory"),
+        ("skrl2_ppo_pendulum.csv", "skrl-memory"),
         ("tmrl_pendulum.data.pkl", "tmrl-dataset"),
         ("sb3_dqn_cartpole_2envs.record.npz", None),  # an npz, but not a memory
     ],

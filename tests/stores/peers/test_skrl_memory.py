@@ -106,7 +106,7 @@ def test_on_policy_memory_without_next_observations_is_refused(tmp_path):
         rewards=np.zeros((4, 1, 1)),
         terminated=np.zeros((4, 1, 1), bool),
     )
-    with pytest.raises(FormatError, match="no observations/next_observations"):
+    with pytest.raises(FormatError, match=r"on-policy agent .* has 'states' but no 'next_states'"):
         read_skrl_memory(path)
 
 
@@ -214,3 +214,24 @@ def test_a_memory_the_installed_skrl_saves_reads_back_as_the_steps_it_was_given(
         for (_, data, _), want in zip(table.episodes, episodes, strict=True):
             np.testing.assert_allclose(data["obs"], np.asarray(want["obs"]), rtol=1e-6)
             np.testing.assert_allclose(data["rewards"][:, 0], want["rewards"], rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_real_ppo_export_is_refused_as_on_policy_with_the_reason(data_file, kind):
+    # Written by skrl's PPO filling RandomMemory(export=True): observations, actions, rewards,
+    # terminated, truncated, log_prob, values, returns, advantages, and no next observations.
+    with pytest.raises(FormatError) as refused:
+        read_peer_file(data_file(f"skrl2_ppo_pendulum.{kind}"))
+    message = str(refused.value)
+    assert "on-policy" in message
+    assert "final observations are not in the file" in message
+    assert "'next_observations'" in message and "off-policy agent" in message
+    assert "\n" not in message
+
+
+def test_a_memory_without_any_observations_is_refused_naming_its_tensors(tmp_path):
+    path = tmp_path / "memory.npz"
+    arrays = {n: np.zeros((4, 1, 1), np.float32) for n in ("actions", "rewards", "values")}
+    np.savez(path, **arrays)
+    with pytest.raises(FormatError, match=r"'values'\].*no observations/next_observations"):
+        read_skrl_memory(path)

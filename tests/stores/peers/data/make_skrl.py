@@ -174,5 +174,65 @@ def memory_mode() -> None:
     save_record("skrl1_memory_2envs", logs)
 
 
+def ppo_mode() -> None:
+    """skrl 2.x's PPO fills a ``RandomMemory(export=True)``, which saves itself when full."""
+    from skrl.agents.torch.ppo import PPO
+    from skrl.envs.wrappers.torch import wrap_env
+    from skrl.memories.torch import RandomMemory
+    from skrl.models.torch import DeterministicMixin, GaussianMixin, Model
+    from skrl.trainers.torch import SequentialTrainer
+
+    class Policy(GaussianMixin, Model):
+        def __init__(self, observation_space, action_space, device):
+            Model.__init__(
+                self, observation_space=observation_space, action_space=action_space, device=device
+            )
+            GaussianMixin.__init__(self, clip_actions=True)
+            self.net = torch.nn.Linear(self.num_observations, self.num_actions)
+            self.log_std = torch.nn.Parameter(torch.zeros(self.num_actions))
+
+        def compute(self, inputs, role):
+            return self.net(inputs["observations"]), {"log_std": self.log_std}
+
+    class Value(DeterministicMixin, Model):
+        def __init__(self, observation_space, action_space, device):
+            Model.__init__(
+                self, observation_space=observation_space, action_space=action_space, device=device
+            )
+            DeterministicMixin.__init__(self)
+            self.net = torch.nn.Linear(self.num_observations, 1)
+
+        def compute(self, inputs, role):
+            return self.net(inputs["observations"]), {}
+
+    torch.manual_seed(4)
+    for fmt in ("pt", "npz", "csv"):
+        raw = gym.make("Pendulum-v1", max_episode_steps=20)
+        raw.reset(seed=6)
+        env = wrap_env(raw, wrapper="gymnasium")
+        with tempfile.TemporaryDirectory() as scratch:
+            memory = RandomMemory(
+                memory_size=48, num_envs=1, device="cpu", export=True, export_format=fmt,
+                export_directory=scratch,
+            )  # fmt: skip
+            spaces = {
+                "observation_space": env.observation_space,
+                "action_space": env.action_space,
+                "device": "cpu",
+            }
+            models = {"policy": Policy(**spaces), "value": Value(**spaces)}
+            cfg = {"rollouts": 48, "mini_batches": 2, "learning_epochs": 1}
+            agent = PPO(models=models, memory=memory, cfg=cfg, **spaces)
+            trainer = SequentialTrainer(
+                env=env, agents=agent, cfg={"timesteps": 48, "headless": True,
+                                            "disable_progressbar": True},
+            )  # fmt: skip
+            trainer.train()
+            print("names", memory.get_tensor_names())
+            (written,) = (Path(scratch) / "memories").iterdir()
+            shutil.copy(written, HERE / f"skrl2_ppo_pendulum{written.suffix}")
+
+
 if __name__ == "__main__":
-    sys.exit(agent_mode() if sys.argv[1] == "agent" else memory_mode())
+    modes = {"agent": agent_mode, "memory": memory_mode, "ppo": ppo_mode}
+    sys.exit(modes[sys.argv[1]]())
