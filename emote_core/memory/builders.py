@@ -150,7 +150,6 @@ def _build_columns(
     spaces: MDPSpace,
     keys: list[str],
     next_mapper: type[Mapper],
-    use_terminal: bool,
     flag_dtypes: tuple[np.dtype[Any], np.dtype[Any]],
 ) -> list[AnyColumn]:
     columns: list[AnyColumn] = []
@@ -166,17 +165,18 @@ def _build_columns(
         VirtualColumn(DONES_KEY, _FLAG_SHAPE, flag_dtypes[0], REWARDS_KEY, SyntheticDones()),
         VirtualColumn(MASKS_KEY, _FLAG_SHAPE, flag_dtypes[1], REWARDS_KEY, SyntheticMasks()),
     ]
-    if use_terminal:
-        # The flag of the observation a transition leads to decides its mask, so it is read one
-        # row ahead like a next observation — per step, also in n-step tables.
-        columns.append(Column(TERMINAL_KEY, _FLAG_SHAPE, np.float32))
-        columns.append(
-            VirtualColumn(
-                NEXT_PREFIX + TERMINAL_KEY, _FLAG_SHAPE, np.float32, TERMINAL_KEY,
-                NextElementMapper(),
-            )
-        )  # fmt: skip
     return columns
+
+
+def _terminal_columns() -> list[AnyColumn]:
+    # The flag of the observation a transition leads to decides its mask, so it is read one row
+    # ahead like a next observation — per step, also in n-step tables.
+    return [
+        Column(TERMINAL_KEY, _FLAG_SHAPE, np.float32),
+        VirtualColumn(
+            NEXT_PREFIX + TERMINAL_KEY, _FLAG_SHAPE, np.float32, TERMINAL_KEY, NextElementMapper()
+        ),
+    ]
 
 
 def _build_adaptors(
@@ -203,7 +203,75 @@ def _build_adaptors(
     return chain
 
 
-class DictObsMemoryTable(ArrayMemoryTable):
+class DictMemoryTable(ArrayMemoryTable):
+    """A table of given columns whose observation entries are sampled as dicts.
+
+    upstream emote's ``DictTable`` under emote's naming: the base of the dict-observation tables,
+    for columns of your own. Sampled batches pass through, in order: the terminal adaptor (with
+    ``use_terminal``), ``adaptors`` (on flat column names), a
+    :class:`~emote_core.memory.adaptors.DictObsAdaptor` that gathers ``obs_keys`` (and their
+    ``next_`` columns, where present) into ``observation`` / ``next_observation``, and
+    ``preprocessor``.
+
+    Args:
+        columns: The stored and virtual columns (the list is not changed).
+        obs_keys: The column names that are observation entries.
+        maxlen: The most transitions held; whole episodes are ejected beyond it.
+        use_terminal: Add a per-observation ``terminal`` flag column that decides masks
+            (upstream's ``use_terminal_column``; see
+            :class:`~emote_core.memory.adaptors.TerminalAdaptor`).
+        length_key: The column whose length is an episode's transition count (``"actions"``, as
+            upstream).
+        sampler: Which windows to sample; a new :class:`UniformSampleStrategy` by default.
+        ejector: Which episodes to eject; a new :class:`FifoEjectionStrategy` by default.
+        device: Where the data lives and batches are returned.
+        seed: Seed of the table's sampling generator.
+        adaptors: Extra adaptors, run before observations are nested.
+        preprocessor: An adaptor run last on the nested batch.
+
+    Raises:
+        ConfigurationError: If ``obs_keys`` is empty or names no column, or an adaptor is not
+            callable.
+    """
+
+    def __init__(
+        self,
+        *,
+        columns: Sequence[AnyColumn],
+        obs_keys: Sequence[str],
+        maxlen: int,
+        use_terminal: bool = False,
+        length_key: str = ACTIONS_KEY,
+        sampler: SampleStrategy | None = None,
+        ejector: EjectionStrategy | None = None,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+        adaptors: Sequence[Adaptor] = (),
+        preprocessor: Adaptor | None = None,
+    ) -> None:
+        keys = list(obs_keys)
+        names = {column.name for column in columns}
+        missing = [key for key in keys if key not in names]
+        if not keys or missing:
+            raise ConfigurationError(
+                f"DictMemoryTable needs obs_keys naming its columns; got {keys} where the columns "
+                f"are {sorted(names)}"
+            )
+        self.observation_keys = keys
+        self.use_terminal = use_terminal
+        super().__init__(
+            columns=[*columns, *(_terminal_columns() if use_terminal else [])],
+            maxlen=maxlen,
+            sampler=sampler if sampler is not None else UniformSampleStrategy(),
+            ejector=ejector if ejector is not None else FifoEjectionStrategy(),
+            length_key=length_key,
+            adaptors=_build_adaptors(keys, use_terminal, adaptors, preprocessor),
+            device=device,
+            seed=seed,
+        )
+
+
+class DictObsMemoryTable(DictMemoryTable):
     """A table for one-step TD learning on dict observations.
 
     Columns: one per observation key (shape and dtype from ``spaces.state``); ``actions`` (from
@@ -264,17 +332,18 @@ class DictObsMemoryTable(ArrayMemoryTable):
             _flag_dtype("masks_dtype", masks_dtype),
         )
         self.spaces = spaces
-        self.observation_keys = keys
-        self.use_terminal = use_terminal
         super().__init__(
-            columns=_build_columns(spaces, keys, self.next_mapper, use_terminal, flag_dtypes),
+            columns=_build_columns(spaces, keys, self.next_mapper, flag_dtypes),
+            obs_keys=keys,
             maxlen=maxlen,
-            sampler=sampler if sampler is not None else UniformSampleStrategy(),
-            ejector=ejector if ejector is not None else FifoEjectionStrategy(),
+            use_terminal=use_terminal,
             length_key=REWARDS_KEY,
-            adaptors=_build_adaptors(keys, use_terminal, adaptors, preprocessor),
+            sampler=sampler,
+            ejector=ejector,
             device=device,
             seed=seed,
+            adaptors=adaptors,
+            preprocessor=preprocessor,
         )
 
 
@@ -312,6 +381,7 @@ __all__ = [
     "NEXT_PREFIX",
     "REWARDS_KEY",
     "TERMINAL_KEY",
+    "DictMemoryTable",
     "DictObsMemoryTable",
     "DictObsNStepMemoryTable",
 ]

@@ -234,8 +234,8 @@ class ArrayMemoryTable:
         for column in self.tags:
             self._tag_values[column.name][slot] = values[column.name]
         self._allocator.commit(slot, start, rows, lap)
-        self.sampler.track(slot, identity)
-        self.ejector.track(slot, identity)
+        self.sampler.track(slot=slot, identity=identity)
+        self.ejector.track(slot=slot, identity=identity)
         self._size += length
 
     def _make_room(self, length: int) -> None:
@@ -245,8 +245,8 @@ class ArrayMemoryTable:
 
     def _remove(self, slot: int) -> None:
         identity = int(self.index.ids[slot])
-        self.sampler.forget(slot, identity)
-        self.ejector.forget(slot, identity)
+        self.sampler.forget(slot=slot, identity=identity)
+        self.ejector.forget(slot=slot, identity=identity)
         self._allocator.release(slot)
         self._size -= int(self.index.lengths[slot])
         self.index.remove(slot)

@@ -282,3 +282,38 @@ def test_cuda_table_samples_the_design_layout_on_the_device() -> None:
         [data[i][0]["angle"][o + 3] for i, o in zip(identities, offsets, strict=True)]
     )
     assert np.array_equal(batch["next_observation"]["angle"].cpu().numpy(), expected)
+
+
+def test_dict_memory_table_nests_the_given_observation_columns_as_upstreams_dict_table() -> None:
+    from emote_core.memory.builders import DictMemoryTable
+    from emote_core.memory.mappers import SyntheticDones, SyntheticMasks
+
+    columns = [
+        Column("pos", (2,), np.float32),
+        VirtualColumn("next_pos", (2,), np.float32, "pos", NextElementMapper()),
+        Column("actions", (1,), np.float32),
+        VirtualColumn("dones", (1,), np.float32, "actions", SyntheticDones()),
+        VirtualColumn("masks", (1,), np.float32, "actions", SyntheticMasks()),
+    ]
+    given = list(columns)
+    table = DictMemoryTable(columns=columns, obs_keys=["pos"], maxlen=100, use_terminal=True)
+    assert columns == given  # upstream's DictTable appended to the caller's list; this one copies
+    assert table.length_key == "actions"
+    pos = np.arange(8, dtype=np.float32).reshape(4, 2)
+    terminal = np.array([0, 0, 0, 1], np.float32)
+    table.add_sequence(
+        7,
+        {"pos": pos, "actions": np.zeros((3, 1), np.float32), "terminal": terminal},
+        end_state=EpisodeState.INTERRUPTED,
+    )
+    batch = table.sample(16, 1)
+    assert set(batch["observation"]) == {"pos"} and set(batch["next_observation"]) == {"pos"}
+    nxt = batch["next_observation"]["pos"]
+    obs = batch["observation"]["pos"]
+    torch.testing.assert_close(nxt, obs + 2)
+    # The flag of the final observation ends bootstrapping although the episode was interrupted.
+    assert torch.equal(batch["masks"].flatten(), (obs[:, 0] != 4).float())
+    with pytest.raises(ConfigurationError, match="obs_keys naming its columns"):
+        DictMemoryTable(columns=columns, obs_keys=["velocity"], maxlen=100)
+    with pytest.raises(TypeError, match="use_terminal_column"):
+        DictMemoryTable(columns=columns, obs_keys=["pos"], maxlen=100, use_terminal_column=True)  # type: ignore[call-arg]

@@ -410,3 +410,18 @@ def test_a_table_that_cannot_fit_in_ram_is_refused_before_anything_is_allocated(
     with pytest.raises(ConfigurationError, match="needs about"):
         table.resize(too_many)
     assert table.maxlen == 1000  # a refused resize leaves the table as it was
+
+
+def test_a_strategy_ported_with_upstreams_track_signature_fails_at_the_first_episode() -> None:
+    from emote_core.memory.strategies import FifoEjectionStrategy, UniformSampleStrategy
+
+    class UpstreamStyle(UniformSampleStrategy):
+        def track(self, identity: int, sequence_length: int) -> None:  # type: ignore[override]
+            self.tracked = (identity, sequence_length)
+
+    table = ArrayMemoryTable(
+        columns=[Column("reward", (), np.float32)], maxlen=10, length_key="reward",
+        sampler=UpstreamStyle(), ejector=FifoEjectionStrategy(),
+    )  # fmt: skip
+    with pytest.raises(TypeError, match="slot"):
+        table.add_sequence(5, {"reward": np.zeros(3, np.float32)})

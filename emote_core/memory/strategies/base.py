@@ -48,10 +48,15 @@ class Strategy(ABC):  # noqa: B024 - shared base; the roles below declare the ab
         """Called once by the table that uses this strategy."""
         self._index = index
 
-    def track(self, slot: int, identity: int) -> None:  # noqa: B027 - optional event
-        """An episode was added in ``slot``."""
+    def track(self, *, slot: int, identity: int) -> None:  # noqa: B027 - optional event
+        """An episode was added in ``slot``.
 
-    def forget(self, slot: int, identity: int) -> None:  # noqa: B027 - optional event
+        Keyword-only, and called so by the table: upstream emote's strategies take
+        ``track(identity, sequence_length)``, so a strategy ported from there fails at its first
+        episode instead of reading a slot as an identity.
+        """
+
+    def forget(self, *, slot: int, identity: int) -> None:  # noqa: B027 - optional event
         """The episode in ``slot`` is about to be removed."""
 
     def clear(self) -> None:  # noqa: B027 - optional event

@@ -64,10 +64,10 @@ class CoverageBasedSampleStrategy(SampleStrategy):
         """How many windows were drawn from the episode in ``slot`` so far."""
         return int(self._counts()[slot])
 
-    def track(self, slot: int, identity: int) -> None:
+    def track(self, *, slot: int, identity: int) -> None:
         self._counts()[slot] = 0
 
-    def forget(self, slot: int, identity: int) -> None:
+    def forget(self, *, slot: int, identity: int) -> None:
         self._counts()[slot] = 0
 
     def clear(self) -> None:

@@ -18,10 +18,10 @@ class FifoEjectionStrategy(EjectionStrategy):
         super().__init__()
         self._order: deque[tuple[int, int]] = deque()  # (slot, identity), oldest first
 
-    def track(self, slot: int, identity: int) -> None:
+    def track(self, *, slot: int, identity: int) -> None:
         self._order.append((slot, identity))
 
-    def forget(self, slot: int, identity: int) -> None:
+    def forget(self, *, slot: int, identity: int) -> None:
         if self._order and self._order[0] == (slot, identity):
             self._order.popleft()
         else:
@@ -63,10 +63,10 @@ class FifoSampleStrategy(SampleStrategy):
         self._order: deque[tuple[int, int]] = deque()
         self._cursor = 0  # next window within the head episode (per_episode=False)
 
-    def track(self, slot: int, identity: int) -> None:
+    def track(self, *, slot: int, identity: int) -> None:
         self._order.append((slot, identity))
 
-    def forget(self, slot: int, identity: int) -> None:
+    def forget(self, *, slot: int, identity: int) -> None:
         if self._order and self._order[0] == (slot, identity):
             self._order.popleft()
             self._cursor = 0

@@ -174,12 +174,12 @@ class PrioritizedSampleStrategy(SampleStrategy):
         super().attach(index)
         self.clear()
 
-    def track(self, slot: int, identity: int) -> None:
+    def track(self, *, slot: int, identity: int) -> None:
         self._set_episode(slot, self._new_priority())
         start, length = int(self.index.starts[slot]), int(self.index.lengths[slot])
         self._row_slot[start : start + length + 1] = slot
 
-    def forget(self, slot: int, identity: int) -> None:
+    def forget(self, *, slot: int, identity: int) -> None:
         start, length = int(self.index.starts[slot]), int(self.index.lengths[slot])
         self._sums.set_range(start, np.zeros(length + 1))
         self._mins.set_range(start, np.full(length + 1, np.inf))

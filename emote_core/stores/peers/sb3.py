@@ -209,7 +209,7 @@ def read_sb3_replay_buffer(
                     ACTIONS_KEY: rows_flat(actions[order, env]),
                     REWARDS_KEY: rewards_column(rewards[order, env], len(order), source=source),
                 },
-                ends=end_codes(done & ~interrupted, interrupted),
+                ends=end_codes(terminal=done & ~interrupted, interrupted=interrupted),
                 env=env,
             )
         )

@@ -178,7 +178,7 @@ def _stream(
     count = len(rows[REWARDS_KEY])
     flags = {n: rows_flat(rows[n]).any(axis=1) for n in FLAG_TENSORS if n in rows}
     terminal = flags.get("terminated", np.zeros(count, bool)) | flags.get("dones", False)
-    ends = end_codes(terminal, flags.get("truncated", np.zeros(count, bool)))
+    ends = end_codes(terminal=terminal, interrupted=flags.get("truncated", np.zeros(count, bool)))
     observations = {column: rows[names[0]] for column, names in pairs.items()}
     next_observations = {column: rows[names[1]] for column, names in pairs.items()}
     # The row after an end whose observation is that end's final one: a next-step autoreset.

@@ -59,7 +59,7 @@ def rows_flat(array: np.ndarray) -> np.ndarray:
     return array.reshape(len(array), int(np.prod(array.shape[1:], dtype=np.int64)))
 
 
-def end_codes(terminal: np.ndarray, interrupted: np.ndarray) -> np.ndarray:
+def end_codes(*, terminal: np.ndarray, interrupted: np.ndarray) -> np.ndarray:
     """Per-row end codes; a row flagged both ways ended its task, so it is TERMINAL."""
     codes = np.where(np.asarray(interrupted, dtype=bool), INTERRUPTED, RUNNING)
     return np.where(np.asarray(terminal, dtype=bool), TERMINAL, codes).astype(np.int8)

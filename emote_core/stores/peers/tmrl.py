@@ -139,7 +139,7 @@ def split_tmrl_lists(lists: Sequence[Sequence[Any]], *, source: str) -> tuple[En
             ACTIONS_KEY: taken,
             REWARDS_KEY: rewards_column(reward_values, len(targets), source=source),
         },
-        ends=end_codes(ended & term, ended & ~term),
+        ends=end_codes(terminal=ended & term, interrupted=ended & ~term),
     )
     info["entries"] = entries
     info["empty_resets_skipped"] = int(
