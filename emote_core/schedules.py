@@ -23,6 +23,7 @@ __all__ = [
     "CyclicMode",
     "CyclicSchedule",
     "LinearSchedule",
+    "TruncatedLinearSchedule",
 ]
 
 
@@ -44,7 +45,16 @@ class BPStepScheduler(ABC):
     Subclasses implement :attr:`value` from :attr:`steps_taken`. If a subclass keeps more state
     than the step count, it extends :meth:`state_dict` and :meth:`load_state_dict`, keeping the
     state to ints and floats.
+
+    Called with arguments, ``BPStepScheduler(bp_step_begin, bp_step_end, value_min, value_max)``
+    builds upstream emote's class of that name, a :class:`TruncatedLinearSchedule`, so ported
+    code (``scheduler.evaluate_at(bp_step)``) keeps its meaning.
     """
+
+    def __new__(cls, *args: object, **kwargs: object) -> BPStepScheduler:
+        if cls is BPStepScheduler and (args or kwargs):
+            return super().__new__(TruncatedLinearSchedule)
+        return super().__new__(cls)
 
     def __init__(self) -> None:
         self._steps_taken = 0
@@ -189,6 +199,49 @@ class LinearSchedule(BPStepScheduler):
         if self._use_staircase:
             fraction = math.floor(fraction * self._staircase_steps) / self._staircase_steps
         return self._initial + (self._final - self._initial) * fraction
+
+
+class TruncatedLinearSchedule(BPStepScheduler):
+    """``value_min`` up to step ``bp_step_begin``, then linear to ``value_max`` at ``bp_step_end``,
+    constant after.
+
+    Upstream emote's ``BPStepScheduler(bp_step_begin, bp_step_end, value_min, value_max)`` (a
+    truncated linear ramp read with ``evaluate_at``); its positional order is kept, so a ported
+    call means the same. As upstream, an empty ramp (``bp_step_end - bp_step_begin < 1e-10``) is
+    the constant ``value_max``.
+
+    Args:
+        bp_step_begin: The last step at ``value_min``.
+        bp_step_end: The first step at ``value_max``.
+        value_min: The value before the ramp.
+        value_max: The value after it (it may be below ``value_min``: a falling ramp).
+    """
+
+    def __init__(
+        self, bp_step_begin: float, bp_step_end: float, value_min: float, value_max: float
+    ) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        self.bp_step_begin = _finite(owner, "bp_step_begin", bp_step_begin)
+        self.bp_step_end = _finite(owner, "bp_step_end", bp_step_end)
+        self.value_min = _finite(owner, "value_min", value_min)
+        self.value_max = _finite(owner, "value_max", value_max)
+
+    @property
+    def value(self) -> float:
+        begin, end, step = self.bp_step_begin, self.bp_step_end, self.steps_taken
+        if end - begin < 1e-10:
+            return self.value_max
+        if step <= begin:
+            return self.value_min
+        fraction = min((step - begin) / (end - begin), 1.0)
+        return self.value_min + fraction * (self.value_max - self.value_min)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(bp_step_begin={self.bp_step_begin}, bp_step_end="
+            f"{self.bp_step_end}, value_min={self.value_min}, value_max={self.value_max})"
+        )
 
 
 class CyclicMode(enum.Enum):

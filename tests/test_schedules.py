@@ -191,3 +191,19 @@ def test_bad_state_is_rejected(state: dict[str, float], message: str) -> None:
 def test_bad_arguments_raise_configuration_error(build: Callable[[], object], pattern: str) -> None:
     with pytest.raises(ConfigurationError, match=pattern):
         build()
+
+
+def test_bp_step_scheduler_called_as_upstream_is_its_truncated_linear_ramp() -> None:
+    from emote_core.schedules import BPStepScheduler, TruncatedLinearSchedule
+
+    # Upstream emote: BPStepScheduler(bp_step_begin, bp_step_end, value_min, value_max).
+    ramp = BPStepScheduler(10, 30, 1.0, 5.0)
+    assert isinstance(ramp, TruncatedLinearSchedule)
+    assert [ramp.evaluate_at(s) for s in (0, 10, 20, 30, 99)] == [1.0, 1.0, 3.0, 5.0, 5.0]
+    assert ramp.value == 1.0  # evaluate_at leaves the position alone
+    for _ in range(25):
+        ramp.step()
+    assert ramp.value == 4.0
+    assert BPStepScheduler(5, 5, 1.0, 7.0).evaluate_at(0) == 7.0  # an empty ramp is value_max
+    with pytest.raises(TypeError):
+        BPStepScheduler()  # the base class itself stays abstract
