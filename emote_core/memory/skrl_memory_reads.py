@@ -205,10 +205,14 @@ class SkrlMemoryReads:
         for rows in np.split(held, groups) if len(held) else []:
             identity = int(identities[rows[0]])
             if np.all(np.diff(offsets[rows]) == 1):  # one write per episode in the usual case
-                self.table.write_steps(identity, name, int(offsets[rows[0]]), host[rows])
+                self.table.write_steps(
+                    identity, name, offset=int(offsets[rows[0]]), values=host[rows]
+                )
                 continue
             for row in rows:
-                self.table.write_steps(identity, name, int(offsets[row]), host[row : row + 1])
+                self.table.write_steps(
+                    identity, name, offset=int(offsets[row]), values=host[row : row + 1]
+                )
 
 
 __all__ = ["SkrlMemoryReads"]

@@ -509,7 +509,7 @@ class ArrayMemoryTable:
         )
 
     @_synchronized
-    def write_steps(self, identity: int, name: str, offset: int, values: np.ndarray) -> None:
+    def write_steps(self, identity: int, name: str, *, offset: int, values: np.ndarray) -> None:
         """Overwrites rows ``offset, offset + 1, ...`` of a stored column of a held episode.
 
         For values computed after an episode was added (skrl's on-policy agents set returns

@@ -86,6 +86,10 @@ def _samples_of(buffer: Any) -> list[Sequence[Any]]:
 class TmrlEpisodeMemory:
     """tmrl's ``TorchMemory`` interface over an emote episode table.
 
+    The first five arguments are tmrl's ``Memory`` in its order; ``crc_debug`` is keyword-only
+    because tmrl's ``dataset_path`` sits before it (this class reads no files:
+    :class:`~emote_core.stores.peers.tmrl_memory.TmrlMemory` does).
+
     Args:
         device: Where collated batches go (tmrl's ``device``).
         nb_steps: Batches per round: how many batches iterating the memory yields.
@@ -108,8 +112,8 @@ class TmrlEpisodeMemory:
         sample_preprocessor: SamplePreprocessor | None = None,
         memory_size: int | float = 1_000_000,
         batch_size: int = 256,
-        crc_debug: bool = False,
         *,
+        crc_debug: bool = False,
         seed: int | None = None,
     ) -> None:
         for name, value in (("memory_size", memory_size), ("batch_size", batch_size)):

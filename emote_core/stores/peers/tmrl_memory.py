@@ -31,6 +31,11 @@ log = logging.getLogger(__name__)
 class TmrlMemory(TmrlEpisodeMemory):
     """tmrl's memory interface over an emote episode table, starting from tmrl's dataset.
 
+    The first three arguments keep their positions (tmrl's memories agree on them); the rest are
+    keyword-only, because ``GenericTorchMemory`` and the TrackMania memories order them
+    differently, and a positional call in either order would otherwise land in the wrong
+    argument.
+
     Args:
         memory_size: The most transitions kept; whole old episodes are dropped.
         batch_size: Transitions per batch.
@@ -58,13 +63,13 @@ class TmrlMemory(TmrlEpisodeMemory):
         memory_size: int | float = 1_000_000,
         batch_size: int = 256,
         dataset_path: str | os.PathLike[str] = "",
+        *,
         imgs_obs: int | None = None,
         act_buf_len: int | None = None,
         nb_steps: int = 1,
         sample_preprocessor: SamplePreprocessor | None = None,
         crc_debug: bool = False,
         device: str | torch.device = "cpu",
-        *,
         seed: int | None = None,
         trust_pickle: bool = False,
     ) -> None:

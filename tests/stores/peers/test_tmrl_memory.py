@@ -110,3 +110,17 @@ def test_tmrl_arguments_are_accepted_and_an_empty_dataset_path_starts_empty(tmp_
     assert "no data found" in caplog.text
     with pytest.raises(Exception, match="no finished episode yet"):
         memory.export_zarr(tmp_path / "x.zarr")
+
+
+def test_positional_calls_in_either_tmrl_order_fail_instead_of_shifting_arguments() -> None:
+    from emote_core.memory.tmrl_memory import TmrlEpisodeMemory
+    from emote_core.stores.peers.tmrl_memory import TmrlMemory
+
+    # GenericTorchMemory(memory_size, batch_size, dataset_path, nb_steps, ...) and
+    # MemoryTMLidar(memory_size, batch_size, dataset_path, imgs_obs, act_buf_len, nb_steps, ...).
+    with pytest.raises(TypeError, match="positional"):
+        TmrlMemory(1000, 32, "", 4)  # type: ignore[misc]
+    # tmrl's Memory(device, nb_steps, sample_preprocessor, memory_size, batch_size, dataset_path).
+    with pytest.raises(TypeError, match="positional"):
+        TmrlEpisodeMemory("cpu", 1, None, 1000, 32, "")  # type: ignore[misc]
+    assert TmrlMemory(1000, 32, "", nb_steps=3).nb_steps == 3
