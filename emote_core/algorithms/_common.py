@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from emote_core.errors import ConfigurationError
+from emote_core.memory.priorities import td_error_outputs
 from emote_core.utils.gamma_matrix import discount, make_gamma_matrix
 
 
@@ -130,6 +131,37 @@ def window_starts(owner: str, tensors: Sequence[Tensor], count: int) -> list[Ten
                 "and the loss must see the same batch and rollout_length"
             )
     return selected
+
+
+def importance_weighted_mean(
+    owner: str, losses: Tensor, importance_weights: Tensor | None, count: int
+) -> Tensor:
+    """The mean of per-window ``losses``, weighted by each window's importance weight when the
+    batch has them (prioritized replay), else plain."""
+    if importance_weights is None:
+        return losses.mean()
+    (weights,) = window_starts(owner, [importance_weights], count)
+    return (weights * losses).mean()
+
+
+class TdErrorPublisher:
+    """For Q losses that feed prioritized replay: the loss stores its batch's TD errors in
+    ``_td_errors``; after the step, :meth:`backward` publishes them (one per window) for the
+    :class:`~emote_core.memory.priorities.PriorityUpdater`.
+
+    Mixed in before :class:`~emote_core.callbacks.loss.LossCallback`.
+    """
+
+    name: str
+    data_group: str
+    _td_errors: Tensor | None = None
+
+    def backward(self, **state: Any) -> dict[str, Any]:
+        """One step of the loss, then ``{data_group: {"<name>_td_error": (count, 1),
+        "<name>_td_error_step": bp_step}}``."""
+        super().backward(**state)  # type: ignore[misc]
+        td_errors, self._td_errors = self._td_errors, None
+        return {self.data_group: td_error_outputs(self.name, td_errors, state.get("bp_step"))}
 
 
 class NStepTarget:

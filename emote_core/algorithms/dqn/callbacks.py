@@ -13,8 +13,10 @@ from torch import Tensor, nn
 from emote_core.algorithms._common import (
     NStepTarget,
     TargetFollower,
+    TdErrorPublisher,
     check_number,
     check_positive_int,
+    importance_weighted_mean,
     key_list,
     load_target_states,
     prepare_target,
@@ -27,7 +29,6 @@ from emote_core.callback import Callback, Order
 from emote_core.callbacks.logging_mixin import LoggingMixin
 from emote_core.callbacks.loss import LossCallback
 from emote_core.errors import ConfigurationError
-from emote_core.memory.priorities import td_error_outputs
 from emote_core.nn.inputs import flatten_observation
 
 
@@ -156,7 +157,7 @@ class QTarget(LoggingMixin, Callback):
             load_target_states(state_dict, {"q_target": self.q_target_network})
 
 
-class QLoss(LossCallback):
+class QLoss(TdErrorPublisher, LossCallback):
     """Regresses ``Q(s)[a]`` of the taken actions onto the batch's ``q_target``.
 
     Uses the Huber (smooth L1) loss by default, else the squared error. Logs the mean predicted
@@ -216,21 +217,7 @@ class QLoss(LossCallback):
             errors = F.smooth_l1_loss(q_values, q_target, reduction="none")
         else:
             errors = F.mse_loss(q_values, q_target, reduction="none")
-        if importance_weights is None:
-            return errors.mean()
-        (weights,) = window_starts(self.name, [importance_weights], q_target.shape[0])
-        return (weights * errors).mean()
-
-    def backward(self, **state: Any) -> dict[str, Any]:
-        """One Q step; publishes the batch's TD errors ``Q(s)[a] - q_target`` (one per window)
-        for prioritized replay (see :class:`~emote_core.memory.priorities.PriorityUpdater`).
-
-        Returns:
-            ``{data_group: {"<name>_td_error": (count, 1), "<name>_td_error_step": bp_step}}``.
-        """
-        super().backward(**state)
-        td_errors, self._td_errors = self._td_errors, None
-        return {self.data_group: td_error_outputs(self.name, td_errors, state.get("bp_step"))}
+        return importance_weighted_mean(self.name, errors, importance_weights, q_target.shape[0])
 
 
 __all__ = ["QLoss", "QTarget"]

@@ -9,11 +9,17 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from emote_core.algorithms._common import frozen, key_list, sample_policy, window_starts
+from emote_core.algorithms._common import (
+    TdErrorPublisher,
+    frozen,
+    importance_weighted_mean,
+    key_list,
+    sample_policy,
+    window_starts,
+)
 from emote_core.algorithms.sac.targets import check_ln_alpha
 from emote_core.callbacks.loss import LossCallback
 from emote_core.errors import ConfigurationError
-from emote_core.memory.priorities import td_error_outputs
 from emote_core.nn.inputs import flatten_observation
 from emote_core.schedules import BPStepScheduler
 
@@ -23,7 +29,7 @@ POLICY_LOG_PROBS_STEP_KEY = "policy_log_probs_step"
 """The ``bp_step`` those log-probabilities belong to (older ones are not reused)."""
 
 
-class QLoss(LossCallback):
+class QLoss(TdErrorPublisher, LossCallback):
     """Regresses one Q network onto the batch's ``q_target`` (mean squared error).
 
     Reads ``observation``, ``actions`` and ``q_target`` (from :class:`QTarget`). When the target
@@ -76,21 +82,9 @@ class QLoss(LossCallback):
         self.log_scalar(f"training/{self.name}_prediction", q_values.detach().mean())
         errors = q_values - q_target
         self._td_errors = errors.detach()
-        if importance_weights is None:
-            return errors.square().mean()
-        (weights,) = window_starts(self.name, [importance_weights], q_target.shape[0])
-        return (weights * errors.square()).mean()
-
-    def backward(self, **state: Any) -> dict[str, Any]:
-        """One Q step; publishes the batch's TD errors ``q(s, a) - q_target`` (one per window)
-        for prioritized replay (see :class:`~emote_core.memory.priorities.PriorityUpdater`).
-
-        Returns:
-            ``{data_group: {"<name>_td_error": (count, 1), "<name>_td_error_step": bp_step}}``.
-        """
-        super().backward(**state)
-        td_errors, self._td_errors = self._td_errors, None
-        return {self.data_group: td_error_outputs(self.name, td_errors, state.get("bp_step"))}
+        return importance_weighted_mean(
+            self.name, errors.square(), importance_weights, q_target.shape[0]
+        )
 
 
 class PolicyLoss(LossCallback):
