@@ -7,6 +7,7 @@ from emote_core.nn.action_value import (
     DiscreteActionValueMlp,
     SharedEncoderActionValueNet,
 )
+from emote_core.nn.categorical_value import ActionLogitMlp, DiscreteActionLogitMlp
 from emote_core.nn.encoders import Conv1dEncoder, Conv2dEncoder, MlpEncoder
 from emote_core.nn.initialization import normal_init_, orthogonal_init_, xavier_uniform_init_
 from emote_core.nn.inputs import flatten_observation, observation_dim
@@ -18,9 +19,11 @@ from emote_core.nn.optim import (
 from emote_core.nn.policies import GaussianMlpPolicy, GaussianPolicy, GaussianPolicyHead
 
 __all__ = [
+    "ActionLogitMlp",
     "ActionValueMlp",
     "Conv1dEncoder",
     "Conv2dEncoder",
+    "DiscreteActionLogitMlp",
     "DiscreteActionValueMlp",
     "GaussianMlpPolicy",
     "GaussianPolicy",
