@@ -15,7 +15,7 @@ exploration, as ``algorithm = "dqn"``.
 
 from __future__ import annotations
 
-from emote_core.algorithms.dqn.callbacks import QLoss, QTarget
+from emote_core.algorithms.dqn.callbacks import HLGaussQLoss, QLoss, QTarget
 from emote_core.algorithms.dqn.family import DoubleDQN, DqnConfig, DqnNetworks
 
-__all__ = ["DoubleDQN", "DqnConfig", "DqnNetworks", "QLoss", "QTarget"]
+__all__ = ["DoubleDQN", "DqnConfig", "DqnNetworks", "HLGaussQLoss", "QLoss", "QTarget"]

@@ -11,7 +11,8 @@ import torch
 from torch import Tensor, nn
 
 from emote_core.algorithms._common import priority_feedback
-from emote_core.algorithms.dqn.callbacks import QLoss, QTarget
+from emote_core.algorithms.dqn.callbacks import HLGaussQLoss, QLoss, QTarget
+from emote_core.algorithms.hlgauss import CriticKind, HLGaussConfig, QNet, check_critic
 from emote_core.algorithms.registry import (
     AlgorithmFamily,
     BuildContext,
@@ -21,12 +22,15 @@ from emote_core.algorithms.registry import (
 )
 from emote_core.callbacks.generic import ScheduleStepper
 from emote_core.errors import ConfigurationError
-from emote_core.nn import DiscreteActionValueMlp, observation_dim
+from emote_core.nn import DiscreteActionLogitMlp, DiscreteActionValueMlp, observation_dim
 from emote_core.onnx.format import ACTIONS_OUTPUT, Q_VALUES_OUTPUT
 from emote_core.onnx.graph import KeyedInputs, PolicyGraph, policy_graph
 from emote_core.proxies import EpsilonGreedyAgentProxy
 from emote_core.schedules import LinearSchedule
 from emote_core.spaces import DiscreteSpace, MDPSpace
+
+DQN_CRITICS = (CriticKind.HUBER, CriticKind.MSE, CriticKind.HL_GAUSS)
+"""The critics DQN's Q network can be."""
 
 
 @dataclass
@@ -49,6 +53,11 @@ class DqnConfig:
     """Updates over which exploration decays linearly."""
     max_grad_norm: float = 10.0
     """Gradient norm clip."""
+    critic: CriticKind = CriticKind.HUBER
+    """How the Q network learns: ``huber`` or ``mse`` (regression), or ``hl_gauss``
+    (classification: one histogram per action over the ``hl_gauss`` table's bins)."""
+    hl_gauss: HLGaussConfig = field(default_factory=HLGaussConfig)
+    """The HL-Gauss critic's bins, value range and smoothing (``critic = "hl_gauss"`` only)."""
 
 
 @dataclass
@@ -90,6 +99,8 @@ class DoubleDQN(AlgorithmFamily):
             raise ConfigurationError(
                 f"{source}: 'dqn.gamma' must be within [0, 1]; got {config.gamma}"
             )
+        check_critic(config.critic, DQN_CRITICS, source=source, where=self.name)
+        config.hl_gauss.check(config.critic, source=source, where=self.name)
 
     def check_spaces(self, spaces: MDPSpace, *, env_id: str) -> None:
         if not isinstance(spaces.actions, DiscreteSpace):
@@ -106,10 +117,20 @@ class DoubleDQN(AlgorithmFamily):
     def make_networks(self, config: DqnConfig, context: BuildContext) -> DqnNetworks:
         actions = context.spaces.actions
         assert isinstance(actions, DiscreteSpace)  # check_spaces ran first
-        q = DiscreteActionValueMlp(
-            observation_dim=observation_dim(context.spaces), num_actions=actions.n,
-            hidden_dims=config.hidden_dims,
-        ).to(context.device)  # fmt: skip
+        obs_dim = observation_dim(context.spaces)
+        q: nn.Module
+        if config.critic is CriticKind.HL_GAUSS:
+            table = config.hl_gauss
+            logit_net = DiscreteActionLogitMlp(
+                observation_dim=obs_dim, num_actions=actions.n, num_bins=table.num_bins,
+                hidden_dims=config.hidden_dims,
+            )  # fmt: skip
+            q = QNet(logit_net, table.min_value, table.max_value)
+        else:
+            q = DiscreteActionValueMlp(
+                observation_dim=obs_dim, num_actions=actions.n, hidden_dims=config.hidden_dims
+            )
+        q = q.to(context.device)
         return DqnNetworks(q=q, targets={"q": copy.deepcopy(q)})
 
     def training_parts(
@@ -122,13 +143,23 @@ class DoubleDQN(AlgorithmFamily):
             QTarget(q=networks.q, q_target_network=networks.targets["q"], gamma=config.gamma,
                     target_update_interval=config.target_update_interval,
                     rollout_length=context.rollout_length),
-            QLoss(q=networks.q, max_grad_norm=config.max_grad_norm,
-                  optimizer=torch.optim.Adam(networks.q.parameters(), lr=config.learning_rate,
-                                             fused=True)),
+            self._q_loss(config, networks.q),
             ScheduleStepper(schedules={"epsilon": epsilon}),
             *priority_feedback(context.table, losses=["q"]),
         ]  # fmt: skip
         return TrainingParts(callbacks=callbacks, agent=self._agent(networks, context, epsilon))
+
+    @staticmethod
+    def _q_loss(config: DqnConfig, q: nn.Module) -> Any:
+        optimizer = torch.optim.Adam(q.parameters(), lr=config.learning_rate, fused=True)
+        clip = config.max_grad_norm
+        if config.critic is CriticKind.HL_GAUSS:
+            return HLGaussQLoss(
+                q=q, optimizer=optimizer, max_grad_norm=clip,
+                smoothing_ratio=config.hl_gauss.smoothing_ratio,
+            )  # fmt: skip
+        huber = config.critic is CriticKind.HUBER
+        return QLoss(q=q, optimizer=optimizer, max_grad_norm=clip, huber=huber)
 
     def acting_agent(
         self, config: DqnConfig, networks: DqnNetworks, context: BuildContext, *,
@@ -153,4 +184,4 @@ class DoubleDQN(AlgorithmFamily):
         )  # fmt: skip
 
 
-__all__ = ["DoubleDQN", "DqnConfig", "DqnNetworks", "GreedyActing"]
+__all__ = ["DQN_CRITICS", "DoubleDQN", "DqnConfig", "DqnNetworks", "GreedyActing"]

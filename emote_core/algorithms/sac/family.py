@@ -11,7 +11,9 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from emote_core.algorithms import hlgauss
 from emote_core.algorithms._common import priority_feedback
+from emote_core.algorithms.hlgauss import CriticKind, HLGaussConfig, QNet
 from emote_core.algorithms.registry import (
     AlgorithmFamily,
     BuildContext,
@@ -22,11 +24,14 @@ from emote_core.algorithms.registry import (
 from emote_core.algorithms.sac.losses import AlphaLoss, PolicyLoss, QLoss
 from emote_core.algorithms.sac.targets import QTarget
 from emote_core.errors import ConfigurationError, ExportError
-from emote_core.nn import ActionValueMlp, GaussianMlpPolicy, observation_dim
+from emote_core.nn import ActionLogitMlp, ActionValueMlp, GaussianMlpPolicy, observation_dim
 from emote_core.onnx.format import ACTIONS_OUTPUT, EPSILON_INPUT
 from emote_core.onnx.graph import KeyedInputs, PolicyGraph, policy_graph
 from emote_core.proxies import MultiKeyAgentProxy
 from emote_core.spaces import DiscreteSpace, MDPSpace
+
+SAC_CRITICS = (CriticKind.MSE, CriticKind.HL_GAUSS)
+"""The critics SAC's Q networks can be."""
 
 
 @dataclass
@@ -49,6 +54,11 @@ class SacConfig:
     """Upper bound of the temperature."""
     max_grad_norm: float = 10.0
     """Gradient norm clip of every loss."""
+    critic: CriticKind = CriticKind.MSE
+    """How the Q networks learn: ``mse`` (regression) or ``hl_gauss`` (classification over the
+    ``hl_gauss`` table's bins)."""
+    hl_gauss: HLGaussConfig = field(default_factory=HLGaussConfig)
+    """The HL-Gauss critics' bins, value range and smoothing (``critic = "hl_gauss"`` only)."""
 
 
 @dataclass
@@ -93,6 +103,8 @@ class SoftActorCritic(AlgorithmFamily):
             raise ConfigurationError(
                 f"{source}: 'sac.gamma' must be within [0, 1]; got {config.gamma}"
             )
+        hlgauss.check_critic(config.critic, SAC_CRITICS, source=source, where=self.name)
+        config.hl_gauss.check(config.critic, source=source, where=self.name)
 
     def check_spaces(self, spaces: MDPSpace, *, env_id: str) -> None:
         if isinstance(spaces.actions, DiscreteSpace):
@@ -108,10 +120,7 @@ class SoftActorCritic(AlgorithmFamily):
         policy = GaussianMlpPolicy(
             observation_dim=obs_dim, action_dim=action_dim, hidden_dims=hidden
         )
-        q1, q2 = (
-            ActionValueMlp(observation_dim=obs_dim, action_dim=action_dim, hidden_dims=hidden)
-            for _ in range(2)
-        )
+        q1, q2 = (self._q_network(config, obs_dim, action_dim) for _ in range(2))
         device = context.device
         networks = SacNetworks(
             policy=policy.to(device),
@@ -121,6 +130,18 @@ class SoftActorCritic(AlgorithmFamily):
         )
         networks.targets = {"q1": copy.deepcopy(networks.q1), "q2": copy.deepcopy(networks.q2)}
         return networks
+
+    @staticmethod
+    def _q_network(config: SacConfig, obs_dim: int, action_dim: int) -> nn.Module:
+        hidden = config.hidden_dims
+        if config.critic is CriticKind.HL_GAUSS:
+            table = config.hl_gauss
+            logit_net = ActionLogitMlp(
+                observation_dim=obs_dim, action_dim=action_dim, num_bins=table.num_bins,
+                hidden_dims=hidden,
+            )  # fmt: skip
+            return QNet(logit_net, table.min_value, table.max_value)
+        return ActionValueMlp(observation_dim=obs_dim, action_dim=action_dim, hidden_dims=hidden)
 
     def training_parts(
         self, config: SacConfig, networks: SacNetworks, context: BuildContext
@@ -137,10 +158,8 @@ class SoftActorCritic(AlgorithmFamily):
                 reward_scale=config.reward_scale, target_q_tau=config.tau,
                 rollout_length=context.rollout_length,
             ),
-            QLoss(name="q1", q=networks.q1, max_grad_norm=clip,
-                  optimizer=adam(networks.q1.parameters())),
-            QLoss(name="q2", q=networks.q2, max_grad_norm=clip,
-                  optimizer=adam(networks.q2.parameters())),
+            *(self._q_loss(config, name, q, adam(q.parameters()))
+              for name, q in (("q1", networks.q1), ("q2", networks.q2))),
             PolicyLoss(policy=networks.policy, ln_alpha=networks.ln_alpha, q1=networks.q1,
                        q2=networks.q2, max_grad_norm=clip,
                        optimizer=adam(networks.policy.parameters())),
@@ -151,6 +170,15 @@ class SoftActorCritic(AlgorithmFamily):
         callbacks += priority_feedback(context.table, losses=["q1", "q2"])
         agent = self.acting_agent(config, networks, context, deterministic=False)
         return TrainingParts(callbacks=callbacks, agent=agent)
+
+    @staticmethod
+    def _q_loss(config: SacConfig, name: str, q: nn.Module, optimizer: Any) -> Any:
+        if config.critic is CriticKind.HL_GAUSS:
+            return hlgauss.QLoss(
+                name=name, q=q, optimizer=optimizer, max_grad_norm=config.max_grad_norm,
+                smoothing_ratio=config.hl_gauss.smoothing_ratio,
+            )  # fmt: skip
+        return QLoss(name=name, q=q, max_grad_norm=config.max_grad_norm, optimizer=optimizer)
 
     def acting_agent(
         self, config: SacConfig, networks: SacNetworks, context: BuildContext, *,
@@ -175,4 +203,4 @@ class SoftActorCritic(AlgorithmFamily):
         )  # fmt: skip
 
 
-__all__ = ["GaussianActing", "SacConfig", "SacNetworks", "SoftActorCritic"]
+__all__ = ["SAC_CRITICS", "GaussianActing", "SacConfig", "SacNetworks", "SoftActorCritic"]
