@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -203,15 +202,8 @@ def clip_to_support(loss: HLGaussLoss, target: Tensor) -> tuple[Tensor, Tensor]:
     return target.clamp(loss.min_value, loss.max_value), outside.float().mean()
 
 
-class CriticKind(StrEnum):
-    """How an algorithm's critic learns (a recipe's ``critic`` key)."""
-
-    MSE = "mse"
-    """Regression: the squared error between the value and its target."""
-    HUBER = "huber"
-    """Regression with the Huber (smooth L1) error; DQN's default."""
-    HL_GAUSS = "hl_gauss"
-    """Classification: HL-Gauss histograms and cross-entropy (the ``hl_gauss`` table)."""
+HL_GAUSS_CRITIC = "hl_gauss"
+"""The value of an algorithm's ``critic`` key (each family's own enum) that selects HL-Gauss."""
 
 
 @dataclass
@@ -227,14 +219,14 @@ class HLGaussConfig:
     smoothing_ratio: float = DEFAULT_SMOOTHING_RATIO
     """The Gaussian's standard deviation in bin widths."""
 
-    def check(self, critic: CriticKind, *, source: str, where: str) -> None:
+    def check(self, critic: str, *, source: str, where: str) -> None:
         """Checks the support, and that a regression critic leaves the table at its defaults
         (where it would change nothing, silently).
 
         Raises:
             ConfigurationError: Naming the key, its value and the fix.
         """
-        if critic is not CriticKind.HL_GAUSS:
+        if critic != HL_GAUSS_CRITIC:
             if self != HLGaussConfig():
                 raise ConfigurationError(
                     f"{source}: '{where}.hl_gauss' sets an HL-Gauss critic but '{where}.critic' "
@@ -250,17 +242,6 @@ class HLGaussConfig:
                 f"{source}: '{where}.hl_gauss.smoothing_ratio' must be above 0 (0.75 is usual); "
                 f"got {self.smoothing_ratio}"
             )
-
-
-def check_critic(
-    critic: CriticKind, allowed: Sequence[CriticKind], *, source: str, where: str
-) -> None:
-    """Refuses a critic kind the algorithm does not offer."""
-    if critic not in allowed:
-        names = ", ".join(f"'{kind}'" for kind in allowed)
-        raise ConfigurationError(
-            f"{source}: '{where}.critic' must be one of {names}; got '{critic}'"
-        )
 
 
 class QLoss(TdErrorPublisher, LossCallback):
@@ -333,14 +314,13 @@ class QLoss(TdErrorPublisher, LossCallback):
 
 __all__ = [
     "DEFAULT_SMOOTHING_RATIO",
-    "CriticKind",
+    "HL_GAUSS_CRITIC",
     "HLGaussConfig",
     "HLGaussLoss",
     "LogitNet",
     "QLoss",
     "QNet",
     "bin_edges",
-    "check_critic",
     "check_support",
     "clip_to_support",
     "hl_gauss_loss_for",

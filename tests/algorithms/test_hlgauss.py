@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from emote_core.algorithms.hlgauss import (
-    CriticKind,
     HLGaussConfig,
     HLGaussLoss,
     LogitNet,
@@ -125,12 +124,10 @@ def test_bad_supports_and_networks_are_refused() -> None:
 
 
 def test_the_table_is_checked_against_the_critic_it_serves() -> None:
-    HLGaussConfig().check(CriticKind.MSE, source="r", where="sac")
+    HLGaussConfig().check("mse", source="r", where="sac")
     with pytest.raises(ConfigurationError, match=re.escape('set sac.critic = "hl_gauss"')):
-        HLGaussConfig(num_bins=11).check(CriticKind.MSE, source="r", where="sac")
+        HLGaussConfig(num_bins=11).check("mse", source="r", where="sac")
     with pytest.raises(
         ConfigurationError, match=re.escape("r: 'sac.hl_gauss': min_value must be below")
     ):
-        HLGaussConfig(min_value=5.0, max_value=-5.0).check(
-            CriticKind.HL_GAUSS, source="r", where="sac"
-        )
+        HLGaussConfig(min_value=5.0, max_value=-5.0).check("hl_gauss", source="r", where="sac")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, ClassVar
 
 import torch
@@ -12,7 +13,7 @@ from torch import Tensor, nn
 
 from emote_core.algorithms._common import priority_feedback
 from emote_core.algorithms.dqn.callbacks import HLGaussQLoss, QLoss, QTarget
-from emote_core.algorithms.hlgauss import CriticKind, HLGaussConfig, QNet, check_critic
+from emote_core.algorithms.hlgauss import HL_GAUSS_CRITIC, HLGaussConfig, QNet
 from emote_core.algorithms.registry import (
     AlgorithmFamily,
     BuildContext,
@@ -29,8 +30,16 @@ from emote_core.proxies import EpsilonGreedyAgentProxy
 from emote_core.schedules import LinearSchedule
 from emote_core.spaces import DiscreteSpace, MDPSpace
 
-DQN_CRITICS = (CriticKind.HUBER, CriticKind.MSE, CriticKind.HL_GAUSS)
-"""The critics DQN's Q network can be."""
+
+class DqnCritic(StrEnum):
+    """How DQN's Q network learns (``[dqn] critic``)."""
+
+    HUBER = "huber"
+    """Regression with the Huber (smooth L1) error."""
+    MSE = "mse"
+    """Regression with the squared error."""
+    HL_GAUSS = HL_GAUSS_CRITIC
+    """Classification: an HL-Gauss histogram per action and cross-entropy (``[dqn.hl_gauss]``)."""
 
 
 @dataclass
@@ -53,7 +62,7 @@ class DqnConfig:
     """Updates over which exploration decays linearly."""
     max_grad_norm: float = 10.0
     """Gradient norm clip."""
-    critic: CriticKind = CriticKind.HUBER
+    critic: DqnCritic = DqnCritic.HUBER
     """How the Q network learns: ``huber`` or ``mse`` (regression), or ``hl_gauss``
     (classification: one histogram per action over the ``hl_gauss`` table's bins)."""
     hl_gauss: HLGaussConfig = field(default_factory=HLGaussConfig)
@@ -99,7 +108,6 @@ class DoubleDQN(AlgorithmFamily):
             raise ConfigurationError(
                 f"{source}: 'dqn.gamma' must be within [0, 1]; got {config.gamma}"
             )
-        check_critic(config.critic, DQN_CRITICS, source=source, where=self.name)
         config.hl_gauss.check(config.critic, source=source, where=self.name)
 
     def check_spaces(self, spaces: MDPSpace, *, env_id: str) -> None:
@@ -119,7 +127,7 @@ class DoubleDQN(AlgorithmFamily):
         assert isinstance(actions, DiscreteSpace)  # check_spaces ran first
         obs_dim = observation_dim(context.spaces)
         q: nn.Module
-        if config.critic is CriticKind.HL_GAUSS:
+        if config.critic is DqnCritic.HL_GAUSS:
             table = config.hl_gauss
             logit_net = DiscreteActionLogitMlp(
                 observation_dim=obs_dim, num_actions=actions.n, num_bins=table.num_bins,
@@ -153,12 +161,12 @@ class DoubleDQN(AlgorithmFamily):
     def _q_loss(config: DqnConfig, q: nn.Module) -> Any:
         optimizer = torch.optim.Adam(q.parameters(), lr=config.learning_rate, fused=True)
         clip = config.max_grad_norm
-        if config.critic is CriticKind.HL_GAUSS:
+        if config.critic is DqnCritic.HL_GAUSS:
             return HLGaussQLoss(
                 q=q, optimizer=optimizer, max_grad_norm=clip,
                 smoothing_ratio=config.hl_gauss.smoothing_ratio,
             )  # fmt: skip
-        huber = config.critic is CriticKind.HUBER
+        huber = config.critic is DqnCritic.HUBER
         return QLoss(q=q, optimizer=optimizer, max_grad_norm=clip, huber=huber)
 
     def acting_agent(
@@ -184,4 +192,4 @@ class DoubleDQN(AlgorithmFamily):
         )  # fmt: skip
 
 
-__all__ = ["DQN_CRITICS", "DoubleDQN", "DqnConfig", "DqnNetworks", "GreedyActing"]
+__all__ = ["DoubleDQN", "DqnConfig", "DqnCritic", "DqnNetworks", "GreedyActing"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import functools
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, ClassVar
 
 import torch
@@ -13,7 +14,7 @@ from torch import Tensor, nn
 
 from emote_core.algorithms import hlgauss
 from emote_core.algorithms._common import priority_feedback
-from emote_core.algorithms.hlgauss import CriticKind, HLGaussConfig, QNet
+from emote_core.algorithms.hlgauss import HL_GAUSS_CRITIC, HLGaussConfig, QNet
 from emote_core.algorithms.registry import (
     AlgorithmFamily,
     BuildContext,
@@ -30,8 +31,14 @@ from emote_core.onnx.graph import KeyedInputs, PolicyGraph, policy_graph
 from emote_core.proxies import MultiKeyAgentProxy
 from emote_core.spaces import DiscreteSpace, MDPSpace
 
-SAC_CRITICS = (CriticKind.MSE, CriticKind.HL_GAUSS)
-"""The critics SAC's Q networks can be."""
+
+class SacCritic(StrEnum):
+    """How SAC's Q networks learn (``[sac] critic``)."""
+
+    MSE = "mse"
+    """Regression: the squared error between the value and its target."""
+    HL_GAUSS = HL_GAUSS_CRITIC
+    """Classification: HL-Gauss histograms and cross-entropy (the ``[sac.hl_gauss]`` table)."""
 
 
 @dataclass
@@ -54,7 +61,7 @@ class SacConfig:
     """Upper bound of the temperature."""
     max_grad_norm: float = 10.0
     """Gradient norm clip of every loss."""
-    critic: CriticKind = CriticKind.MSE
+    critic: SacCritic = SacCritic.MSE
     """How the Q networks learn: ``mse`` (regression) or ``hl_gauss`` (classification over the
     ``hl_gauss`` table's bins)."""
     hl_gauss: HLGaussConfig = field(default_factory=HLGaussConfig)
@@ -103,7 +110,6 @@ class SoftActorCritic(AlgorithmFamily):
             raise ConfigurationError(
                 f"{source}: 'sac.gamma' must be within [0, 1]; got {config.gamma}"
             )
-        hlgauss.check_critic(config.critic, SAC_CRITICS, source=source, where=self.name)
         config.hl_gauss.check(config.critic, source=source, where=self.name)
 
     def check_spaces(self, spaces: MDPSpace, *, env_id: str) -> None:
@@ -134,7 +140,7 @@ class SoftActorCritic(AlgorithmFamily):
     @staticmethod
     def _q_network(config: SacConfig, obs_dim: int, action_dim: int) -> nn.Module:
         hidden = config.hidden_dims
-        if config.critic is CriticKind.HL_GAUSS:
+        if config.critic is SacCritic.HL_GAUSS:
             table = config.hl_gauss
             logit_net = ActionLogitMlp(
                 observation_dim=obs_dim, action_dim=action_dim, num_bins=table.num_bins,
@@ -173,7 +179,7 @@ class SoftActorCritic(AlgorithmFamily):
 
     @staticmethod
     def _q_loss(config: SacConfig, name: str, q: nn.Module, optimizer: Any) -> Any:
-        if config.critic is CriticKind.HL_GAUSS:
+        if config.critic is SacCritic.HL_GAUSS:
             return hlgauss.QLoss(
                 name=name, q=q, optimizer=optimizer, max_grad_norm=config.max_grad_norm,
                 smoothing_ratio=config.hl_gauss.smoothing_ratio,
@@ -203,4 +209,4 @@ class SoftActorCritic(AlgorithmFamily):
         )  # fmt: skip
 
 
-__all__ = ["SAC_CRITICS", "GaussianActing", "SacConfig", "SacNetworks", "SoftActorCritic"]
+__all__ = ["GaussianActing", "SacConfig", "SacCritic", "SacNetworks", "SoftActorCritic"]
