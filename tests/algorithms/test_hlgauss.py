@@ -8,7 +8,10 @@ import re
 
 import pytest
 import torch
+from torch import nn
 
+from emote_core.algorithms.dqn import HLGaussQLoss
+from emote_core.algorithms.dqn import QTarget as DqnQTarget
 from emote_core.algorithms.hlgauss import (
     HLGaussConfig,
     HLGaussLoss,
@@ -131,3 +134,54 @@ def test_the_table_is_checked_against_the_critic_it_serves() -> None:
         ConfigurationError, match=re.escape("r: 'sac.hl_gauss': min_value must be below")
     ):
         HLGaussConfig(min_value=5.0, max_value=-5.0).check("hl_gauss", source="r", where="sac")
+
+
+class FixedLogits(nn.Module):
+    """Logits ``(B, 2 actions, 4 bins)`` that ignore the observation, for working by hand."""
+
+    num_bins = 4
+
+    def __init__(self, logits: list[list[float]]) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.tensor(logits))
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return self.table.expand(observation.shape[0], -1, -1)
+
+
+def test_dqn_loss_reads_the_head_of_the_taken_action() -> None:
+    best = [math.log(p) for p in (EDGE_PROB, MIDDLE_PROB, MIDDLE_PROB, EDGE_PROB)]
+    # Support [0, 4] in 4 bins with ratio 1: sigma = 1, the histograms of the first test.
+    q = QNet(FixedLogits([[0.0, 0.0, 0.0, 0.0], best]), 0.0, 4.0)
+    loss = HLGaussQLoss(q=q, optimizer=torch.optim.SGD(q.parameters(), lr=0.1), smoothing_ratio=1.0)
+    observation = {"obs": torch.zeros(2, 3)}
+    q_target = torch.tensor([[2.0], [2.0]])
+    uniform = loss.loss(
+        observation=observation, actions=torch.tensor([[0], [0]]), q_target=q_target
+    )
+    assert uniform.item() == pytest.approx(math.log(4), abs=1e-6)
+    matched = loss.loss(
+        observation=observation, actions=torch.tensor([[1], [1]]), q_target=q_target
+    )
+    assert matched.item() == pytest.approx(1.290546, abs=1e-4)
+    assert loss.scalar_logs["training/q_prediction"] == pytest.approx(2.0, abs=1e-5)
+    out = loss.backward(observation=observation, actions=torch.tensor([[0], [1]]),
+                        q_target=torch.tensor([[3.0], [9.0]]), bp_step=1)  # fmt: skip
+    torch.testing.assert_close(out["default"]["q_td_error"], torch.tensor([[-1.0], [-7.0]]))
+    assert loss.scalar_logs["training/q_targets_clipped"] == 0.5
+
+
+def test_dqn_target_bootstraps_the_expected_value_of_the_online_argmax() -> None:
+    # Online: action 1 puts its mass on bin 3 (value 3.5), action 0 on bin 0 (0.5).
+    online = QNet(FixedLogits([[50.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 50.0]]), 0.0, 4.0)
+    target = QNet(FixedLogits([[0.0] * 4, [0.0] * 4]), 0.0, 4.0)
+    q_target = DqnQTarget(q=online, q_target_network=target, gamma=0.5, tau=0.5)
+    with torch.no_grad():  # the target network now disagrees: action 1 on bin 1 (1.5)
+        target.logit_net.table.copy_(torch.tensor([[0.0, 0.0, 50.0, 0.0], [0.0, 50.0, 0.0, 0.0]]))
+    batch = q_target.begin_batch(
+        next_observation={"obs": torch.zeros(2, 3)},
+        rewards=torch.tensor([[1.0], [1.0]]),
+        masks=torch.tensor([[1.0], [0.0]]),
+    )
+    # Double DQN: argmax by the online network (action 1), value by the target (1.5).
+    torch.testing.assert_close(batch["default"]["q_target"], torch.tensor([[1.75], [1.0]]))
