@@ -244,18 +244,15 @@ class HLGaussConfig:
             )
 
 
-class QLoss(TdErrorPublisher, LossCallback):
-    """SAC's Q loss for an HL-Gauss :class:`QNet`: the cross-entropy with ``q_target``'s
-    histogram, the target clipped to the support.
+class HLGaussLossCallback(TdErrorPublisher, LossCallback):
+    """What the HL-Gauss Q losses share: the :class:`QNet` check, the :class:`HLGaussLoss` over
+    its support, and :meth:`categorical_loss` from one head's logits per window.
 
-    Reads what :class:`emote_core.algorithms.sac.QLoss` reads, logs
-    ``training/<name>_prediction`` (the mean expected value) and
-    ``training/<name>_targets_clipped`` (the share of targets outside the support), and
-    publishes ``expected value - q_target`` as TD errors for prioritized replay.
+    Subclasses implement ``loss`` by picking the logits of the batch's state-action pairs.
 
     Args:
-        name: Unique name (``"q1"``, ``"q2"``).
-        q: The :class:`QNet`, ``q.logits(observation=..., actions=...) -> (B, num_bins)``.
+        name: Unique name; keys logs and checkpoints.
+        q: The :class:`QNet`.
         optimizer: The optimizer over ``q``'s parameters.
         smoothing_ratio: The Gaussian's standard deviation in bin widths.
         lr_schedule: A torch learning-rate scheduler stepped after every update.
@@ -263,6 +260,9 @@ class QLoss(TdErrorPublisher, LossCallback):
         observation_keys: The observation keys the network reads (``None``: all, sorted).
         data_group: The data group read.
         **kwargs: Passed to :class:`~emote_core.callbacks.loss.LossCallback`.
+
+    Raises:
+        ConfigurationError: If ``q`` is not a :class:`QNet` or ``smoothing_ratio`` is not above 0.
     """
 
     def __init__(
@@ -280,7 +280,7 @@ class QLoss(TdErrorPublisher, LossCallback):
     ) -> None:
         if not isinstance(q, QNet):
             raise ConfigurationError(
-                f"{name}: an HL-Gauss QLoss needs a QNet(logit_net, min_value, max_value); got "
+                f"{name}: an HL-Gauss Q loss needs a QNet(logit_net, min_value, max_value); got "
                 f"{type(q).__name__}"
             )
         super().__init__(
@@ -291,6 +291,33 @@ class QLoss(TdErrorPublisher, LossCallback):
         self.hl_gauss = hl_gauss_loss_for(q, smoothing_ratio)
         self.observation_keys = key_list(observation_keys)
         self._td_errors: Tensor | None = None
+
+    def categorical_loss(
+        self, logits: Tensor, q_target: Tensor, importance_weights: Tensor | None
+    ) -> Tensor:
+        """``mean(w * CE(logits, histogram(clip(q_target))))`` for ``(count, num_bins)`` logits.
+
+        Logs ``training/<name>_prediction`` (the mean expected value) and
+        ``training/<name>_targets_clipped`` (the share of targets outside the support); keeps
+        ``expected value - q_target`` as the TD errors to publish.
+        """
+        q_values = self.q_network.q_from_logit(logits)
+        self.log_scalar(f"training/{self.name}_prediction", q_values.detach().mean())
+        clipped, outside = clip_to_support(self.hl_gauss, q_target)
+        self.log_scalar(f"training/{self.name}_targets_clipped", outside)
+        self._td_errors = (q_values - q_target).detach()
+        losses = self.hl_gauss(logits, clipped, reduction="none")
+        return importance_weighted_mean(self.name, losses, importance_weights, q_target.shape[0])
+
+
+class QLoss(HLGaussLossCallback):
+    """SAC's Q loss for an HL-Gauss :class:`QNet` (``q.logits(observation=..., actions=...) ->
+    (B, num_bins)``): the cross-entropy with ``q_target``'s histogram, the target clipped to the
+    support.
+
+    Reads what :class:`emote_core.algorithms.sac.QLoss` reads and takes the arguments of
+    :class:`HLGaussLossCallback`, ``name`` (``"q1"``, ``"q2"``) required.
+    """
 
     def loss(
         self,
@@ -303,13 +330,7 @@ class QLoss(TdErrorPublisher, LossCallback):
         inputs = flatten_observation(observation, self.observation_keys)
         inputs, actions = window_starts(self.name, [inputs, actions], q_target.shape[0])
         logits = self.q_network.logits(observation=inputs, actions=actions)
-        q_values = self.q_network.q_from_logit(logits)
-        self.log_scalar(f"training/{self.name}_prediction", q_values.detach().mean())
-        clipped, outside = clip_to_support(self.hl_gauss, q_target)
-        self.log_scalar(f"training/{self.name}_targets_clipped", outside)
-        self._td_errors = (q_values - q_target).detach()
-        losses = self.hl_gauss(logits, clipped, reduction="none")
-        return importance_weighted_mean(self.name, losses, importance_weights, q_target.shape[0])
+        return self.categorical_loss(logits, q_target, importance_weights)
 
 
 __all__ = [
@@ -317,6 +338,7 @@ __all__ = [
     "HL_GAUSS_CRITIC",
     "HLGaussConfig",
     "HLGaussLoss",
+    "HLGaussLossCallback",
     "LogitNet",
     "QLoss",
     "QNet",

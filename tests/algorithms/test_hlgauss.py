@@ -121,7 +121,7 @@ def test_bad_supports_and_networks_are_refused() -> None:
         QNet(ActionValueMlp(observation_dim=1, action_dim=1), 0.0, 1.0)  # no num_bins
     with pytest.raises(ConfigurationError, match="smoothing_ratio must be a number above 0"):
         hl_gauss_loss_for(QNet(logits, 0.0, 1.0), 0.0)
-    with pytest.raises(ConfigurationError, match="needs a QNet"):
+    with pytest.raises(ConfigurationError, match="an HL-Gauss Q loss needs a QNet"):
         QLoss(name="q1", q=ActionValueMlp(observation_dim=1, action_dim=1),
               optimizer=torch.optim.Adam(logits.parameters()))  # fmt: skip
 

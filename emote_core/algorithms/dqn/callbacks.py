@@ -25,12 +25,7 @@ from emote_core.algorithms._common import (
     window_ends,
     window_starts,
 )
-from emote_core.algorithms.hlgauss import (
-    DEFAULT_SMOOTHING_RATIO,
-    QNet,
-    clip_to_support,
-    hl_gauss_loss_for,
-)
+from emote_core.algorithms.hlgauss import HLGaussLossCallback, QNet
 from emote_core.callback import Callback, Order
 from emote_core.callbacks.logging_mixin import LoggingMixin
 from emote_core.callbacks.loss import LossCallback
@@ -226,57 +221,22 @@ class QLoss(TdErrorPublisher, LossCallback):
         return importance_weighted_mean(self.name, errors, importance_weights, q_target.shape[0])
 
 
-class HLGaussQLoss(TdErrorPublisher, LossCallback):
+class HLGaussQLoss(HLGaussLossCallback):
     """DQN's Q loss for an HL-Gauss :class:`~emote_core.algorithms.hlgauss.QNet` with one
-    categorical head per action: the cross-entropy between the taken action's head and the
-    histogram of ``q_target`` clipped to the support.
+    categorical head per action (``q.logits(observation) -> (B, num_actions, num_bins)``): the
+    cross-entropy between the taken action's head and the histogram of ``q_target`` clipped to
+    the support.
 
     :class:`QTarget` needs no change: calling the ``QNet`` gives every action's expected value,
-    which it picks by the online network's argmax as usual. Logs ``training/<name>_prediction``
-    (the taken actions' mean expected value) and ``training/<name>_targets_clipped`` (the share
-    of targets outside the support); publishes ``expected value - q_target`` as TD errors.
-
-    Args:
-        q: The ``QNet``, ``q.logits(observation) -> (B, num_actions, num_bins)``.
-        optimizer: The optimizer over ``q``'s parameters.
-        name: Unique name.
-        smoothing_ratio: The Gaussian's standard deviation in bin widths.
-        lr_schedule: A torch learning-rate scheduler stepped after every update.
-        max_grad_norm: Clip the gradient norm to this (``None``: no clipping).
-        observation_keys: The observation keys the network reads (``None``: all, sorted).
-        data_group: The data group read.
-        **kwargs: Passed to :class:`~emote_core.callbacks.loss.LossCallback`.
-
-    Raises:
-        ConfigurationError: If ``q`` is not a ``QNet`` or ``smoothing_ratio`` is not above 0.
+    which it picks by the online network's argmax as usual. Takes the arguments of
+    :class:`~emote_core.algorithms.hlgauss.HLGaussLossCallback`, ``name`` defaulting to
+    ``"q"``; logs and publishes what it says.
     """
 
     def __init__(
-        self,
-        *,
-        q: QNet,
-        optimizer: torch.optim.Optimizer,
-        name: str = "q",
-        smoothing_ratio: float = DEFAULT_SMOOTHING_RATIO,
-        lr_schedule: torch.optim.lr_scheduler.LRScheduler | None = None,
-        max_grad_norm: float | None = 10.0,
-        observation_keys: Sequence[str] | None = None,
-        data_group: str = "default",
-        **kwargs: Any,
+        self, *, q: QNet, optimizer: torch.optim.Optimizer, name: str = "q", **kwargs: Any
     ) -> None:
-        if not isinstance(q, QNet):
-            raise ConfigurationError(
-                f"{name}: HLGaussQLoss needs a QNet(logit_net, min_value, max_value); got "
-                f"{type(q).__name__}"
-            )
-        super().__init__(
-            name=name, network=q, optimizer=optimizer, lr_schedule=lr_schedule,
-            max_grad_norm=max_grad_norm, data_group=data_group, **kwargs,
-        )  # fmt: skip
-        self.q_network = q
-        self.hl_gauss = hl_gauss_loss_for(q, smoothing_ratio)
-        self.observation_keys = key_list(observation_keys)
-        self._td_errors: Tensor | None = None
+        super().__init__(name=name, q=q, optimizer=optimizer, **kwargs)
 
     def loss(
         self,
@@ -290,14 +250,8 @@ class HLGaussQLoss(TdErrorPublisher, LossCallback):
         inputs, actions = window_starts(self.name, [inputs, actions], q_target.shape[0])
         logits = self.q_network.logits(inputs)
         rows = torch.arange(logits.shape[0], device=logits.device)
-        taken = logits[rows, actions.reshape(-1).long()]  # (B, num_bins)
-        q_values = self.q_network.q_from_logit(taken)
-        self.log_scalar(f"training/{self.name}_prediction", q_values.detach().mean())
-        clipped, outside = clip_to_support(self.hl_gauss, q_target)
-        self.log_scalar(f"training/{self.name}_targets_clipped", outside)
-        self._td_errors = (q_values - q_target).detach()
-        losses = self.hl_gauss(taken, clipped, reduction="none")
-        return importance_weighted_mean(self.name, losses, importance_weights, q_target.shape[0])
+        taken = logits[rows, actions.reshape(-1).long()]  # (count, num_bins)
+        return self.categorical_loss(taken, q_target, importance_weights)
 
 
 __all__ = ["HLGaussQLoss", "QLoss", "QTarget"]
