@@ -6,12 +6,15 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from emote_core.algorithms.dqn import HLGaussQLoss
+from emote_core.algorithms.dqn import DoubleDQN, DqnConfig, HLGaussQLoss
+from emote_core.algorithms.dqn import QLoss as DqnQLoss
 from emote_core.algorithms.dqn import QTarget as DqnQTarget
+from emote_core.algorithms.dqn.family import DqnCritic
 from emote_core.algorithms.hlgauss import (
     HLGaussConfig,
     HLGaussLoss,
@@ -20,8 +23,10 @@ from emote_core.algorithms.hlgauss import (
     QNet,
     hl_gauss_loss_for,
 )
+from emote_core.algorithms.registry import BuildContext
 from emote_core.errors import ConfigurationError
 from emote_core.nn import ActionLogitMlp, ActionValueMlp, DiscreteActionLogitMlp
+from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, MDPSpace
 
 # Support [0, 4] in 4 bins with sigma = 1, target 2: the bins lie 2..1, 1..0, 0..1 and 1..2
 # standard deviations from the target. With Phi(1) = 0.841345 and Phi(2) = 0.977250 the masses are
@@ -185,3 +190,30 @@ def test_dqn_target_bootstraps_the_expected_value_of_the_online_argmax() -> None
     )
     # Double DQN: argmax by the online network (action 1), value by the target (1.5).
     torch.testing.assert_close(batch["default"]["q_target"], torch.tensor([[1.75], [1.0]]))
+
+
+@pytest.mark.parametrize(
+    ("critic", "loss_type", "huber"),
+    [("huber", DqnQLoss, True), ("mse", DqnQLoss, False), ("hl_gauss", HLGaussQLoss, None)],
+)
+def test_the_dqn_family_builds_the_critic_its_table_names(
+    critic: str, loss_type: type, huber: bool | None
+) -> None:
+    spaces = MDPSpace(
+        rewards=BoxSpace(np.float32, (1,)),
+        actions=DiscreteSpace(n=3),
+        state=DictSpace({"obs": BoxSpace(np.float32, (4,))}),
+    )
+    config = DqnConfig(critic=DqnCritic(critic), hidden_dims=[8])
+    if critic == "hl_gauss":
+        config.hl_gauss = HLGaussConfig(num_bins=7, min_value=0.0, max_value=7.0)
+    family = DoubleDQN()
+    context = BuildContext(spaces=spaces, device=torch.device("cpu"))
+    networks = family.make_networks(config, context)
+    (loss,) = [c for c in family.training_parts(config, networks, context).callbacks
+               if isinstance(c, DqnQLoss | HLGaussQLoss)]  # fmt: skip
+    assert type(loss) is loss_type and networks.q(torch.zeros(2, 4)).shape == (2, 3)
+    if huber is not None:
+        assert loss.huber is huber
+    else:
+        assert loss.hl_gauss.sigma == pytest.approx(0.75) and networks.q.num_bins == 7
