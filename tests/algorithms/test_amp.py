@@ -147,11 +147,11 @@ def test_the_style_reward_is_in_the_batch_before_the_targets_read_it() -> None:
 
 
 def test_amp_tables_are_checked_when_the_recipe_is_loaded() -> None:
-    with pytest.raises(ConfigurationError, match="'amp.reference' must name the store"):
+    with pytest.raises(ConfigurationError, match=r"'amp\.reference' must name the store"):
         load_recipe("amp_pendulum", ['amp.reference=""'])
     with pytest.raises(ConfigurationError, match="both 0, which leaves no reward"):
         load_recipe("amp_pendulum", ["amp.task_reward_weight=0", "amp.style_reward_weight=0"])
-    with pytest.raises(ConfigurationError, match="'amp.gradient_penalty_weight' must be finite"):
+    with pytest.raises(ConfigurationError, match=r"'amp\.gradient_penalty_weight' must be finite"):
         load_recipe("amp_pendulum", ["amp.gradient_penalty_weight=-1"])
     recipe = load_recipe("amp_pendulum", ["amp.task_reward_weight=0.0"])
     assert recipe.section("amp").task_reward_weight == 0.0
