@@ -172,7 +172,8 @@ def check_store_use(
 
 def open_source_stores(recipe: Recipe, spaces: MDPSpace) -> list[Any]:
     """Opens and checks the stores of the recipe's add-on data groups (:func:`data_sources`), in
-    their order: each must exist, hold episodes and fit the environment's observations.
+    their order: each must exist, hold a batch's worth of transitions and fit the environment's
+    observations.
 
     Raises:
         ConfigurationError: One line naming the recipe key and the store.
@@ -196,7 +197,17 @@ def open_source_stores(recipe: Recipe, spaces: MDPSpace) -> list[Any]:
                 f"'{source.option}' names store '{store.url}', which holds no episodes; collect "
                 "some into it first (emote collect RECIPE --policy RUN --out STORE)"
             )
-        check_store_fits(store, spaces, recipe, use=StoreUse.REFERENCE)
+        try:
+            check_store_fits(store, spaces, recipe, use=StoreUse.REFERENCE)
+        except ConfigurationError as error:
+            raise ConfigurationError(f"'{source.option}': {error}") from error
+        needed = (source.batch_size or recipe.memory.batch_size) * source.rollout_length
+        if store.transition_count < needed:
+            raise ConfigurationError(
+                f"'{source.option}' store '{store.url}' holds {store.transition_count} "
+                f"transitions in {store.episode_count} episodes; a batch of "
+                f"'{source.data_group}' needs {needed} — collect more episodes into it"
+            )
         opened.append(store)
     return opened
 
