@@ -101,8 +101,9 @@ class AdversarialMotionPrior(AddOn):
             )
 
     def check(self, algorithm: AlgorithmFamily, spaces: MDPSpace, *, env_id: str) -> None:
-        """Nothing to refuse: the discriminator reads observations only, and every family reads
-        the batch's ``rewards`` in its targets, after the style reward is added."""
+        """Nothing to refuse: the discriminator reads observations only (discrete or continuous
+        actions alike), and the style reward is in the batch's ``rewards`` before any callback at
+        :attr:`~emote_core.callback.Order.TARGET` (SAC's and DQN's Q targets) reads them."""
 
     def data_sources(self, config: AmpConfig) -> list[DataSource]:
         return [DataSource(data_group=REFERENCE_GROUP, store=config.reference,
