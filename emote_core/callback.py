@@ -38,6 +38,8 @@ class Order:
     """Loads checkpoints in ``restore_state`` before anything else looks at the state."""
     DATA = -100
     """Brings data in: memory importers, warm-up, extra batch fetchers."""
+    REWARD = -75
+    """Rewrites the batch's rewards (an imitation reward, shaping) before the targets read them."""
     TARGET = -50
     """Computes training targets before the losses use them."""
     DEFAULT = 0

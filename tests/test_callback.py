@@ -118,5 +118,6 @@ def test_invalid_cycle_is_rejected() -> None:
 
 
 def test_order_constants_are_ascending_in_lifecycle_sense() -> None:
-    assert Order.RESTORE < Order.DATA < Order.TARGET < Order.DEFAULT < Order.LOGGING
+    assert Order.RESTORE < Order.DATA < Order.REWARD < Order.TARGET < Order.DEFAULT
+    assert Order.DEFAULT < Order.LOGGING
     assert Order.LOGGING < Order.TERMINATOR < Order.CHECKPOINT < Order.TEST_CHECK

@@ -15,8 +15,9 @@ An **algorithm family** (SAC, DQN, ...) is everything a recipe's ``algorithm = "
 An **add-on** combines with an algorithm (a different critic head, an imitation reward, a
 representation loss, a dynamics model): a recipe names it in ``addons = ["<name>"]`` and
 configures it in its own table ``[<name>]``. It may change the networks before the algorithm's
-callbacks are built (:meth:`AddOn.adapt_networks`) and adds callbacks of its own
-(:meth:`AddOn.callbacks`).
+callbacks are built (:meth:`AddOn.adapt_networks`), adds callbacks of its own
+(:meth:`AddOn.callbacks`) and may train on data groups of its own, each sampled from an
+emote-memory store (:meth:`AddOn.data_sources`: demonstrations, say).
 
 Both register by name (:func:`register_algorithm`, :func:`register_addon`). emote's own
 families register when :mod:`emote_core.algorithms` is imported; other packages register theirs
@@ -102,6 +103,30 @@ class TrainingParts:
     agent: Any
 
 
+@dataclass(frozen=True)
+class DataSource:
+    """A data group an add-on trains on beside the replay memory's, sampled from a store.
+
+    The assembly checks the store against the environment before a run directory is written
+    (its observations must fit; actions are not read), reads it whole into a table of its own,
+    records it in checkpoints like a ``--memory`` store, and joins a loader over that table to
+    the replay memory's, so every batch holds ``{data_group: {...}}`` beside ``default``.
+
+    Attributes:
+        data_group: The batch's group the windows come under (not ``default``).
+        store: The emote-memory store (a path or URL; relative paths from the working directory).
+        option: The recipe key that names the store, for messages (``amp.reference``).
+        batch_size: Windows per batch; ``None``: the recipe's ``memory.batch_size``.
+        rollout_length: Transitions per window.
+    """
+
+    data_group: str
+    store: str
+    option: str
+    batch_size: int | None = None
+    rollout_length: int = 1
+
+
 class _Plugin(ABC):
     """What algorithm families and add-ons have in common: a name and a recipe table."""
 
@@ -183,6 +208,11 @@ class AddOn(_Plugin):
         self, config: Any, networks: Networks, parts: TrainingParts, context: BuildContext
     ) -> list[Callback]:
         """Callbacks to train with beside the algorithm's (checkpointed with them)."""
+        return []
+
+    def data_sources(self, config: Any) -> list[DataSource]:
+        """Data groups to train on beside the replay memory's (see :class:`DataSource`); their
+        callbacks find them in the batch by group name. The default has none."""
         return []
 
 
@@ -374,6 +404,7 @@ __all__ = [
     "AddOn",
     "AlgorithmFamily",
     "BuildContext",
+    "DataSource",
     "Networks",
     "TrainingParts",
     "addon_names",

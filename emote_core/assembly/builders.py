@@ -17,6 +17,7 @@ from emote_core.algorithms.registry import (
     AddOn,
     AlgorithmFamily,
     BuildContext,
+    DataSource,
     Networks,
     TrainingParts,
     get_addon,
@@ -124,6 +125,30 @@ def training_parts(recipe: Recipe, networks: Networks, context: BuildContext) ->
     return parts
 
 
+def data_sources(recipe: Recipe) -> list[DataSource]:
+    """The data groups the recipe's add-ons train on, each with its batch size resolved.
+
+    Raises:
+        ConfigurationError: If a group is ``default`` or two add-ons name the same group.
+    """
+    import dataclasses
+
+    _, addons = plugins(recipe)
+    sources: list[DataSource] = []
+    for addon in addons:
+        for source in addon.data_sources(recipe.section(addon.name)):
+            taken = {"default", *(s.data_group for s in sources)}
+            if source.data_group in taken:
+                raise ConfigurationError(
+                    f"add-on '{addon.name}' asks for data group '{source.data_group}', which "
+                    "the replay memory or another add-on already fills; choose another name"
+                )
+            if source.batch_size is None:
+                source = dataclasses.replace(source, batch_size=recipe.memory.batch_size)
+            sources.append(source)
+    return sources
+
+
 def policy_graph(recipe: Recipe, networks: Networks, spaces: MDPSpace) -> PolicyGraph:
     """The ONNX-exportable graph of the acting network (a snapshot, taken now)."""
     family, _ = plugins(recipe)
@@ -214,6 +239,7 @@ __all__ = [
     "acting_state",
     "build_context",
     "check_env_id",
+    "data_sources",
     "load_trained_agent",
     "make_agent",
     "make_env",

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from emote_core.assembly.builders import load_trained_agent, make_env
+from emote_core.assembly.builders import data_sources, load_trained_agent, make_env
 from emote_core.errors import ConfigurationError
 from emote_core.recipes.schema import Recipe
 from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, MDPSpace, describe_space
@@ -36,6 +36,9 @@ class StoreUse(StrEnum):
     """Read into the table of a training run (``emote train --memory``)."""
     COLLECT = "collect"
     """Appended to (``emote collect --out`` an existing store)."""
+    REFERENCE = "reference"
+    """Read as an add-on's data group (AMP's reference transitions): observations must fit;
+    actions are not read."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,9 @@ def _fits(held: BoxSpace, given: BoxSpace, complete: bool) -> bool:
     return held.shape == given.shape
 
 
-def _difference(held: Held, given: MDPSpace, who: str, verb: str, env_id: str) -> str | None:
+def _difference(
+    held: Held, given: MDPSpace, who: str, verb: str, env_id: str, *, actions: bool = True
+) -> str | None:
     """The first difference between what ``who`` holds (``verb="holds"``: a store) or reads
     (``"reads"``: a policy) and what ``env_id`` gives and takes, in words; ``None`` when they
     fit. A policy may ignore observations the environment gives on top; a store may not."""
@@ -101,6 +106,8 @@ def _difference(held: Held, given: MDPSpace, who: str, verb: str, env_id: str) -
                     f"{who} holds no observations '{key}', which {env_id} gives "
                     f"({describe_space(space)})"
                 )
+    if not actions:
+        return None
     takes = describe_space(given.actions)
     if held.actions is None:
         return f"{who} holds no actions, which {env_id} takes ({takes})"
@@ -129,11 +136,15 @@ def check_store_fits(store: Any, spaces: MDPSpace, recipe: Recipe, *, use: Store
     where = f"store '{store.url}'"
     if use == StoreUse.TRAIN:
         advice = f"train from stores collected on {env_id}"
+    elif use == StoreUse.REFERENCE:
+        advice = f"make the reference store on {env_id} (emote collect RECIPE --out STORE)"
     else:
         advice = "collect into a new store (another --out)"
     if others:
         advice += f", or use a recipe for {others[0]}"
-    difference = _difference(held_by_store(store), spaces, where, "holds", env_id)
+    difference = _difference(
+        held_by_store(store), spaces, where, "holds", env_id, actions=use != StoreUse.REFERENCE
+    )
     if difference is not None:
         made_on = " and ".join(recorded) if recorded else "another environment"
         if recorded and not others:  # the same id, built with other env.kwargs
@@ -142,7 +153,7 @@ def check_store_fits(store: Any, spaces: MDPSpace, recipe: Recipe, *, use: Store
     if others:
         why = (
             "its episodes come from another environment"
-            if use == StoreUse.TRAIN
+            if use != StoreUse.COLLECT
             else "episodes of two environments do not mix in one store"
         )
         raise ConfigurationError(
@@ -159,18 +170,61 @@ def check_store_use(
         check_store_fits(store, spaces, recipe, use=use)
 
 
-def check_training_stores(recipe: Recipe, urls: Sequence[str | os.PathLike[str]]) -> None:
-    """Checks ``emote train --memory`` stores against the recipe's environment before a run
-    directory is written (the environment is built, never stepped, and closed).
+def open_source_stores(recipe: Recipe, spaces: MDPSpace) -> list[Any]:
+    """Opens and checks the stores of the recipe's add-on data groups (:func:`data_sources`), in
+    their order: each must exist, hold a batch's worth of transitions and fit the environment's
+    observations.
 
     Raises:
-        FormatError: If a store cannot be opened.
-        ConfigurationError: As :func:`check_store_fits`.
+        ConfigurationError: One line naming the recipe key and the store.
+    """
+    from emote_core.errors import FormatError
+    from emote_core.stores.zarr_store import MemoryStore
+
+    opened = []
+    for source in data_sources(recipe):
+        if not os.path.exists(source.store) and "://" not in source.store:
+            raise ConfigurationError(
+                f"'{source.option}' names '{source.store}', which does not exist (relative paths "
+                f"are from the working directory, {os.getcwd()})"
+            )
+        try:
+            store = MemoryStore(source.store)
+        except FormatError as error:
+            raise ConfigurationError(f"'{source.option}': {error}") from error
+        if store.episode_count == 0:
+            raise ConfigurationError(
+                f"'{source.option}' names store '{store.url}', which holds no episodes; collect "
+                "some into it first (emote collect RECIPE --policy RUN --out STORE)"
+            )
+        try:
+            check_store_fits(store, spaces, recipe, use=StoreUse.REFERENCE)
+        except ConfigurationError as error:
+            raise ConfigurationError(f"'{source.option}': {error}") from error
+        needed = (source.batch_size or recipe.memory.batch_size) * source.rollout_length
+        if store.transition_count < needed:
+            raise ConfigurationError(
+                f"'{source.option}' store '{store.url}' holds {store.transition_count} "
+                f"transitions in {store.episode_count} episodes; a batch of "
+                f"'{source.data_group}' needs {needed} — collect more episodes into it"
+            )
+        opened.append(store)
+    return opened
+
+
+def check_training_stores(recipe: Recipe, urls: Sequence[str | os.PathLike[str]]) -> None:
+    """Checks ``emote train --memory`` stores, and the stores of the recipe's add-on data
+    groups, against the recipe's environment before a run directory is written (the
+    environment is built, never stepped, and closed).
+
+    Raises:
+        FormatError: If a ``--memory`` store cannot be opened.
+        ConfigurationError: As :func:`check_store_fits` and :func:`open_source_stores`.
     """
     from emote_core.stores.zarr_store import MemoryStore
 
     stores = [MemoryStore(url) for url in urls]
-    if not stores:
+    if not stores and not data_sources(recipe):
         return
     env = make_env(recipe, num_envs=1)
     try:
@@ -178,6 +232,7 @@ def check_training_stores(recipe: Recipe, urls: Sequence[str | os.PathLike[str]]
     finally:
         env.close()
     check_store_use(stores, spaces, recipe, use=StoreUse.TRAIN)
+    open_source_stores(recipe, spaces)
 
 
 def check_collect_store(url: str | os.PathLike[str], recipe: Recipe, spaces: MDPSpace) -> None:
@@ -291,4 +346,5 @@ __all__ = [
     "check_training_stores",
     "collect_agent",
     "held_by_store",
+    "open_source_stores",
 ]

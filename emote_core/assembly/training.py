@@ -14,12 +14,13 @@ import torch
 from emote_core.algorithms.registry import Networks, TrainingParts
 from emote_core.assembly.builders import (
     build_context,
+    data_sources,
     make_env,
     make_networks,
     policy_graph,
     training_parts,
 )
-from emote_core.assembly.compatibility import StoreUse, check_store_use
+from emote_core.assembly.compatibility import StoreUse, check_store_use, open_source_stores
 from emote_core.assembly.monitoring import env_step_counter, monitoring_callbacks
 from emote_core.callback import Callback
 from emote_core.callbacks.progress import ProgressReporter, ProgressSink
@@ -81,7 +82,12 @@ def build_training(
     from emote_core.callbacks.checkpointing import Checkpointer, CheckpointLoader
     from emote_core.callbacks.generic import BackPropStepsTerminator
     from emote_core.callbacks.logging import TensorboardLogger, TerminalLogger
-    from emote_core.memory import DictObsMemoryTable, DictObsNStepMemoryTable, MemoryLoader
+    from emote_core.memory import (
+        DictObsMemoryTable,
+        DictObsNStepMemoryTable,
+        JointMemoryLoader,
+        MemoryLoader,
+    )
     from emote_core.memory.priorities import PriorityUpdater
     from emote_core.stores.memory_checkpoint import ReplayMemoryCheckpoint
     from emote_core.stores.zarr_store import MemoryStore
@@ -115,6 +121,9 @@ def build_training(
             f"the stores hold {table.size()} transitions in {table.episode_count} episodes; a "
             f"batch needs {recipe.memory.batch_size} windows of {recipe.memory.rollout_length}"
         )
+    source_memories, source_loaders = _source_loaders(recipe, spaces, device, resume=resume)
+    if source_loaders:  # the add-ons' data groups beside the replay memory's, in every batch
+        loader = JointMemoryLoader([loader, *source_loaders])
 
     networks = make_networks(recipe, spaces, device)
     parts = training_parts(recipe, networks, build_context(recipe, spaces, device, table=table))
@@ -124,8 +133,8 @@ def build_training(
             f"and '{recipe.algorithm}' adds no PriorityUpdater to its training callbacks; set "
             'memory.sampler = "uniform" (or wire its losses with emote_core.memory.priorities)'
         )
-    callbacks: list[Callback] = [*parts.callbacks, memory]
-    checkpointed: list[Callback] = [*parts.callbacks, memory]
+    callbacks: list[Callback] = [*parts.callbacks, memory, *source_memories]
+    checkpointed: list[Callback] = [*parts.callbacks, memory, *source_memories]
 
     collector = None
     if live:
@@ -177,6 +186,51 @@ def build_training(
         callbacks.append(CheckpointLoader(callbacks=checkpointed, run_dir=run.path))
     trainer = Trainer(callbacks, loader)
     return TrainingRun(trainer, run, table, networks, env, collector, total)
+
+
+def _source_loaders(
+    recipe: Recipe, spaces: Any, device: torch.device, *, resume: bool
+) -> tuple[list[Any], list[Any]]:
+    """For each add-on data group: its store read whole into a table of its own, recorded in
+    checkpoints like a ``--memory`` store (a resume reads back the same episodes and sampling
+    generators), and a loader under the group's name.
+
+    Returns:
+        ``(memory checkpoint callbacks, loaders)``.
+
+    Raises:
+        ConfigurationError: If a store is missing, empty, does not fit the environment, or holds
+            fewer transitions than a batch of its group needs.
+    """
+    from emote_core.memory import DictObsMemoryTable, MemoryLoader
+    from emote_core.stores.memory_checkpoint import ReplayMemoryCheckpoint
+
+    sources = data_sources(recipe)
+    stores = open_source_stores(recipe, spaces)
+    memories, loaders = [], []
+    for k, (source, store) in enumerate(zip(sources, stores, strict=True), start=1):
+        table = DictObsMemoryTable(
+            spaces=spaces, maxlen=max(store.transition_count, 1), device=device,
+            seed=recipe.seed + k,  # not the replay table's stream
+        )  # fmt: skip
+        memory = ReplayMemoryCheckpoint(
+            table=table, sources=[source.store], name=f"{source.data_group}_memory"
+        )
+        if not resume:  # else restore_state reads back what the checkpoint recorded
+            memory.fill([store])
+        group_loader = MemoryLoader(
+            table=table, rollout_count=source.batch_size or recipe.memory.batch_size,
+            rollout_length=source.rollout_length, data_group=source.data_group,
+        )  # fmt: skip
+        if not resume and not group_loader.is_ready():
+            raise ConfigurationError(
+                f"'{source.option}' store '{store.url}' holds {table.size()} transitions in "
+                f"{table.episode_count} episodes; a batch of '{source.data_group}' needs "
+                f"{source.batch_size} windows of {source.rollout_length} — collect more episodes"
+            )
+        memories.append(memory)
+        loaders.append(group_loader)
+    return memories, loaders
 
 
 def _sampler(memory: MemoryConfig, updates: int) -> Any:
