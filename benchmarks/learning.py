@@ -4,11 +4,23 @@ Each run goes through the CLI exactly as a user types it, into ``runs/bench-<rec
 figure printed is the mean deterministic return over the recipe's eval episodes, beside the
 recipe's target and the rl-baselines3-zoo figure where one exists. Minutes per recipe on a CPU.
 
-Run: ``python benchmarks/learning.py [RECIPE ...]`` (default: sac_hit_the_middle, sac_pendulum,
-dqn_cartpole; add sac_lunar_lander for about an hour on a CPU, or on a GPU machine). ``offline``
-as a name runs the offline check instead: ``emote collect`` 50k random Pendulum steps,
-``emote train --memory STORE --no-live``, the Q loss's trend read back from TensorBoard, and
-``emote eval`` beside a random policy's return.
+Run: ``python benchmarks/learning.py [NAME ...] [--seeds 0,1,2] [--jobs 2]``. A NAME is a
+recipe (default: sac_hit_the_middle, sac_pendulum, dqn_cartpole; add sac_lunar_lander for about
+an hour on a CPU, or on a GPU machine) or one of these comparisons, each over ``--seeds`` with
+``--jobs`` runs at a time (one torch thread each), printing every seed's figure, the mean and
+the spread (standard deviation over seeds):
+
+- ``offline``: ``emote collect`` 50k random Pendulum steps, ``emote train --memory STORE
+  --no-live``, the Q loss's trend read back from TensorBoard, and ``emote eval`` beside a random
+  policy's return.
+- ``hlgauss``: ``sac_hlgauss_pendulum`` beside ``sac_pendulum``, 20k env steps each.
+- ``dqn_hlgauss``: ``dqn_hlgauss_cartpole`` beside ``dqn_cartpole`` (50k env steps), with the
+  env step at which an interval eval first averaged 500.
+- ``amp``: ``amp_pendulum`` on the style reward alone (``amp.task_reward_weight=0``), imitating
+  a store of a trained ``sac_pendulum`` policy's episodes (``--expert RUN`` reuses a run), beside
+  a random policy's and the expert's returns: the share of the gap between them it closes.
+- ``symmetry``: ``sac_symmetry_lunar_lander`` beside the same recipe without the symmetry
+  add-on, with each policy's symmetry error (``--steps N`` for a shorter budget).
 """
 
 from __future__ import annotations
@@ -17,7 +29,9 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ZOO = {
     "sac_pendulum": "-157 +- 89 at 20k steps",
@@ -105,10 +119,28 @@ def _random_return(episodes: int) -> float:
 
 
 def main() -> None:
-    recipes = sys.argv[1:] or ["sac_hit_the_middle", "sac_pendulum", "dqn_cartpole"]
-    if "offline" in recipes:
-        recipes.remove("offline")
-        offline()
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="recipes or comparisons (see the module doc)")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds of comparisons")
+    parser.add_argument("--jobs", type=int, default=2, help="comparison runs at a time")
+    parser.add_argument("--steps", type=int, help="updates per run of the symmetry comparison")
+    parser.add_argument("--expert", help="a trained sac_pendulum run for the amp comparison")
+    args = parser.parse_args()
+    seeds = [int(seed) for seed in args.seeds.split(",")]
+    names = args.names or ["sac_hit_the_middle", "sac_pendulum", "dqn_cartpole"]
+    comparisons = {
+        "offline": lambda: offline(),
+        "hlgauss": lambda: compare_hlgauss(seeds, args.jobs),
+        "dqn_hlgauss": lambda: compare_dqn_hlgauss(seeds, args.jobs),
+        "amp": lambda: compare_amp(seeds, args.jobs, expert=args.expert),
+        "symmetry": lambda: compare_symmetry(seeds, args.jobs, steps=args.steps),
+    }
+    recipes = [name for name in names if name not in comparisons]
+    for name in names:
+        if name in comparisons:
+            comparisons[name]()
     rows = []
     for recipe in recipes:
         run_dir = Path("runs") / f"bench-{recipe}"
@@ -127,6 +159,187 @@ def main() -> None:
         print(f"{recipe:<20}{steps:>9}{seconds / 60:>9.1f}{report['mean_return']:>13.1f}"
               f"{report['std_return']:>8.1f}{target if target is not None else '-':>9}{mark}  "
               f"{ZOO.get(recipe, '-')}")  # fmt: skip
+
+
+# -- comparisons over seeds ---------------------------------------------------------------
+
+
+@dataclass
+class SeedRun:
+    """One seed's run of a comparison: trained, then evaluated with ``emote eval``."""
+
+    label: str
+    recipe: str
+    seed: int
+    settings: tuple[str, ...] = ()
+    steps: int | None = None
+    run_dir: Path = field(init=False)
+    minutes: float = 0.0
+    eval_return: float = float("nan")
+    updates: int = 0
+
+    def __post_init__(self) -> None:
+        self.run_dir = Path("runs") / f"bench-{self.label}-s{self.seed}"
+
+    def __call__(self) -> SeedRun:
+        sets = [item for setting in self.settings for item in ("--set", setting)]
+        steps = ["--steps", str(self.steps)] if self.steps is not None else []
+        started = time.perf_counter()
+        trained = emote("train", self.recipe, "--run-dir", str(self.run_dir), "--force",
+                        "--seed", str(self.seed), "--threads", "1", *sets, *steps)  # fmt: skip
+        self.minutes = (time.perf_counter() - started) / 60
+        self.updates = int(trained["steps"])
+        self.eval_return = emote("eval", str(self.run_dir))["mean_return"]
+        return self
+
+
+def run_all(runs: list[SeedRun], jobs: int) -> list[SeedRun]:
+    """Trains and evaluates ``runs``, ``jobs`` at a time; prints each as it ends."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
+        for done in as_completed([pool.submit(run) for run in runs]):
+            run = done.result()
+            print(f"  {run.label} seed {run.seed}: eval {run.eval_return:.1f} after "
+                  f"{run.updates} updates, {run.minutes:.1f} min", flush=True)  # fmt: skip
+    return runs
+
+
+def spread(values: list[float]) -> str:
+    """``mean +- standard deviation (a, b, c)``."""
+    import statistics
+
+    deviation = statistics.pstdev(values) if len(values) > 1 else 0.0
+    each = ", ".join(f"{value:.1f}" for value in values)
+    return f"{statistics.fmean(values):8.1f} +- {deviation:6.1f}   ({each})"
+
+
+def side_by_side(title: str, groups: dict[str, list[float]]) -> None:
+    print(title)
+    for label, values in groups.items():
+        print(f"  {label:<34}{spread(values)}")
+
+
+def compare_hlgauss(seeds: list[int], jobs: int) -> None:
+    runs = run_all([SeedRun(label=recipe, recipe=recipe, seed=seed)
+                    for recipe in ("sac_hlgauss_pendulum", "sac_pendulum")
+                    for seed in seeds], jobs)  # fmt: skip
+    groups = _by_label(runs, lambda run: run.eval_return)
+    side_by_side("HL-Gauss vs MSE critic, Pendulum-v1 at 20k env steps (eval return; target: "
+                 "HL-Gauss mean >= MSE mean, both >= -200)", groups)  # fmt: skip
+
+
+def compare_dqn_hlgauss(seeds: list[int], jobs: int) -> None:
+    runs = run_all([SeedRun(label=recipe, recipe=recipe, seed=seed)
+                    for recipe in ("dqn_hlgauss_cartpole", "dqn_cartpole")
+                    for seed in seeds], jobs)  # fmt: skip
+    side_by_side("HL-Gauss vs Huber DQN, CartPole-v1 at 50k env steps (final eval return)",
+                 _by_label(runs, lambda run: run.eval_return))  # fmt: skip
+    print("  env step of the first interval eval averaging 500 (- : none):")
+    for run in runs:
+        steps, returns = _scalars(run.run_dir, "eval_env_step/mean_return")
+        first = next((step for step, value in zip(steps, returns, strict=True)
+                      if value >= 500.0), None)  # fmt: skip
+        print(f"    {run.label} seed {run.seed}: {first if first is not None else '-'}")
+
+
+def compare_amp(seeds: list[int], jobs: int, *, expert: str | None) -> None:
+    root = Path("runs") / "bench-amp"
+    root.mkdir(parents=True, exist_ok=True)
+    if expert is None:
+        (trained,) = run_all([SeedRun(label="amp-expert", recipe="sac_pendulum", seed=0)], 1)
+        expert = str(trained.run_dir)
+    store = root / "expert.zarr"
+    if store.exists():
+        import shutil
+
+        shutil.rmtree(store)
+    emote("collect", "sac_pendulum", "--policy", expert, "--out", str(store),
+          "--episodes", "20")  # fmt: skip
+    expert_return = emote("eval", expert)["mean_return"]
+    random_return = _random_return(emote("eval", expert)["episodes"])
+    runs = run_all([SeedRun(label="amp_pendulum-style-only", recipe="amp_pendulum", seed=seed,
+                            settings=("amp.task_reward_weight=0.0",
+                                      f"amp.reference='{store}'"))
+                    for seed in seeds], jobs)  # fmt: skip
+    imitator = [run.eval_return for run in runs]
+    closed = [(value - random_return) / (expert_return - random_return) for value in imitator]
+    print("AMP on the style reward alone, Pendulum-v1 (eval task return; target: the imitator "
+          "closes >= 0.5 of the random-to-expert gap)")  # fmt: skip
+    print(f"  {'random policy':<34}{random_return:8.1f}")
+    print(f"  {'expert (sac_pendulum, ' + expert + ')':<34}{expert_return:8.1f}")
+    print(f"  {'imitator (amp_pendulum)':<34}{spread(imitator)}")
+    print(f"  {'share of the gap closed':<34}{spread(closed)}")
+
+
+SYMMETRY_STATES = 1_000
+
+
+def compare_symmetry(seeds: list[int], jobs: int, *, steps: int | None) -> None:
+    recipe = "sac_symmetry_lunar_lander"
+    runs = run_all([SeedRun(label=label, recipe=recipe, seed=seed, settings=settings,
+                            steps=steps)
+                    for label, settings in ((recipe, ()), ("no-symmetry-reward", (
+                        "symmetry.confusion_reward_weight=0.0",)))
+                    for seed in seeds], jobs)  # fmt: skip
+    errors = {id(run): _symmetry_error(run, recipe) for run in runs}
+    budget = f"{runs[0].updates} updates" + ("" if steps is None else " (a shortened budget)")
+    print(f"Action symmetry, LunarLander-v3 continuous, {budget}; symmetry error = mean "
+          f"|pi(mirror s) - mirror pi(s)| over {SYMMETRY_STATES} states of each policy's own "
+          "episodes (target: >= 2x lower with the reward, at comparable return)")  # fmt: skip
+    side_by_side("  eval return", _by_label(runs, lambda run: run.eval_return))
+    side_by_side("  symmetry error", _by_label(runs, lambda run: errors[id(run)]))
+
+
+def _symmetry_error(run: SeedRun, recipe_name: str) -> float:
+    """The exported policy's symmetry error over states of its own deterministic episodes."""
+    import gymnasium as gym
+    import numpy as np
+    import onnxruntime
+
+    from emote_core.algorithms.symmetry import MirrorMap, symmetry_error
+    from emote_core.recipes import load_recipe
+
+    onnx = run.run_dir / "policy.onnx"
+    emote("export", "onnx", str(run.run_dir), "--out", str(onnx), "--force")
+    session = onnxruntime.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
+    width = {i.name: i.shape[1] for i in session.get_inputs()}  # obs; epsilon: zeros, the mean
+
+    def policy(states: np.ndarray) -> np.ndarray:
+        feeds = {"obs": states.astype(np.float32)}
+        if "epsilon" in width:
+            feeds["epsilon"] = np.zeros((len(states), width["epsilon"]), np.float32)
+        return session.run(["actions"], feeds)[0]
+
+    recipe = load_recipe(recipe_name)
+    config = recipe.section("symmetry")
+    env = gym.make(recipe.env.id, **recipe.env.kwargs)
+    states: list[np.ndarray] = []
+    episode = 0
+    while len(states) < SYMMETRY_STATES:
+        state, _ = env.reset(seed=EVAL_SEED + episode)
+        episode += 1
+        done = False
+        while not done and len(states) < SYMMETRY_STATES:
+            states.append(state)
+            action = policy(state[None])[0]
+            state, _, terminated, truncated, _ = env.step(action)
+            done = terminated or truncated
+    env.close()
+    return symmetry_error(
+        policy, np.stack(states),
+        observation_mirror=MirrorMap.build(permutation=config.observation_permutation,
+                                           signs=config.observation_signs),
+        action_mirror=MirrorMap.build(permutation=config.action_permutation,
+                                      signs=config.action_signs),
+    )  # fmt: skip
+
+
+def _by_label(runs: list[SeedRun], figure: Any) -> dict[str, list[float]]:
+    groups: dict[str, list[float]] = {}
+    for run in sorted(runs, key=lambda run: run.seed):
+        groups.setdefault(run.label, []).append(figure(run))
+    return groups
 
 
 def _target(run_dir: Path) -> float | None:

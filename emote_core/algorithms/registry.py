@@ -192,8 +192,11 @@ class AlgorithmFamily(_Plugin):
 class AddOn(_Plugin):
     """Something that combines with an algorithm family in a recipe's ``addons`` list."""
 
-    def check(self, algorithm: AlgorithmFamily, spaces: MDPSpace, *, env_id: str) -> None:
-        """Refuses algorithms or environments the add-on does not work with.
+    def check(
+        self, config: Any, algorithm: AlgorithmFamily, spaces: MDPSpace, *, env_id: str
+    ) -> None:
+        """Refuses algorithms or environments the add-on (configured by its table ``config``)
+        does not work with; called before anything is built or written.
 
         Raises:
             ConfigurationError: Naming what does not fit.

@@ -93,7 +93,7 @@ def make_networks(recipe: Recipe, spaces: MDPSpace, device: torch.device) -> Net
     family, addons = plugins(recipe)
     family.check_spaces(spaces, env_id=recipe.env.id)
     for addon in addons:
-        addon.check(family, spaces, env_id=recipe.env.id)
+        addon.check(recipe.section(addon.name), family, spaces, env_id=recipe.env.id)
     torch.manual_seed(recipe.seed)
     context = build_context(recipe, spaces, device)
     networks = family.make_networks(recipe.config, context)

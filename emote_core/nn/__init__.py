@@ -8,6 +8,7 @@ from emote_core.nn.action_value import (
     SharedEncoderActionValueNet,
 )
 from emote_core.nn.categorical_value import ActionLogitMlp, DiscreteActionLogitMlp
+from emote_core.nn.discriminator import Discriminator
 from emote_core.nn.encoders import Conv1dEncoder, Conv2dEncoder, MlpEncoder
 from emote_core.nn.initialization import normal_init_, orthogonal_init_, xavier_uniform_init_
 from emote_core.nn.inputs import flatten_observation, observation_dim
@@ -25,6 +26,7 @@ __all__ = [
     "Conv2dEncoder",
     "DiscreteActionLogitMlp",
     "DiscreteActionValueMlp",
+    "Discriminator",
     "GaussianMlpPolicy",
     "GaussianPolicy",
     "GaussianPolicyHead",

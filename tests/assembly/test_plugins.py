@@ -169,7 +169,9 @@ class ActionL2(AddOn):
         if config.weight < 0:
             raise ConfigurationError(f"{source}: 'action_l2_throwaway.weight' must be >= 0")
 
-    def check(self, algorithm: AlgorithmFamily, spaces: MDPSpace, *, env_id: str) -> None:
+    def check(
+        self, config: Any, algorithm: AlgorithmFamily, spaces: MDPSpace, *, env_id: str
+    ) -> None:
         if isinstance(spaces.actions, DiscreteSpace):
             raise ConfigurationError(
                 f"action_l2_throwaway needs continuous actions; '{env_id}' has discrete ones"

@@ -9,12 +9,7 @@ from typing import ClassVar
 
 import torch
 
-from emote_core.algorithms.amp.losses import (
-    REFERENCE_GROUP,
-    AMPReward,
-    Discriminator,
-    DiscriminatorLoss,
-)
+from emote_core.algorithms.amp.losses import REFERENCE_GROUP, AMPReward, DiscriminatorLoss
 from emote_core.algorithms.registry import (
     AddOn,
     AlgorithmFamily,
@@ -26,6 +21,7 @@ from emote_core.algorithms.registry import (
 )
 from emote_core.callback import Callback
 from emote_core.errors import ConfigurationError
+from emote_core.nn.discriminator import Discriminator
 from emote_core.nn.inputs import observation_dim
 from emote_core.spaces import MDPSpace
 
@@ -100,7 +96,9 @@ class AdversarialMotionPrior(AddOn):
                 f"{source}: 'amp.observation_keys' is empty; leave it out to use every key"
             )
 
-    def check(self, algorithm: AlgorithmFamily, spaces: MDPSpace, *, env_id: str) -> None:
+    def check(
+        self, config: AmpConfig, algorithm: AlgorithmFamily, spaces: MDPSpace, *, env_id: str
+    ) -> None:
         """Nothing to refuse: the discriminator reads observations only (discrete or continuous
         actions alike), and the style reward is in the batch's ``rewards`` before any callback at
         :attr:`~emote_core.callback.Order.TARGET` (SAC's and DQN's Q targets) reads them."""
@@ -120,7 +118,7 @@ class AdversarialMotionPrior(AddOn):
                 f"(its keys: {sorted(context.spaces.state.keys())})"
             )
         feature_dim = observation_dim(context.spaces, keys)
-        discriminator = Discriminator(feature_dim=feature_dim, hidden_dims=config.hidden_dims)
+        discriminator = Discriminator(input_dim=2 * feature_dim, hidden_dims=config.hidden_dims)
         discriminator = discriminator.to(context.device)
         optimizer = torch.optim.Adam(discriminator.parameters(), lr=config.learning_rate)
         return [

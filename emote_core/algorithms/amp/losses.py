@@ -18,7 +18,7 @@ from emote_core.callback import Callback, Order
 from emote_core.callbacks.logging_mixin import LoggingMixin
 from emote_core.callbacks.loss import LossCallback
 from emote_core.errors import ConfigurationError
-from emote_core.nn.encoders import MlpEncoder
+from emote_core.nn.discriminator import Discriminator
 from emote_core.nn.inputs import flatten_observation
 
 StateMap = Callable[[Tensor], Tensor]
@@ -89,24 +89,6 @@ def transition_pairs(
     windows = observation.reshape(following, rollout_length, -1)
     shifted = torch.cat([windows[:, 1:], next_observation.reshape(following, 1, -1)], dim=1)
     return observation, shifted.reshape(rows, -1)
-
-
-class Discriminator(nn.Module):
-    """An MLP from a transition's two states' features to one score.
-
-    Args:
-        feature_dim: Features of one state (``D(s, s')`` reads ``2 * feature_dim``).
-        hidden_dims: Hidden layer widths.
-    """
-
-    def __init__(self, *, feature_dim: int, hidden_dims: Sequence[int]) -> None:
-        super().__init__()
-        self.encoder = MlpEncoder(input_dim=2 * feature_dim, hidden_dims=hidden_dims)
-        self.head = nn.Linear(self.encoder.output_dim, 1)
-
-    def forward(self, transitions: Tensor) -> Tensor:
-        """``(B, 2 * feature_dim)`` -> ``(B, 1)`` scores."""
-        return self.head(self.encoder(transitions))
 
 
 class _TransitionFeatures:

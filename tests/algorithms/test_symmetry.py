@@ -1,0 +1,158 @@
+"""Action symmetry: mirror maps, the discriminator's loss and the confusion reward against
+hand-computed values, the symmetry error, and a discriminator that learns to tell."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from emote_core.algorithms.symmetry import (
+    ActionSymmetryAMPReward,
+    ActionSymmetryDiscriminatorLoss,
+    MirroredPairs,
+    MirrorMap,
+    confusion_reward,
+    symmetry_error,
+)
+from emote_core.errors import ConfigurationError
+from emote_core.nn import Discriminator
+
+LANDER_OBSERVATION = MirrorMap.build(
+    permutation=[0, 1, 2, 3, 4, 5, 7, 6], signs=[-1, 1, -1, 1, -1, -1, 1, 1]
+)
+FLIP_SECOND = MirrorMap.build(signs=[1, -1])
+
+
+def affine(w: float, b: float) -> nn.Linear:
+    """``D(a) = w a + b``: two parameters, one-number actions."""
+    network = nn.Linear(1, 1)
+    with torch.no_grad():
+        network.weight.fill_(w)
+        network.bias.fill_(b)
+    return network
+
+
+def test_a_mirror_map_permutes_then_flips_signs_on_tensors_and_arrays_alike() -> None:
+    values = np.arange(8, dtype=np.float32).reshape(1, 8) + 1
+    expected = [[-1, 2, -3, 4, -5, -6, 8, 7]]
+    assert LANDER_OBSERVATION.numpy(values).tolist() == expected
+    assert LANDER_OBSERVATION(torch.from_numpy(values)).tolist() == expected
+    twice = LANDER_OBSERVATION(LANDER_OBSERVATION(torch.from_numpy(values)))
+    assert torch.equal(twice, torch.from_numpy(values))
+    assert FLIP_SECOND.permutation == (0, 1) and len(FLIP_SECOND) == 2
+
+
+@pytest.mark.parametrize(
+    ("permutation", "signs", "size", "message"),
+    [
+        (None, None, None, "symmetry.action: give a permutation, signs, or both"),
+        (
+            [0, 1],
+            [1],
+            None,
+            "symmetry.action_permutation has 2 entries and symmetry.action_signs 1",
+        ),
+        (None, [1, -1, 1], 2, "symmetry.action_signs has 3 entries, but the action has 2 dim"),
+        ([0, 0], None, None, "symmetry.action_permutation must hold each index 0 .. 1 once"),
+        ([0, 2], None, None, "symmetry.action_permutation must hold each index 0 .. 1 once"),
+        (None, [1, 0.5], None, "symmetry.action_signs must be 1 or -1"),
+        ([1, 2, 0], None, None, "symmetry.action is not a reflection: mirroring twice must give"),
+        ([1, 0], [1, -1], None, "but index 0 goes to 1 and 1 to 0 with different signs"),
+    ],
+)
+def test_a_map_that_is_no_reflection_of_the_right_size_is_refused_in_one_line(
+    permutation: list[int] | None, signs: list[float] | None, size: int | None, message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message.replace("(", r"\(")) as raised:
+        MirrorMap.build(permutation=permutation, signs=signs, size=size, option="symmetry.action")
+    assert "\n" not in str(raised.value)
+
+
+def test_the_confusion_reward_is_zero_when_the_discriminator_cannot_tell() -> None:
+    scores = torch.tensor([0.0, 1.0, -1.0, 0.5, 3.0])
+    mirrored = torch.tensor([0.0, -1.0, 1.0, -0.5, -3.0])
+    # (1 - (m - 1)^2 / 4) + (1 - (u + 1)^2 / 4) - 1.5, scores clamped to [-1, 1] first
+    expected = [0.0, -1.5, 0.5, (1 - 2.25 / 4) + (1 - 2.25 / 4) - 1.5, -1.5]
+    assert confusion_reward(scores, mirrored).tolist() == pytest.approx(expected)
+
+
+def test_the_discriminator_loss_of_a_two_parameter_model_matches_the_hand_computed_value() -> None:
+    w, b, weight = 0.5, 0.25, 10.0
+    network = affine(w, b)
+    loss = ActionSymmetryDiscriminatorLoss(
+        discriminator=network, optimizer=torch.optim.SGD(network.parameters(), lr=0.1),
+        action_mirror=MirrorMap.build(signs=[-1]), grad_loss_weight=weight,
+    )  # fmt: skip
+    actions = torch.tensor([[1.0], [-2.0]])
+    unmirrored = [(w * a + b - 1) ** 2 for a in (1.0, -2.0)]
+    mirrored = [(-w * a + b + 1) ** 2 for a in (1.0, -2.0)]
+    expected = sum(unmirrored) / 2 + sum(mirrored) / 2 + weight * w**2  # dD/da = w
+    value = loss.loss(actions=actions)
+    assert value.item() == pytest.approx(expected)
+    value.backward()  # d/dw: mean(2 (w a + b - 1) a) + mean(-2 (-w a + b + 1) a) + 2 weight w
+    grad_w = sum(2 * (w * a + b - 1) * a - 2 * (-w * a + b + 1) * a for a in (1.0, -2.0)) / 2
+    assert network.weight.grad.item() == pytest.approx(grad_w + 2 * weight * w)
+
+
+def test_pairs_join_the_flattened_observation_and_the_action_each_mirrored() -> None:
+    pairs = MirroredPairs(action_mirror=FLIP_SECOND, observation_mirror=LANDER_OBSERVATION,
+                          observation_keys=None, owner="t")  # fmt: skip
+    state = torch.arange(1.0, 9.0).reshape(1, 8)
+    unmirrored, mirrored = pairs({"obs": state}, torch.tensor([[0.3, 0.7]]))
+    assert unmirrored[0].tolist() == pytest.approx([1, 2, 3, 4, 5, 6, 7, 8, 0.3, 0.7])
+    assert mirrored[0].tolist() == pytest.approx([-1, 2, -3, 4, -5, -6, 8, 7, 0.3, -0.7])
+    with pytest.raises(ConfigurationError, match="the batch's observations have 3 dimensions"):
+        pairs({"obs": torch.zeros(1, 3)}, torch.zeros(1, 2))
+
+
+def test_the_reward_callback_adds_the_weighted_confusion_reward_in_the_rewards_shape() -> None:
+    network = affine(1.0, 0.0)  # D(a) = a: D(x) = a, D(mirror x) = -a
+    callback = ActionSymmetryAMPReward(discriminator=network, confusion_reward_weight=2.0,
+                                       action_mirror=MirrorMap.build(signs=[-1]))  # fmt: skip
+    rewards = torch.tensor([[1.0], [1.0], [1.0]])
+    actions = torch.tensor([[0.0], [1.0], [-1.0]])
+    out = callback.begin_batch(actions=actions, rewards=rewards)
+    # a = 0: cannot tell, 0; a = 1: told apart, -1.5; a = -1: told backwards, +0.5
+    assert out["default"]["rewards"].flatten().tolist() == pytest.approx([1.0, -2.0, 2.0])
+    assert out["default"]["rewards"].shape == (3, 1)
+    with pytest.raises(ConfigurationError, match="confusion_reward_weight must be finite"):
+        ActionSymmetryAMPReward(discriminator=network, confusion_reward_weight=-1.0,
+                                action_mirror=FLIP_SECOND)  # fmt: skip
+
+
+def test_the_symmetry_error_is_zero_for_a_mirroring_policy_and_measures_the_others() -> None:
+    states = np.random.default_rng(0).normal(size=(1000, 8)).astype(np.float32)
+
+    def mirroring(s: np.ndarray) -> np.ndarray:  # throttle even in x, side odd in x and angle
+        return np.stack([s[:, 1] + s[:, 0] ** 2, np.tanh(s[:, 0] - s[:, 4])], axis=1)
+
+    def lopsided(s: np.ndarray) -> np.ndarray:  # always pushes right: error |1 - (-1)| / 2
+        return np.stack([s[:, 1], np.ones(len(s))], axis=1)
+
+    maps = {"observation_mirror": LANDER_OBSERVATION, "action_mirror": FLIP_SECOND}
+    assert symmetry_error(mirroring, states, **maps) == pytest.approx(0.0, abs=1e-6)
+    assert symmetry_error(lopsided, states, **maps) == pytest.approx(1.0)
+
+
+def test_the_discriminator_learns_to_tell_lopsided_actions_and_not_symmetric_ones() -> None:
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(0)
+
+    def trained(actions: torch.Tensor) -> float:
+        network = Discriminator(input_dim=2, hidden_dims=[32])
+        loss = ActionSymmetryDiscriminatorLoss(
+            discriminator=network, optimizer=torch.optim.Adam(network.parameters(), lr=1e-2),
+            action_mirror=FLIP_SECOND, grad_loss_weight=0.1,
+        )  # fmt: skip
+        for _ in range(300):
+            loss.backward(actions=actions)
+        reward = ActionSymmetryAMPReward(discriminator=network, action_mirror=FLIP_SECOND)
+        rewards = torch.zeros(len(actions), 1)
+        return reward.begin_batch(actions=actions, rewards=rewards)["default"]["rewards"].mean()
+
+    noise = torch.rand(512, 2, generator=generator) * 2 - 1
+    lopsided = torch.stack([noise[:, 0], noise[:, 1].abs()], dim=1)  # side engine: right only
+    assert trained(lopsided) < -1.0  # told apart: towards -1.5
+    assert abs(trained(noise)) < 0.1  # as many left as right: cannot tell, about 0
