@@ -52,6 +52,18 @@ def check_number(owner: str, what: str, value: Any, low: float, high: float) -> 
     return float(value)
 
 
+def check_weight(owner: str, what: str, value: Any) -> float:
+    """``value`` as a float if it is a finite number >= 0 (a loss or reward weight); else a
+    clear error."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (math.isfinite(value) and value >= 0.0)
+    ):
+        raise ConfigurationError(f"{owner}: {what} must be finite and >= 0; got {value!r}")
+    return float(value)
+
+
 def check_positive_int(owner: str, what: str, value: Any) -> int:
     """``value`` if it is a positive integer; else a clear error."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

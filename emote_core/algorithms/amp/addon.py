@@ -3,12 +3,12 @@ callbacks (the discriminator's loss and the style reward)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
 
+from emote_core.algorithms._common import check_weight
 from emote_core.algorithms.amp.losses import REFERENCE_GROUP, AMPReward, DiscriminatorLoss
 from emote_core.algorithms.registry import (
     AddOn,
@@ -51,10 +51,6 @@ class AmpConfig:
     """The observation keys the discriminator sees; every key when unset."""
 
 
-def _finite_at_least_zero(value: float) -> bool:
-    return math.isfinite(value) and value >= 0.0
-
-
 @register_addon
 class AdversarialMotionPrior(AddOn):
     """Rewards the policy for transitions a discriminator cannot tell from a reference store's."""
@@ -70,10 +66,7 @@ class AdversarialMotionPrior(AddOn):
                 "one with: emote collect RECIPE --policy RUN --out expert.zarr"
             )
         for key in ("style_reward_weight", "task_reward_weight", "gradient_penalty_weight"):
-            value = getattr(config, key)
-            if not _finite_at_least_zero(value):
-                raise ConfigurationError(f"{source}: 'amp.{key}' must be finite and >= 0; "
-                                         f"got {value}")  # fmt: skip
+            check_weight(source, f"'amp.{key}'", getattr(config, key))
         if config.style_reward_weight == 0.0 and config.task_reward_weight == 0.0:
             raise ConfigurationError(
                 f"{source}: 'amp.style_reward_weight' and 'amp.task_reward_weight' are both 0, "

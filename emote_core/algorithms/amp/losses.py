@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from emote_core.algorithms._common import check_weight
 from emote_core.callback import Callback, Order
 from emote_core.callbacks.logging_mixin import LoggingMixin
 from emote_core.callbacks.loss import LossCallback
@@ -159,10 +160,7 @@ class DiscriminatorLoss(LossCallback):
             name=name, network=discriminator, optimizer=optimizer, lr_schedule=lr_schedule,
             max_grad_norm=max_grad_norm, data_group=None,
         )  # fmt: skip
-        if not (grad_loss_weight >= 0.0 and grad_loss_weight < float("inf")):
-            raise ConfigurationError(
-                f"{name}: grad_loss_weight must be finite and >= 0; got {grad_loss_weight}"
-            )
+        check_weight(name, "grad_loss_weight", grad_loss_weight)
         self.discriminator = discriminator
         self.imitation_state_map_fn = imitation_state_map_fn
         self.policy_state_map_fn = policy_state_map_fn
@@ -242,10 +240,8 @@ class AMPReward(LoggingMixin, Callback):
         name: str = "amp_reward",
     ) -> None:
         super().__init__(name=name, data_group=data_group)
-        for what, value in (("style_reward_weight", style_reward_weight),
-                            ("task_reward_weight", task_reward_weight)):  # fmt: skip
-            if not (value >= 0.0 and value < float("inf")):
-                raise ConfigurationError(f"{name}: {what} must be finite and >= 0; got {value}")
+        check_weight(name, "style_reward_weight", style_reward_weight)
+        check_weight(name, "task_reward_weight", task_reward_weight)
         self.discriminator = discriminator
         self.style_reward_weight = style_reward_weight
         self.task_reward_weight = task_reward_weight

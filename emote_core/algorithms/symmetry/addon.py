@@ -9,6 +9,7 @@ from typing import ClassVar
 
 import torch
 
+from emote_core.algorithms._common import check_weight
 from emote_core.algorithms.registry import (
     AddOn,
     AlgorithmFamily,
@@ -92,10 +93,7 @@ class ActionSymmetry(AddOn):
         except ConfigurationError as error:
             raise ConfigurationError(f"{source}: {error}") from None
         for key in ("confusion_reward_weight", "gradient_penalty_weight"):
-            value = getattr(config, key)
-            if not (math.isfinite(value) and value >= 0.0):
-                raise ConfigurationError(f"{source}: 'symmetry.{key}' must be finite and >= 0; "
-                                         f"got {value}")  # fmt: skip
+            check_weight(source, f"'symmetry.{key}'", getattr(config, key))
         if not config.max_grad_norm > 0.0:
             raise ConfigurationError(
                 f"{source}: 'symmetry.max_grad_norm' must be above 0; got {config.max_grad_norm}"

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from emote_core.algorithms._common import check_weight
 from emote_core.algorithms.amp.losses import gradient_loss_function
 from emote_core.algorithms.symmetry.mirror import MirrorMap
 from emote_core.callback import Callback, Order
@@ -135,10 +136,7 @@ class ActionSymmetryDiscriminatorLoss(LossCallback):
             name=name, network=discriminator, optimizer=optimizer, lr_schedule=lr_schedule,
             max_grad_norm=max_grad_norm, data_group=data_group,
         )  # fmt: skip
-        if not (grad_loss_weight >= 0.0 and grad_loss_weight < float("inf")):
-            raise ConfigurationError(
-                f"{name}: grad_loss_weight must be finite and >= 0; got {grad_loss_weight}"
-            )
+        check_weight(name, "grad_loss_weight", grad_loss_weight)
         self.discriminator = discriminator
         self.grad_loss_weight = grad_loss_weight
         self._pairs = MirroredPairs(
@@ -197,11 +195,7 @@ class ActionSymmetryAMPReward(LoggingMixin, Callback):
         name: str = "symmetry_reward",
     ) -> None:
         super().__init__(name=name, data_group=data_group)
-        if not (confusion_reward_weight >= 0.0 and confusion_reward_weight < float("inf")):
-            raise ConfigurationError(
-                f"{name}: confusion_reward_weight must be finite and >= 0; got "
-                f"{confusion_reward_weight}"
-            )
+        check_weight(name, "confusion_reward_weight", confusion_reward_weight)
         self.discriminator = discriminator
         self.confusion_reward_weight = confusion_reward_weight
         self._pairs = MirroredPairs(
