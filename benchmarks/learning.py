@@ -205,19 +205,19 @@ def run_all(runs: list[SeedRun], jobs: int) -> list[SeedRun]:
     return runs
 
 
-def spread(values: list[float]) -> str:
+def spread(values: list[float], digits: int = 1) -> str:
     """``mean +- standard deviation (a, b, c)``."""
     import statistics
 
     deviation = statistics.pstdev(values) if len(values) > 1 else 0.0
-    each = ", ".join(f"{value:.1f}" for value in values)
-    return f"{statistics.fmean(values):8.1f} +- {deviation:6.1f}   ({each})"
+    each = ", ".join(f"{value:.{digits}f}" for value in values)
+    return f"{statistics.fmean(values):8.{digits}f} +- {deviation:6.{digits}f}   ({each})"
 
 
-def side_by_side(title: str, groups: dict[str, list[float]]) -> None:
+def side_by_side(title: str, groups: dict[str, list[float]], digits: int = 1) -> None:
     print(title)
     for label, values in groups.items():
-        print(f"  {label:<34}{spread(values)}")
+        print(f"  {label:<34}{spread(values, digits)}")
 
 
 def compare_hlgauss(seeds: list[int], jobs: int) -> None:
@@ -269,7 +269,7 @@ def compare_amp(seeds: list[int], jobs: int, *, expert: str | None) -> None:
     print(f"  {'random policy':<34}{random_return:8.1f}")
     print(f"  {'expert (sac_pendulum, ' + expert + ')':<34}{expert_return:8.1f}")
     print(f"  {'imitator (amp_pendulum)':<34}{spread(imitator)}")
-    print(f"  {'share of the gap closed':<34}{spread(closed)}")
+    print(f"  {'share of the gap closed':<34}{spread(closed, digits=3)}")
 
 
 SYMMETRY_STATES = 1_000
@@ -288,7 +288,7 @@ def compare_symmetry(seeds: list[int], jobs: int, *, steps: int | None) -> None:
           f"|pi(mirror s) - mirror pi(s)| over {SYMMETRY_STATES} states of each policy's own "
           "episodes (target: >= 2x lower with the reward, at comparable return)")  # fmt: skip
     side_by_side("  eval return", _by_label(runs, lambda run: run.eval_return))
-    side_by_side("  symmetry error", _by_label(runs, lambda run: errors[id(run)]))
+    side_by_side("  symmetry error", _by_label(runs, lambda run: errors[id(run)]), digits=3)
 
 
 def _symmetry_error(run: SeedRun, recipe_name: str) -> float:
