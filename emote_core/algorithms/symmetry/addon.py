@@ -50,13 +50,13 @@ class SymmetryConfig:
     """The flattened observation's mirror signs."""
     observation_keys: list[str] | None = None
     """The observation keys mirrored and flattened (in this order); every key when unset."""
-    confusion_reward_weight: float = 0.5
+    confusion_reward_weight: float = 1.0
     """Weight of the confusion reward (0 where the discriminator cannot tell, down to -1.5)."""
     hidden_dims: list[int] = field(default_factory=lambda: [256, 256])
     """Hidden layer widths of the discriminator."""
-    learning_rate: float = 1e-4
+    learning_rate: float = 3e-4
     """Adam learning rate of the discriminator."""
-    gradient_penalty_weight: float = 10.0
+    gradient_penalty_weight: float = 1.0
     """Weight of the penalty on the discriminator's input gradient at unmirrored pairs."""
     max_grad_norm: float = 10.0
     """Gradient norm clip of the discriminator's loss."""
