@@ -117,6 +117,12 @@ def test_the_reward_callback_adds_the_weighted_confusion_reward_in_the_rewards_s
     # a = 0: cannot tell, 0; a = 1: told apart, -1.5; a = -1: told backwards, +0.5
     assert out["default"]["rewards"].flatten().tolist() == pytest.approx([1.0, -2.0, 2.0])
     assert out["default"]["rewards"].shape == (3, 1)
+    centred = ActionSymmetryAMPReward(discriminator=network, confusion_reward_weight=2.0,
+                                      action_mirror=MirrorMap.build(signs=[-1]),
+                                      center_on_batch=True)  # fmt: skip
+    out = centred.begin_batch(actions=actions, rewards=rewards)  # confusion mean: -1 / 3
+    expected = [1.0 + 2.0 * (c + 1.0 / 3.0) for c in (0.0, -1.5, 0.5)]
+    assert out["default"]["rewards"].flatten().tolist() == pytest.approx(expected)
     with pytest.raises(ConfigurationError, match="confusion_reward_weight must be finite"):
         ActionSymmetryAMPReward(discriminator=network, confusion_reward_weight=-1.0,
                                 action_mirror=FLIP_SECOND)  # fmt: skip

@@ -52,6 +52,9 @@ class SymmetryConfig:
     """The observation keys mirrored and flattened (in this order); every key when unset."""
     confusion_reward_weight: float = 1.0
     """Weight of the confusion reward (0 where the discriminator cannot tell, down to -1.5)."""
+    center_on_batch: bool = False
+    """Subtract each batch's mean confusion reward: it then ranks pairs without making every
+    step cost (or pay) on average."""
     hidden_dims: list[int] = field(default_factory=lambda: [256, 256])
     """Hidden layer widths of the discriminator."""
     learning_rate: float = 3e-4
@@ -152,7 +155,8 @@ class ActionSymmetry(AddOn):
             ),
             ActionSymmetryAMPReward(
                 discriminator=discriminator,
-                confusion_reward_weight=config.confusion_reward_weight, **mirrors,
+                confusion_reward_weight=config.confusion_reward_weight,
+                center_on_batch=config.center_on_batch, **mirrors,
             ),
         ]  # fmt: skip
 

@@ -174,6 +174,10 @@ class ActionSymmetryAMPReward(LoggingMixin, Callback):
         observation_mirror: The observation's; ``None``: actions alone.
         observation_keys: The observation keys mirrored (all when ``None``).
         confusion_reward_weight: Weight of the confusion reward.
+        center_on_batch: Subtract the batch's mean confusion reward, so that it only ranks the
+            batch's pairs against each other and adds nothing on average: a discriminator that
+            tells the policy's pairs apart everywhere then no longer makes every step cost
+            (which, where episodes end on failure, pays for ending them early).
         data_group: The data group whose ``rewards`` are rewritten.
         name: Unique name.
 
@@ -191,6 +195,7 @@ class ActionSymmetryAMPReward(LoggingMixin, Callback):
         observation_mirror: MirrorMap | None = None,
         observation_keys: Sequence[str] | None = None,
         confusion_reward_weight: float = 1.0,
+        center_on_batch: bool = False,
         data_group: str = "default",
         name: str = "symmetry_reward",
     ) -> None:
@@ -198,6 +203,7 @@ class ActionSymmetryAMPReward(LoggingMixin, Callback):
         check_weight(name, "confusion_reward_weight", confusion_reward_weight)
         self.discriminator = discriminator
         self.confusion_reward_weight = confusion_reward_weight
+        self.center_on_batch = center_on_batch
         self._pairs = MirroredPairs(
             action_mirror=action_mirror, observation_mirror=observation_mirror,
             observation_keys=observation_keys, owner=name,
@@ -206,13 +212,15 @@ class ActionSymmetryAMPReward(LoggingMixin, Callback):
     def begin_batch(
         self, actions: Tensor, rewards: Tensor, observation: Mapping[str, Tensor] | None = None
     ) -> dict[str, Any]:
-        """Returns ``{data_group: {"rewards": task reward + weighted confusion reward}}``."""
+        """Returns ``{data_group: {"rewards": task reward + weighted confusion reward}}``
+        (``symmetry/confusion_reward`` logs the uncentred batch mean)."""
         with torch.no_grad():
             unmirrored, mirrored = self._pairs(observation, actions)
             scores = self.discriminator(torch.cat([unmirrored, mirrored], dim=0))
             count = unmirrored.shape[0]
             confusion = confusion_reward(scores[:count], scores[count:]).reshape(rewards.shape)
-            total = rewards + self.confusion_reward_weight * confusion
+            added = confusion - confusion.mean() if self.center_on_batch else confusion
+            total = rewards + self.confusion_reward_weight * added
         self.log_scalar("symmetry/task_reward", rewards.mean())
         self.log_scalar("symmetry/confusion_reward", confusion.mean())
         self.log_scalar("symmetry/total_reward", total.mean())
