@@ -70,11 +70,11 @@ def test_a_map_that_is_no_reflection_of_the_right_size_is_refused_in_one_line(
     assert "\n" not in str(raised.value)
 
 
-def test_the_confusion_reward_is_zero_when_the_discriminator_cannot_tell() -> None:
+def test_the_confusion_reward_is_highest_where_the_discriminator_cannot_tell() -> None:
     scores = torch.tensor([0.0, 1.0, -1.0, 0.5, 3.0])
     mirrored = torch.tensor([0.0, -1.0, 1.0, -0.5, -3.0])
-    # (1 - (m - 1)^2 / 4) + (1 - (u + 1)^2 / 4) - 1.5, scores clamped to [-1, 1] first
-    expected = [0.0, -1.5, 0.5, (1 - 2.25 / 4) + (1 - 2.25 / 4) - 1.5, -1.5]
+    # -(u^2 + m^2) / 2, scores clamped to [-1, 1] first: reversed scores earn nothing extra
+    expected = [0.0, -1.0, -1.0, -0.25, -1.0]
     assert confusion_reward(scores, mirrored).tolist() == pytest.approx(expected)
 
 
@@ -114,14 +114,14 @@ def test_the_reward_callback_adds_the_weighted_confusion_reward_in_the_rewards_s
     rewards = torch.tensor([[1.0], [1.0], [1.0]])
     actions = torch.tensor([[0.0], [1.0], [-1.0]])
     out = callback.begin_batch(actions=actions, rewards=rewards)
-    # a = 0: cannot tell, 0; a = 1: told apart, -1.5; a = -1: told backwards, +0.5
-    assert out["default"]["rewards"].flatten().tolist() == pytest.approx([1.0, -2.0, 2.0])
+    # a = 0: cannot tell, 0; a = 1: told apart, -1; a = -1: told backwards, also -1
+    assert out["default"]["rewards"].flatten().tolist() == pytest.approx([1.0, -1.0, -1.0])
     assert out["default"]["rewards"].shape == (3, 1)
     centred = ActionSymmetryAMPReward(discriminator=network, confusion_reward_weight=2.0,
                                       action_mirror=MirrorMap.build(signs=[-1]),
                                       center_on_batch=True)  # fmt: skip
-    out = centred.begin_batch(actions=actions, rewards=rewards)  # confusion mean: -1 / 3
-    expected = [1.0 + 2.0 * (c + 1.0 / 3.0) for c in (0.0, -1.5, 0.5)]
+    out = centred.begin_batch(actions=actions, rewards=rewards)  # confusion mean: -2 / 3
+    expected = [1.0 + 2.0 * (c + 2.0 / 3.0) for c in (0.0, -1.0, -1.0)]
     assert out["default"]["rewards"].flatten().tolist() == pytest.approx(expected)
     with pytest.raises(ConfigurationError, match="confusion_reward_weight must be finite"):
         ActionSymmetryAMPReward(discriminator=network, confusion_reward_weight=-1.0,
@@ -160,5 +160,5 @@ def test_the_discriminator_learns_to_tell_lopsided_actions_and_not_symmetric_one
 
     noise = torch.rand(512, 2, generator=generator) * 2 - 1
     lopsided = torch.stack([noise[:, 0], noise[:, 1].abs()], dim=1)  # side engine: right only
-    assert trained(lopsided) < -1.0  # told apart: towards -1.5
+    assert trained(lopsided) < -0.6  # told apart: towards -1
     assert abs(trained(noise)) < 0.1  # as many left as right: cannot tell, about 0

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from emote_core.algorithms.symmetry.addon import ActionSymmetry, SymmetryConfig
 from emote_core.algorithms.symmetry.losses import (
-    CONFUSED_REWARD,
     ActionSymmetryAMPReward,
     ActionSymmetryDiscriminatorLoss,
     MirroredPairs,
@@ -16,7 +15,6 @@ from emote_core.algorithms.symmetry.losses import (
 from emote_core.algorithms.symmetry.mirror import MirrorMap, symmetry_error
 
 __all__ = [
-    "CONFUSED_REWARD",
     "ActionSymmetry",
     "ActionSymmetryAMPReward",
     "ActionSymmetryDiscriminatorLoss",

@@ -51,7 +51,7 @@ class SymmetryConfig:
     observation_keys: list[str] | None = None
     """The observation keys mirrored and flattened (in this order); every key when unset."""
     confusion_reward_weight: float = 1.0
-    """Weight of the confusion reward (0 where the discriminator cannot tell, down to -1.5)."""
+    """Weight of the confusion reward (0 where the discriminator cannot tell, down to -1)."""
     center_on_batch: bool = False
     """Subtract each batch's mean confusion reward: it then ranks pairs without making every
     step cost (or pay) on average."""
