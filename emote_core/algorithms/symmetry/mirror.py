@@ -11,7 +11,7 @@ angle and the angular velocity.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -31,6 +31,9 @@ class MirrorMap:
 
     permutation: tuple[int, ...]
     signs: tuple[float, ...]
+    _tensors: dict[tuple[torch.device, torch.dtype], tuple[Tensor, Tensor]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def build(
@@ -93,8 +96,13 @@ class MirrorMap:
 
     def __call__(self, values: Tensor) -> Tensor:
         """Mirrors the last dimension of ``values``."""
-        index = torch.as_tensor(self.permutation, device=values.device)
-        signs = torch.as_tensor(self.signs, dtype=values.dtype, device=values.device)
+        key = (values.device, values.dtype)
+        if key not in self._tensors:  # made once per device and dtype, not on every batch
+            self._tensors[key] = (
+                torch.as_tensor(self.permutation, device=values.device),
+                torch.as_tensor(self.signs, dtype=values.dtype, device=values.device),
+            )
+        index, signs = self._tensors[key]
         return values.index_select(-1, index) * signs
 
     def numpy(self, values: np.ndarray) -> np.ndarray:
