@@ -35,6 +35,7 @@ import difflib
 import logging
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -43,7 +44,7 @@ from emote_core.errors import ConfigurationError
 
 if TYPE_CHECKING:
     import torch
-    from torch import nn
+    from torch import Tensor, nn
 
     from emote_core.callback import Callback
     from emote_core.onnx.graph import PolicyGraph
@@ -88,6 +89,23 @@ class Networks(ABC):
     @abstractmethod
     def acting(self) -> nn.Module:
         """The network agents act with, and that an ONNX export holds."""
+
+    def policy_actions(
+        self, observation: Mapping[str, Tensor], *, generator: torch.Generator | None = None
+    ) -> Tensor:
+        """Actions the policy as it is now samples for a batch of observations, ``(B, ...)``
+        without gradients: for add-ons that judge the current policy (action symmetry).
+
+        Args:
+            observation: ``{key: (B, ...)}`` as the training batch holds it.
+            generator: A CPU generator for the sampling noise (the global one when ``None``).
+
+        Raises:
+            ConfigurationError: If the family cannot sample its policy this way (this default).
+        """
+        raise ConfigurationError(
+            f"{type(self).__name__} cannot sample its policy's actions for an add-on"
+        )
 
 
 @dataclass

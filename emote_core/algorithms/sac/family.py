@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -26,6 +27,7 @@ from emote_core.algorithms.sac.losses import AlphaLoss, PolicyLoss, QLoss
 from emote_core.algorithms.sac.targets import QTarget
 from emote_core.errors import ConfigurationError, ExportError
 from emote_core.nn import ActionLogitMlp, ActionValueMlp, GaussianMlpPolicy, observation_dim
+from emote_core.nn.inputs import flatten_observation
 from emote_core.onnx.format import ACTIONS_OUTPUT, EPSILON_INPUT
 from emote_core.onnx.graph import KeyedInputs, PolicyGraph, policy_graph
 from emote_core.proxies import MultiKeyAgentProxy
@@ -82,6 +84,17 @@ class SacNetworks(Networks):
     def acting(self) -> nn.Module:
         """The policy."""
         return self.policy
+
+    def policy_actions(
+        self, observation: Mapping[str, Tensor], *, generator: torch.Generator | None = None
+    ) -> Tensor:
+        """Reparameterised samples ``tanh(mean + std * epsilon)``, ``(B, A)``."""
+        inputs = flatten_observation(observation)
+        shape = (inputs.shape[0], int(self.policy.action_dim))
+        epsilon = torch.randn(shape, generator=generator).to(inputs.device)
+        with torch.no_grad():
+            actions, _ = self.policy.sample(inputs, epsilon)
+        return actions
 
 
 class GaussianActing(KeyedInputs):

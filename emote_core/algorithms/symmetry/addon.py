@@ -150,6 +150,7 @@ class ActionSymmetry(AddOn):
         return [
             ActionSymmetryDiscriminatorLoss(
                 discriminator=discriminator, optimizer=optimizer,
+                policy_actions=networks.policy_actions, seed=context.seed,
                 grad_loss_weight=config.gradient_penalty_weight,
                 max_grad_norm=config.max_grad_norm, **mirrors,
             ),

@@ -1,15 +1,19 @@
-"""Adversarial action symmetry: a discriminator learns to tell the policy's ``(state, action)``
-pairs from their mirror images, and the policy is rewarded where it cannot.
+"""Adversarial action symmetry: a discriminator learns to tell what the policy does in a state
+from the mirror image of what it does in the mirrored state, and the policy is rewarded where it
+cannot.
 
-A policy that acts on a mirrored state as the mirror of what it does on the state (and whose
-states are as likely mirrored as not) makes the two indistinguishable; the least-squares
-discriminator's best answer is then 0 on both. Without an observation map the discriminator
-sees actions alone (upstream emote's form, which compares right-side with left-side actions).
+The discriminator compares, at the same states ``s`` of the batch, the pairs ``[s, pi(s)]``
+(trained towards +1) with ``[s, m pi(m s)]`` (towards -1), both sampled from the policy as it is
+now. Both sides hold the same states, so it can only tell them apart by the actions; a policy
+that mirrors exactly (``pi(m s) = m pi(s)``) makes the two the same and the discriminator's best
+answer 0 on both. Without an observation map it sees actions alone, the policy's beside their
+mirror images (upstream emote's form: the actions' spread must be mirror-symmetric).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -49,7 +53,11 @@ def confusion_reward(unmirrored: Tensor, mirrored: Tensor) -> Tensor:
 
 
 class MirroredPairs:
-    """The discriminator's inputs: ``[s, a]`` rows and their mirror images ``[m s, m a]``.
+    """The discriminator's inputs, with the observation and action maps.
+
+    A stored transition ``(s, a)`` gives ``[s, a]`` and its mirror image ``[m s, m a]``; the
+    policy at states ``s`` gives ``[s, pi(s)]`` and ``[s, m pi(m s)]``. Observation keys left
+    out of ``observation_keys`` are taken to be unchanged by the mirror.
 
     Args:
         action_mirror: The action's reflection.
@@ -74,19 +82,60 @@ class MirroredPairs:
     def __call__(
         self, observation: Mapping[str, Tensor] | None, actions: Tensor
     ) -> tuple[Tensor, Tensor]:
-        flat_actions = actions.reshape(actions.shape[0], -1)
-        self._fits("actions", flat_actions, self.action_mirror)
+        """``[s, a]`` and ``[m s, m a]`` rows (``a`` and ``m a`` without an observation map)."""
+        flat_actions = self._actions(actions)
         mirrored_actions = self.action_mirror(flat_actions)
         if self.observation_mirror is None:
             return flat_actions, mirrored_actions
-        if observation is None:
-            raise ConfigurationError(f"{self.owner}: the batch has no observation to mirror")
-        states = flatten_observation(observation, self.keys)
-        self._fits("observations", states, self.observation_mirror)
+        states = self._states(observation)
         return (
             torch.cat([states, flat_actions], dim=-1),
             torch.cat([self.observation_mirror(states), mirrored_actions], dim=-1),
         )
+
+    def policy_pairs(
+        self, observation: Mapping[str, Tensor], policy: Callable[[Mapping[str, Tensor]], Tensor]
+    ) -> tuple[Tensor, Tensor]:
+        """``[s, pi(s)]`` and ``[s, m pi(m s)]`` rows for the batch's states (``pi(s)`` and
+        ``m pi(s)`` without an observation map), from one call of ``policy`` on both."""
+        if self.observation_mirror is None:
+            acted = self._actions(policy(observation))
+            return acted, self.action_mirror(acted)
+        states = self._states(observation)
+        mirrored = self.mirror_observation(observation)
+        both = {key: torch.cat([value, mirrored[key]], dim=0) for key, value in observation.items()}
+        acted, acted_mirrored = self._actions(policy(both)).chunk(2, dim=0)
+        return (
+            torch.cat([states, acted], dim=-1),
+            torch.cat([states, self.action_mirror(acted_mirrored)], dim=-1),
+        )
+
+    def mirror_observation(self, observation: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        """The observation with the mirrored keys reflected (the others as they are)."""
+        assert self.observation_mirror is not None
+        keys = self.keys if self.keys is not None else sorted(observation)
+        flat = self.observation_mirror(self._states(observation))
+        mirrored = dict(observation)
+        start = 0
+        for key in keys:
+            value = observation[key]
+            width = math.prod(value.shape[1:])
+            mirrored[key] = flat[:, start : start + width].reshape(value.shape).to(value.dtype)
+            start += width
+        return mirrored
+
+    def _actions(self, actions: Tensor) -> Tensor:
+        flat = actions.reshape(actions.shape[0], -1)
+        self._fits("actions", flat, self.action_mirror)
+        return flat
+
+    def _states(self, observation: Mapping[str, Tensor] | None) -> Tensor:
+        if observation is None:
+            raise ConfigurationError(f"{self.owner}: the batch has no observation to mirror")
+        assert self.observation_mirror is not None
+        states = flatten_observation(observation, self.keys)
+        self._fits("observations", states, self.observation_mirror)
+        return states
 
     def _fits(self, what: str, values: Tensor, mirror: MirrorMap) -> None:
         if values.shape[-1] != len(mirror):
@@ -97,20 +146,30 @@ class MirroredPairs:
 
 
 class ActionSymmetryDiscriminatorLoss(LossCallback):
-    """Trains the discriminator: least squares to +1 on the batch's pairs, to -1 on their
-    mirror images, plus ``grad_loss_weight`` times the gradient penalty on the unmirrored::
+    """Trains the discriminator on the policy as it is now: least squares to +1 on
+    ``x = [s, pi(s)]``, to -1 on ``x' = [s, m pi(m s)]``, plus ``grad_loss_weight`` times the
+    gradient penalty on the first::
 
-        loss = mean((D(x) - 1)^2) + mean((D(m x) + 1)^2) + grad_loss_weight * mean |dD(x)/dx|^2
+        loss = mean((D(x) - 1)^2) + mean((D(x') + 1)^2) + grad_loss_weight * mean |dD(x)/dx|^2
+
+    ``s`` are the batch's states and the actions are sampled from the policy (with a generator
+    of its own, checkpointed), not read from the batch: the replay memory's actions come from
+    every policy since training began, and a discriminator that judged them would be telling
+    old behaviour from its mirror image. Without an observation map, ``x = pi(s)`` and
+    ``x' = m pi(s)``.
 
     Args:
         discriminator: ``(B, F) -> (B, 1)``, ``F`` the width of a pair.
         optimizer: Over the discriminator's parameters.
+        policy_actions: Samples the policy's actions, ``(observation, *, generator) -> (B, A)``
+            (``Networks.policy_actions`` of the algorithm's networks).
         action_mirror: The action's reflection.
         observation_mirror: The observation's; ``None``: the discriminator sees actions alone.
         observation_keys: The observation keys mirrored (all, in sorted order, when ``None``).
         grad_loss_weight: Weight of the gradient penalty.
         max_grad_norm: Gradient norm clip.
         lr_schedule: A learning-rate scheduler.
+        seed: Seeds the sampling noise's generator.
         data_group: The data group of the policy's transitions.
         name: Unique name (keys logs and checkpoints).
 
@@ -123,12 +182,14 @@ class ActionSymmetryDiscriminatorLoss(LossCallback):
         *,
         discriminator: nn.Module,
         optimizer: torch.optim.Optimizer,
+        policy_actions: Callable[..., Tensor],
         action_mirror: MirrorMap,
         observation_mirror: MirrorMap | None = None,
         observation_keys: Sequence[str] | None = None,
         grad_loss_weight: float = 10.0,
         max_grad_norm: float | None = 10.0,
         lr_schedule: torch.optim.lr_scheduler.LRScheduler | None = None,
+        seed: int = 0,
         data_group: str = "default",
         name: str = "symmetry_discriminator",
     ) -> None:
@@ -138,15 +199,21 @@ class ActionSymmetryDiscriminatorLoss(LossCallback):
         )  # fmt: skip
         check_weight(name, "grad_loss_weight", grad_loss_weight)
         self.discriminator = discriminator
+        self.policy_actions = policy_actions
         self.grad_loss_weight = grad_loss_weight
+        self.generator = torch.Generator().manual_seed(int(seed))
         self._pairs = MirroredPairs(
             action_mirror=action_mirror, observation_mirror=observation_mirror,
             observation_keys=observation_keys, owner=name,
         )  # fmt: skip
 
-    def loss(self, actions: Tensor, observation: Mapping[str, Tensor] | None = None) -> Tensor:
-        """The loss of this batch's pairs."""
-        unmirrored, mirrored = self._pairs(observation, actions.detach())
+    def _sample(self, observation: Mapping[str, Tensor]) -> Tensor:
+        return self.policy_actions(observation, generator=self.generator)
+
+    def loss(self, observation: Mapping[str, Tensor]) -> Tensor:
+        """The loss at this batch's states."""
+        with torch.no_grad():
+            unmirrored, mirrored = self._pairs.policy_pairs(observation, self._sample)
         unmirrored = unmirrored.detach().requires_grad_(True)
         unmirrored_score = self.discriminator(unmirrored)
         mirrored_score = self.discriminator(mirrored.detach())
@@ -159,6 +226,24 @@ class ActionSymmetryDiscriminatorLoss(LossCallback):
         self.log_scalar("symmetry/score/unmirrored_mean", unmirrored_score.detach().mean())
         self.log_scalar("symmetry/score/mirrored_mean", mirrored_score.detach().mean())
         return unmirrored_loss + mirrored_loss + self.grad_loss_weight * penalty
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loss's state and the sampling generator's."""
+        state = super().state_dict()
+        state["generator_state"] = self.generator.get_state()
+        return state
+
+    def load_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        load_network: bool = True,
+        load_optimizer: bool = True,
+        load_hparams: bool = True,
+    ) -> None:
+        """Restores :meth:`state_dict`'s, the generator with the network."""
+        super().load_state_dict(state_dict, load_network, load_optimizer, load_hparams)
+        if load_network and "generator_state" in state_dict:
+            self.generator.set_state(state_dict["generator_state"])
 
 
 class ActionSymmetryAMPReward(LoggingMixin, Callback):
