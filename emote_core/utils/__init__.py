@@ -1,4 +1,5 @@
-"""Small general-purpose helpers: thread-safe containers, block timers and deprecation."""
+"""Small general-purpose helpers: thread-safe containers, block timers and deprecation;
+:mod:`.math` holds the numeric helpers of model-based RL (imported from there)."""
 
 from __future__ import annotations
 
