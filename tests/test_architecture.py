@@ -31,6 +31,7 @@ RANKS: dict[str, int] = {
     "proxies": 6,
     "env": 7,
     "onnx": 7,
+    "models": 7,
     "algorithms": 8,
     "recipes": 9,
     "runs": 10,
