@@ -61,17 +61,17 @@ class Normalizer(nn.Module):
         if not torch.isfinite(batch).all():
             raise ConfigurationError("Normalizer was given rows with NaN or infinite values")
         n = float(batch.shape[0])
+        seen = float(self.count)
         batch_mean = batch.mean(dim=0)
         batch_var = batch.var(dim=0, unbiased=False)
-        total = float(self.count) + n
-        if float(self.count) == 0.0:
+        total = seen + n
+        if seen == 0.0:
             mean, var = batch_mean, batch_var
         else:
             old_mean, old_var = self.mean.double(), self.var.double()
             delta = batch_mean - old_mean
             mean = old_mean + delta * (n / total)
-            var = (old_var * float(self.count) + batch_var * n
-                   + delta.square() * float(self.count) * n / total) / total  # fmt: skip
+            var = (old_var * seen + batch_var * n + delta.square() * seen * n / total) / total
         self.mean.copy_(mean.to(self.mean.dtype))
         self.var.copy_(var.to(self.var.dtype))
         self.count.fill_(total)
@@ -81,17 +81,15 @@ class Normalizer(nn.Module):
         """``sqrt(var + epsilon)``, ``(size,)``."""
         return (self.var + self.epsilon).sqrt()
 
+    # Both choose by a tensor, not by reading the count back: on CUDA that read would wait for
+    # the device at every model step.
     def normalize(self, values: Tensor) -> Tensor:
         """``(values - mean) / std``; the values unchanged before any update."""
-        if float(self.count) == 0.0:
-            return values
-        return (values - self.mean) / self.std
+        return torch.where(self.count > 0, (values - self.mean) / self.std, values)
 
     def denormalize(self, values: Tensor) -> Tensor:
         """``values * std + mean``, the inverse of :meth:`normalize`."""
-        if float(self.count) == 0.0:
-            return values
-        return values * self.std + self.mean
+        return torch.where(self.count > 0, values * self.std + self.mean, values)
 
     def forward(self, values: Tensor) -> Tensor:
         """:meth:`normalize`."""

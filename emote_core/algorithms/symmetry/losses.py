@@ -102,7 +102,7 @@ class MirroredPairs:
             acted = self._actions(policy(observation))
             return acted, self.action_mirror(acted)
         states = self._states(observation)
-        mirrored = self.mirror_observation(observation)
+        mirrored = self._unflatten(observation, self.observation_mirror(states))
         both = {key: torch.cat([value, mirrored[key]], dim=0) for key, value in observation.items()}
         acted, acted_mirrored = self._actions(policy(both)).chunk(2, dim=0)
         return (
@@ -113,8 +113,11 @@ class MirroredPairs:
     def mirror_observation(self, observation: Mapping[str, Tensor]) -> dict[str, Tensor]:
         """The observation with the mirrored keys reflected (the others as they are)."""
         assert self.observation_mirror is not None
+        return self._unflatten(observation, self.observation_mirror(self._states(observation)))
+
+    def _unflatten(self, observation: Mapping[str, Tensor], flat: Tensor) -> dict[str, Tensor]:
+        """``observation`` with its mirrored keys replaced by their slices of ``flat``."""
         keys = self.keys if self.keys is not None else sorted(observation)
-        flat = self.observation_mirror(self._states(observation))
         mirrored = dict(observation)
         start = 0
         for key in keys:
@@ -214,9 +217,9 @@ class ActionSymmetryDiscriminatorLoss(LossCallback):
         """The loss at this batch's states."""
         with torch.no_grad():
             unmirrored, mirrored = self._pairs.policy_pairs(observation, self._sample)
-        unmirrored = unmirrored.detach().requires_grad_(True)
+        unmirrored.requires_grad_(True)  # made without gradients: a leaf, for the penalty
         unmirrored_score = self.discriminator(unmirrored)
-        mirrored_score = self.discriminator(mirrored.detach())
+        mirrored_score = self.discriminator(mirrored)
         unmirrored_loss = (unmirrored_score - 1.0).pow(2).mean()
         mirrored_loss = (mirrored_score + 1.0).pow(2).mean()
         penalty = gradient_loss_function(unmirrored_score, unmirrored)
