@@ -1,6 +1,6 @@
-"""Learning algorithms that plug in by name: :mod:`.sac` and :mod:`.dqn`, the :mod:`.amp` and
-:mod:`.symmetry` add-ons, and the :mod:`.registry` they (and other packages' algorithms and
-add-ons) register with.
+"""Learning algorithms that plug in by name: :mod:`.sac` and :mod:`.dqn`, the :mod:`.amp`,
+:mod:`.symmetry` and :mod:`.mbpo` (the ``model`` table) add-ons, and the :mod:`.registry` they
+(and other packages' algorithms and add-ons) register with.
 
 Importing this package registers emote's own families. Both modules define a ``QTarget`` and a
 ``QLoss``; import them through their module (``from emote_core.algorithms import sac``,
@@ -9,6 +9,6 @@ Importing this package registers emote's own families. Both modules define a ``Q
 
 from __future__ import annotations
 
-from emote_core.algorithms import amp, dqn, registry, sac, symmetry
+from emote_core.algorithms import amp, dqn, mbpo, registry, sac, symmetry
 
-__all__ = ["amp", "dqn", "registry", "sac", "symmetry"]
+__all__ = ["amp", "dqn", "mbpo", "registry", "sac", "symmetry"]

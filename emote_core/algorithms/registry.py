@@ -35,7 +35,7 @@ import difflib
 import logging
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -115,10 +115,15 @@ class TrainingParts:
     Attributes:
         callbacks: Losses, targets and schedules; all of them are checkpointed.
         agent: The agent proxy that collects experience while training (exploring).
+        agent_factory: Builds another exploring agent acting with the same networks, given its
+            own seed: for add-ons that act with the training policy beside the collector (model
+            rollouts). The assembly fills it from :meth:`AlgorithmFamily.acting_agent` when the
+            family leaves it out.
     """
 
     callbacks: list[Callback]
     agent: Any
+    agent_factory: Callable[[int], Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ Everything algorithm-specific comes from the recipe's plug-ins in
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -120,9 +122,22 @@ def training_parts(recipe: Recipe, networks: Networks, context: BuildContext) ->
     """The algorithm's callbacks and collecting agent, with every add-on's callbacks added."""
     family, addons = plugins(recipe)
     parts = family.training_parts(recipe.config, networks, context)
+    if parts.agent_factory is None:
+        parts.agent_factory = functools.partial(
+            _exploring_agent, family, recipe.config, networks, context
+        )
     for addon in addons:
         parts.callbacks += addon.callbacks(recipe.section(addon.name), networks, parts, context)
     return parts
+
+
+def _exploring_agent(
+    family: AlgorithmFamily, config: Any, networks: Networks, context: BuildContext, seed: int
+) -> Any:
+    """Another exploring agent of the family's, with its own seed."""
+    return family.acting_agent(
+        config, networks, dataclasses.replace(context, seed=seed), deterministic=False
+    )
 
 
 def data_sources(recipe: Recipe) -> list[DataSource]:
@@ -131,8 +146,6 @@ def data_sources(recipe: Recipe) -> list[DataSource]:
     Raises:
         ConfigurationError: If a group is ``default`` or two add-ons name the same group.
     """
-    import dataclasses
-
     _, addons = plugins(recipe)
     sources: list[DataSource] = []
     for addon in addons:

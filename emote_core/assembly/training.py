@@ -281,6 +281,7 @@ def _collector(
     return collector_class(
         env=env, agent=parts.agent, memory=memory, warmup_steps=recipe.memory.warmup_steps,
         inference_steps_per_batch=recipe.training.inference_steps_per_batch,
+        bp_steps_per_inference=recipe.training.bp_steps_per_inference,
         seed=recipe.seed, warmup_agent=warmup_agent, ready_check=loader,
     )  # fmt: skip
 

@@ -58,7 +58,11 @@ class GymCollector(LoggingMixin, Callback):
         memory: Receives every step (``memory.add(observations, responses)``).
         warmup_steps: Environment steps, summed over the vector's environments, collected in
             ``begin_training`` (skipped as far as a restored state already collected them).
-        inference_steps_per_batch: Vector steps collected in ``begin_batch`` before each batch.
+        inference_steps_per_batch: Vector steps collected in ``begin_batch`` before each batch
+            that collects.
+        bp_steps_per_inference: Updates per collection: the collector collects before every
+            ``bp_steps_per_inference``-th batch (updates 1, 1 + N, 1 + 2N, ...). Above 1 it is
+            a high update-to-data ratio, as model-based RL trains (20 updates per env step).
         seed: Seeds the environments at their first reset; ``None`` leaves them unseeded.
         warmup_agent: Acts during warm-up instead of ``agent`` (a ``RandomAgentProxy``, say).
         ready_check: Warm-up goes on past ``warmup_steps`` until ``ready_check.is_ready()``;
@@ -91,6 +95,7 @@ class GymCollector(LoggingMixin, Callback):
         default_window_length: int = 250,
         exporter: PendingExportProcessor | None = None,
         name: str = "gym_collector",
+        bp_steps_per_inference: int = 1,
     ) -> None:
         owner = type(self).__name__
         super().__init__(name=name, default_window_length=default_window_length)
@@ -101,6 +106,13 @@ class GymCollector(LoggingMixin, Callback):
         self.inference_steps_per_batch = _non_negative_int(
             owner, "inference_steps_per_batch", inference_steps_per_batch
         )
+        self.bp_steps_per_inference = _non_negative_int(
+            owner, "bp_steps_per_inference", bp_steps_per_inference
+        )
+        if self.bp_steps_per_inference == 0:
+            raise ConfigurationError(
+                f"{owner}'s bp_steps_per_inference must be a positive integer; got 0"
+            )
         self.seed = seed
         self.warmup_agent = warmup_agent
         self.exporter = exporter
@@ -210,9 +222,13 @@ class GymCollector(LoggingMixin, Callback):
     def _ready(self) -> bool:
         return self.ready_check is None or self.ready_check.is_ready()
 
-    def begin_batch(self) -> None:
-        """Collects ``inference_steps_per_batch`` vector steps."""
-        if self.inference_steps_per_batch:
+    def collects_at(self, bp_step: int) -> bool:
+        """Whether the batch of update ``bp_step`` (counted from 1) is preceded by collection."""
+        return (bp_step - 1) % self.bp_steps_per_inference == 0
+
+    def begin_batch(self, bp_step: int = 1) -> None:
+        """Collects ``inference_steps_per_batch`` vector steps when this update collects."""
+        if self.inference_steps_per_batch and self.collects_at(bp_step):
             self.collect(self.inference_steps_per_batch)
 
     # Checkpoints.

@@ -49,7 +49,9 @@ class ThreadedGymCollector(GymCollector):
         memory: Receives every step.
         warmup_steps: Environment steps collected before ``begin_training`` returns.
         inference_steps_per_batch: With ``free_running=False``, vector steps the thread may
-            collect per training batch.
+            collect per training batch that collects.
+        bp_steps_per_inference: With ``free_running=False``, updates per grant of
+            ``inference_steps_per_batch`` vector steps (see ``GymCollector``).
         seed: Seeds the environments at their first reset.
         warmup_agent: Acts during warm-up instead of ``agent``.
         ready_check: Warm-up goes on past ``warmup_steps`` until ``ready_check.is_ready()``
@@ -86,6 +88,7 @@ class ThreadedGymCollector(GymCollector):
         policy_attribute: str = "policy",
         join_timeout: float = 30.0,
         name: str = "threaded_gym_collector",
+        bp_steps_per_inference: int = 1,
     ) -> None:
         super().__init__(
             env=env,
@@ -99,6 +102,7 @@ class ThreadedGymCollector(GymCollector):
             default_window_length=default_window_length,
             exporter=exporter,
             name=name,
+            bp_steps_per_inference=bp_steps_per_inference,
         )
         if isinstance(sync_every, bool) or not isinstance(sync_every, int) or sync_every < 1:
             raise ConfigurationError(
@@ -161,7 +165,7 @@ class ThreadedGymCollector(GymCollector):
         self._raise_thread_error()
         if self._training_policy is not None and bp_step % self.sync_every == 0:
             self._publish_policy(self._training_policy)
-        if not self.free_running:
+        if not self.free_running and self.collects_at(bp_step):
             with self._credits:
                 self._credit_count += self.inference_steps_per_batch
                 self._credits.notify()

@@ -296,6 +296,7 @@ def validate_recipe(recipe: Recipe, source: str = "recipe") -> None:
         "memory.rollout_length": recipe.memory.rollout_length,
         "training.bp_steps": recipe.training.bp_steps,
         "training.inference_steps_per_batch": recipe.training.inference_steps_per_batch,
+        "training.bp_steps_per_inference": recipe.training.bp_steps_per_inference,
         "training.checkpoint_interval": recipe.training.checkpoint_interval,
         "training.log_interval": recipe.training.log_interval,
         "eval.episodes": recipe.eval.episodes,

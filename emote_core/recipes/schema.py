@@ -111,7 +111,11 @@ class TrainingConfig:
     bp_steps: int = 20_000
     """Backpropagation steps (updates) in the run."""
     inference_steps_per_batch: int = 1
-    """Vector-env steps collected before each update (live training)."""
+    """Vector-env steps collected before each update that collects (live training)."""
+    bp_steps_per_inference: int = 1
+    """Updates per collection: ``inference_steps_per_batch`` vector steps are collected before
+    every N-th update only, so N updates train on each env step (model-based RL's high
+    update-to-data ratio: 20 in MBPO)."""
     checkpoint_interval: int = 5_000
     """Updates between checkpoints (a final one is always written)."""
     log_interval: int = 1_000

@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from emote_core.callback import Callback
 from emote_core.callbacks.generic import BackPropStepsTerminator
 from emote_core.callbacks.loss import LossCallback
 from emote_core.callbacks.testing import FinalRewardTestCheck
@@ -154,6 +155,37 @@ def test_warmup_and_per_batch_collection_under_a_trainer_and_resume() -> None:
     assert list(resumed.windowed_scalar["episode/reward"]) == rewards
     resumed.begin_training()
     assert resumed.env_steps == collector.env_steps  # warm-up is not repeated
+
+
+def test_bp_steps_per_inference_collects_before_every_nth_update_only() -> None:
+    wrapper = hit_the_middle(num_envs=2)
+    memory = memory_for(wrapper)
+    agent = FeatureAgentProxy(policy=Controller(), device="cpu", spaces=wrapper.spaces)
+    collector = GymCollector(
+        env=wrapper, agent=agent, memory=memory, warmup_steps=120, inference_steps_per_batch=3,
+        seed=1, bp_steps_per_inference=4,
+    )  # fmt: skip
+    seen: list[int] = []
+
+    class Recorder(Callback):
+        def end_batch(self) -> None:
+            seen.append(collector.env_steps)
+
+    loader = MemoryLoader(table=memory.table, rollout_count=8, rollout_length=2)
+    Trainer([collector, Recorder(), BackPropStepsTerminator(bp_steps=9)], loader).train()
+    # Updates 1, 5 and 9 collect 3 vector steps of 2 envs; the others train on what is there.
+    assert [s - 120 for s in seen] == [6, 6, 6, 6, 12, 12, 12, 12, 18]
+    with pytest.raises(ConfigurationError, match="bp_steps_per_inference must be a positive"):
+        GymCollector(env=wrapper, agent=collector.agent, memory=memory, bp_steps_per_inference=0)
+
+
+def test_threaded_collector_grants_steps_every_nth_update_without_free_running() -> None:
+    collector, loader, _ = threaded_setup(
+        Controller(), ready_check=True, free_running=False, inference_steps_per_batch=2,
+        bp_steps_per_inference=5,
+    )  # fmt: skip
+    Trainer([collector, BackPropStepsTerminator(bp_steps=50)], loader).train()
+    assert 60 < collector.env_steps <= 60 + 10 * 2 * 2
 
 
 def test_ready_check_extends_warmup_until_the_first_batch_can_be_sampled() -> None:
