@@ -1,0 +1,219 @@
+"""The MBPO callbacks: the Bernoulli batch choice, the held-out split, rollouts into the model
+memory, the model's training step and its held-out check, and their checkpoints."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from emote_core.errors import ConfigurationError
+from emote_core.memory.builders import DictObsMemoryTable
+from emote_core.memory.loaders import MemoryLoader
+from emote_core.memory.proxy import MemoryTableProxy
+from emote_core.models import ModelEnv
+from emote_core.models.callbacks import BatchSampler, ModelBasedCollector, is_holdout
+from emote_core.proxies.generic import GenericAgentProxy
+from emote_core.schedules import ConstantSchedule, TruncatedLinearSchedule
+from emote_core.spaces import BoxSpace, DictSpace, MDPSpace
+
+SPACES = MDPSpace(
+    rewards=BoxSpace(np.float32, (1,)),
+    actions=BoxSpace(np.float32, (2,)),
+    state=DictSpace({"obs": BoxSpace(np.float32, (2,))}),
+)
+
+
+class AddModel:
+    """``next = observation + action``, reward ``-|next|``."""
+
+    def sample(self, observation, action, *, generator=None):
+        next_observation = observation + action
+        return next_observation, -next_observation.abs().sum(dim=1, keepdim=True)
+
+
+class Halving(torch.nn.Module):
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return -0.5 * obs
+
+
+def table(maxlen: int = 1_000) -> DictObsMemoryTable:
+    return DictObsMemoryTable(spaces=SPACES, maxlen=maxlen, device="cpu", seed=0)
+
+
+def filled(episodes: int, length: int = 4) -> DictObsMemoryTable:
+    held = table()
+    for identity in range(episodes):
+        obs = np.full((length + 1, 2), identity, np.float32)
+        held.add_sequence(identity, {
+            "obs": obs, "actions": np.zeros((length, 2), np.float32),
+            "rewards": np.zeros((length, 1), np.float32),
+        })  # fmt: skip
+    return held
+
+
+# BatchSampler.
+
+
+class FakeLoader:
+    data_group = "default"
+
+    def __init__(self, ready: bool = True) -> None:
+        self.ready = ready
+        self.sampled = 0
+
+    def is_ready(self) -> bool:
+        return self.ready
+
+    def sample(self) -> dict:
+        self.sampled += 1
+        return {"default": {"source": "model"}, "batch_size": 1}
+
+
+@pytest.mark.parametrize(("probability", "low", "high"), [(0.0, 0, 0), (0.5, 450, 550),
+                                                          (1.0, 1000, 1000)])  # fmt: skip
+def test_batch_sampler_draws_model_batches_at_the_scheduled_frequency(
+    probability: float, low: int, high: int
+) -> None:
+    loader = FakeLoader()
+    sampler = BatchSampler(dataloader=loader, prob_scheduler=ConstantSchedule(probability), seed=3)
+    chosen = [sampler.begin_batch(bp_step=step) for step in range(1, 1001)]
+    count = sum(result is not None for result in chosen)
+    assert low <= count <= high and loader.sampled == count == sampler.model_batches
+    if count:
+        assert next(r for r in chosen if r is not None) == {"default": {"source": "model"}}
+    again = BatchSampler(dataloader=FakeLoader(), prob_scheduler=ConstantSchedule(probability),
+                         seed=3)  # fmt: skip
+    assert [again.begin_batch(bp_step=s) is not None for s in range(1, 1001)] == [
+        r is not None for r in chosen
+    ]
+
+
+def test_batch_sampler_follows_its_schedule_and_keeps_the_real_batch_until_the_memory_fills() -> (
+    None
+):
+    loader = FakeLoader(ready=False)
+    sampler = BatchSampler(
+        dataloader=loader, prob_scheduler=TruncatedLinearSchedule(100, 100, 0.0, 1.0), seed=0
+    )
+    assert all(sampler.begin_batch(bp_step=step) is None for step in range(1, 101))
+    assert sampler.begin_batch(bp_step=101) is None and loader.sampled == 0  # not ready
+    loader.ready = True
+    assert sampler.begin_batch(bp_step=102) == {"default": {"source": "model"}}
+    assert sampler.scalar_logs["training/prob_sampling_from_model"] == 1.0
+
+
+def test_batch_sampler_resumes_its_draws_from_a_checkpoint() -> None:
+    first = BatchSampler(dataloader=FakeLoader(), prob_scheduler=ConstantSchedule(0.5), seed=9)
+    for step in range(1, 50):
+        first.begin_batch(bp_step=step)
+    restored = BatchSampler(dataloader=FakeLoader(), prob_scheduler=ConstantSchedule(0.5), seed=0)
+    restored.load_state_dict(first.state_dict())
+    assert [restored.use_model_batch(s) for s in range(50, 150)] == [
+        first.use_model_batch(s) for s in range(50, 150)
+    ]
+
+
+def test_batch_sampler_refuses_a_probability_outside_0_1() -> None:
+    sampler = BatchSampler(dataloader=FakeLoader(), prob_scheduler=ConstantSchedule(1.5))
+    with pytest.raises(ConfigurationError, match=r"probability of 1.5 at update 1.*\[0, 1\]"):
+        sampler.begin_batch(bp_step=1)
+
+
+# The held-out split.
+
+
+def test_the_holdout_is_an_even_fifth_of_consecutive_episodes_and_never_the_first() -> None:
+    held = is_holdout(np.arange(10_000), 0.2)
+    assert not held[0]
+    assert 0.19 < held.mean() < 0.21
+    assert all(0 < held[k : k + 10].sum() <= 3 for k in range(0, 10_000, 10))  # spread evenly
+    assert not is_holdout(np.arange(100), 0.0).any()
+    huge = np.array([2**62, -5, 2**63 - 1], dtype=np.int64)
+    assert is_holdout(huge, 0.2).shape == (3,)
+
+
+# ModelBasedCollector.
+
+
+def collector(memory_table: DictObsMemoryTable, **overrides) -> ModelBasedCollector:
+    agent = GenericAgentProxy(policy=Halving(), device="cpu", input_keys=["obs"],
+                              output_keys=["actions"], spaces=SPACES)  # fmt: skip
+    settings = {
+        "model_env": ModelEnv(model=AddModel(), termination_fn="none"),
+        "agent": agent, "memory": MemoryTableProxy(memory_table),
+        "rollout_scheduler": TruncatedLinearSchedule(10, 20, 1, 3),
+        "num_bp_to_retain_buffer": 2,
+    }  # fmt: skip
+    settings.update(overrides)
+    return ModelBasedCollector(**settings)
+
+
+def test_rollouts_branch_from_the_batch_with_the_policy_and_keep_the_last_updates_only() -> None:
+    memory_table = table()
+    model_collector = collector(memory_table, rollout_batch_size=3, warmup_bp_steps=5)
+    batch = {"obs": torch.tensor([[2.0, 4.0], [8.0, -2.0], [0.0, 0.0], [100.0, 100.0]])}
+    model_collector.begin_batch(observation=batch, bp_step=5)  # still in the warm-up
+    assert memory_table.size() == 0
+    model_collector.begin_batch(observation=batch, bp_step=6)
+    # One-step rollouts of the first 3 rows: action -obs/2, next = obs/2, reward -|next|.
+    sampled = memory_table.sample_all()
+    torch.testing.assert_close(sampled["observation"]["obs"], batch["obs"][:3])
+    torch.testing.assert_close(sampled["actions"], -0.5 * batch["obs"][:3])
+    torch.testing.assert_close(sampled["next_observation"]["obs"], 0.5 * batch["obs"][:3])
+    torch.testing.assert_close(sampled["rewards"], torch.tensor([[-3.0], [-5.0], [0.0]]))
+    assert sampled["masks"].flatten().tolist() == [1.0, 1.0, 1.0]  # INTERRUPTED at length 1
+    for step in (7, 8, 9):
+        model_collector.begin_batch(observation=batch, bp_step=step)
+    assert memory_table.size() == 2 * 3  # the last 2 updates' rollouts
+    assert memory_table.maxlen == 6
+    model_collector.begin_batch(observation=batch, bp_step=20)  # the ramp's end: length 3
+    assert model_collector.rollout_length == 3
+    assert memory_table.maxlen == 3 * 3 * 2
+    lengths = {len(e["actions"]) for _, e, _ in memory_table.episodes()}
+    assert 3 in lengths
+    assert model_collector.scalar_logs["training/model_rollout_length"] == 3
+
+
+def test_a_schedule_giving_rollout_lengths_below_1_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match=r"rollout length of 0\.0 at update 1; rollout"):
+        collector(table(), rollout_scheduler=ConstantSchedule(0.0))
+    with pytest.raises(ConfigurationError, match="num_bp_to_retain_buffer must be a positive"):
+        collector(table(), num_bp_to_retain_buffer=0)
+
+
+def test_the_collector_s_rollouts_resume_from_a_checkpoint() -> None:
+    def noisy() -> ModelBasedCollector:
+        agent = GenericAgentProxy(policy=NoisyHalving(), device="cpu", input_keys=["obs"],
+                                  output_keys=["actions"], spaces=SPACES, seed=4)  # fmt: skip
+        return collector(table(), agent=agent)
+
+    batch = {"obs": torch.randn(8, 2, generator=torch.Generator().manual_seed(0))}
+    first = noisy()
+    first.begin_batch(observation=batch, bp_step=1)
+    restored = noisy()
+    restored.load_state_dict(first.state_dict())
+    first.begin_batch(observation=batch, bp_step=2)
+    restored.begin_batch(observation=batch, bp_step=2)
+    a, b = (c.memory.table.sample_all()["actions"][-8:] for c in (first, restored))
+    torch.testing.assert_close(a, b)
+
+
+class NoisyHalving(torch.nn.Module):
+    action_dim = 2
+
+    def forward(self, obs: torch.Tensor, epsilon: torch.Tensor) -> torch.Tensor:
+        return -0.5 * obs + epsilon
+
+
+def test_model_memory_feeds_the_loader_the_batch_sampler_draws_from() -> None:
+    memory_table = table()
+    model_collector = collector(memory_table)
+    batch = {"obs": torch.ones(4, 2)}
+    loader = MemoryLoader(table=memory_table, rollout_count=4, rollout_length=1)
+    assert not loader.is_ready()
+    model_collector.begin_batch(observation=batch, bp_step=1)
+    sampler = BatchSampler(dataloader=loader, prob_scheduler=ConstantSchedule(1.0))
+    drawn = sampler.begin_batch(bp_step=1)
+    assert drawn is not None
+    torch.testing.assert_close(drawn["default"]["next_observation"]["obs"], torch.full((4, 2), 0.5))
