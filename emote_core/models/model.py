@@ -1,0 +1,309 @@
+"""The dynamics model: a network that predicts the next observation and the reward, with the
+normalisation and the delta encoding of its inputs and targets around it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import torch
+from torch import Tensor, nn
+
+from emote_core.errors import ConfigurationError
+from emote_core.models.layers import _positive_int
+from emote_core.models.normalizer import Normalizer
+
+
+class DynamicsNetwork(Protocol):
+    """What :class:`DynamicModel` needs of its network (an ``nn.Module``), as
+    :class:`~emote_core.models.EnsembleOfGaussian` and
+    :class:`~emote_core.models.DeterministicModel` provide it. Inputs and targets are normalised.
+    """
+
+    in_size: int
+    out_size: int
+    ensemble_size: int
+    num_elites: int
+    deterministic: bool
+
+    def loss(
+        self, model_in: Tensor, target: Tensor, *, generator: torch.Generator | None = None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The training loss of a batch and detached statistics of it."""
+        ...
+
+    def member_mse(self, model_in: Tensor, target: Tensor) -> Tensor:
+        """``(ensemble_size,)``: each member's mean squared error on the rows as given."""
+        ...
+
+    def set_elites(self, scores: Tensor) -> None:
+        """Keeps the ``num_elites`` members with the lowest scores for :meth:`sample`."""
+        ...
+
+    def sample(self, model_in: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """``(B, out_size)``: one prediction per row."""
+        ...
+
+
+class DynamicModel(nn.Module):
+    """Predicts the next observation (and the reward) of a transition with a network.
+
+    The network sees the normalised model input, ``obs_process_fn(observation)`` (or the
+    observation) followed by the action, and predicts the normalised target: the observation
+    delta ``next_observation - observation``, except for the dimensions in ``no_delta_list``
+    where it is ``next_observation`` itself, followed by the reward when ``learned_rewards``.
+    The two :class:`~emote_core.models.Normalizer` s (``input_normalizer``,
+    ``target_normalizer``) are submodules, so a ``state_dict`` holds them with the weights.
+
+    Args:
+        model: The network, an ``nn.Module`` such as an
+            :class:`~emote_core.models.EnsembleOfGaussian`; its ``in_size`` must be the model
+            input's width and its ``out_size`` ``observation_size`` (+1 with learned rewards).
+        observation_size: The width of an observation.
+        action_size: The width of an action.
+        learned_rewards: Whether the model predicts the reward as the target's last column.
+        obs_process_fn: Maps observations ``(B, observation_size)`` to the features the network
+            sees; a module is registered as a submodule. Its output width is found by calling
+            it on one zero row.
+        no_delta_list: Observation dimensions predicted absolutely rather than as deltas.
+
+    Raises:
+        ConfigurationError: If ``model`` is not a module, a size is not a positive integer, the
+            network's sizes do not match, or a ``no_delta_list`` entry is not a dimension.
+    """
+
+    delta_mask: Tensor
+
+    def __init__(
+        self,
+        *,
+        model: DynamicsNetwork,
+        observation_size: int,
+        action_size: int,
+        learned_rewards: bool = True,
+        obs_process_fn: Callable[[Tensor], Tensor] | nn.Module | None = None,
+        no_delta_list: Sequence[int] | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(model, nn.Module):
+            raise ConfigurationError(
+                f"DynamicModel's model must be a torch.nn.Module; got {type(model).__name__} — "
+                "use an EnsembleOfGaussian or a DeterministicModel"
+            )
+        self.observation_size = _positive_int("DynamicModel", "observation_size", observation_size)
+        self.action_size = _positive_int("DynamicModel", "action_size", action_size)
+        self.learned_rewards = bool(learned_rewards)
+        self.model = model
+        self.obs_process_fn = obs_process_fn
+        device = _device_of(model)
+        feature_size = observation_size
+        if obs_process_fn is not None:
+            with torch.no_grad():
+                zero = torch.zeros(1, observation_size, device=device)
+                feature_size = int(obs_process_fn(zero).shape[-1])
+        self.input_size = feature_size + action_size
+        self.target_size = observation_size + (1 if learned_rewards else 0)
+        in_size, out_size = getattr(model, "in_size", None), getattr(model, "out_size", None)
+        if (in_size, out_size) != (self.input_size, self.target_size):
+            raise ConfigurationError(
+                f"DynamicModel needs a network with in_size {self.input_size} (observation "
+                f"features {feature_size} + action {action_size}) and out_size "
+                f"{self.target_size} (observation {observation_size}"
+                f"{' + reward 1' if learned_rewards else ''}); got in_size {in_size} and "
+                f"out_size {out_size} — build the network with those sizes"
+            )
+        absolute = list(no_delta_list or [])
+        for dim in absolute:
+            if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim < observation_size:
+                raise ConfigurationError(
+                    f"DynamicModel's no_delta_list must hold observation dimensions in "
+                    f"[0, {observation_size}); got {absolute!r}"
+                )
+        self.no_delta_list = sorted(set(absolute))
+        mask = torch.ones(observation_size, dtype=torch.bool, device=device)
+        mask[self.no_delta_list] = False
+        # Not persistent: it follows from the constructor's arguments, not from training.
+        self.register_buffer("delta_mask", mask, persistent=False)
+        self.input_normalizer = Normalizer(self.input_size).to(device)
+        self.target_normalizer = Normalizer(self.target_size).to(device)
+
+    @property
+    def ensemble_size(self) -> int:
+        """The network's number of members."""
+        return int(self.model.ensemble_size)
+
+    @property
+    def num_elites(self) -> int:
+        """How many members :meth:`sample` draws from."""
+        return int(self.model.num_elites)
+
+    def set_elites(self, scores: Tensor) -> None:
+        """Keeps the members with the lowest ``scores`` (``(ensemble_size,)``), e.g. the
+        :meth:`member_mse` of held-out transitions, for :meth:`sample`."""
+        self.model.set_elites(scores)
+
+    def get_model_input(self, observation: Tensor, action: Tensor) -> Tensor:
+        """The raw (not normalised) model input: processed observation, then action.
+
+        Args:
+            observation: ``(B, observation_size)``.
+            action: ``(B, action_size)``.
+
+        Returns:
+            ``(B, input_size)``.
+
+        Raises:
+            ConfigurationError: If a width is wrong.
+        """
+        if observation.shape[-1] != self.observation_size or action.shape[-1] != self.action_size:
+            raise ConfigurationError(
+                f"DynamicModel takes observations (B, {self.observation_size}) and actions "
+                f"(B, {self.action_size}); got {tuple(observation.shape)} and "
+                f"{tuple(action.shape)}"
+            )
+        features = observation if self.obs_process_fn is None else self.obs_process_fn(observation)
+        return torch.cat([features, action], dim=-1)
+
+    def _target(
+        self, observation: Tensor, next_observation: Tensor, reward: Tensor | None
+    ) -> Tensor:
+        if next_observation.shape != observation.shape:
+            raise ConfigurationError(
+                f"DynamicModel takes next observations of the observations' shape "
+                f"{tuple(observation.shape)}; got {tuple(next_observation.shape)}"
+            )
+        target = torch.where(self.delta_mask, next_observation - observation, next_observation)
+        if not self.learned_rewards:
+            return target
+        if reward is None:
+            raise ConfigurationError(
+                "DynamicModel was built with learned_rewards=True, so its batches need a reward; "
+                "got None — pass reward of shape (B,) or (B, 1), or build with "
+                "learned_rewards=False"
+            )
+        rows = observation.shape[0]
+        if reward.shape == (rows,):
+            reward = reward.unsqueeze(-1)
+        if reward.shape != (rows, 1):
+            raise ConfigurationError(
+                f"DynamicModel takes rewards of shape ({rows},) or ({rows}, 1); got "
+                f"{tuple(reward.shape)}"
+            )
+        return torch.cat([target, reward.to(target.dtype)], dim=-1)
+
+    def process_batch(
+        self,
+        observation: Tensor,
+        next_observation: Tensor,
+        action: Tensor,
+        reward: Tensor | None = None,
+        *,
+        update_normalizers: bool = False,
+    ) -> tuple[Tensor, Tensor]:
+        """The normalised model input and target of a batch of transitions.
+
+        Args:
+            observation: ``(B, observation_size)``.
+            next_observation: ``(B, observation_size)``.
+            action: ``(B, action_size)``.
+            reward: ``(B,)`` or ``(B, 1)``; required with learned rewards, ignored without.
+            update_normalizers: Merge the batch's raw inputs and targets into the normalisers
+                first.
+
+        Returns:
+            ``(B, input_size)`` and ``(B, target_size)``.
+
+        Raises:
+            ConfigurationError: If a shape is wrong or a learned reward is missing.
+        """
+        model_in = self.get_model_input(observation, action)
+        target = self._target(observation, next_observation, reward)
+        if update_normalizers:
+            self.input_normalizer.update(model_in)
+            self.target_normalizer.update(target)
+        return self.input_normalizer.normalize(model_in), self.target_normalizer.normalize(target)
+
+    def loss(
+        self,
+        observation: Tensor,
+        next_observation: Tensor,
+        action: Tensor,
+        reward: Tensor | None = None,
+        *,
+        generator: torch.Generator | None = None,
+        update_normalizers: bool = True,
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The network's training loss on a batch of transitions, in normalised units.
+
+        Args:
+            observation: ``(B, observation_size)``.
+            next_observation: ``(B, observation_size)``.
+            action: ``(B, action_size)``.
+            reward: ``(B,)`` or ``(B, 1)``; required with learned rewards.
+            generator: The CPU generator of the network's bootstrap.
+            update_normalizers: Merge the batch into the normalisers first.
+
+        Returns:
+            The scalar loss and the network's detached statistics (``"mse"``, ...).
+        """
+        model_in, target = self.process_batch(
+            observation, next_observation, action, reward, update_normalizers=update_normalizers
+        )
+        return self.model.loss(model_in, target, generator=generator)
+
+    def member_mse(
+        self,
+        observation: Tensor,
+        next_observation: Tensor,
+        action: Tensor,
+        reward: Tensor | None = None,
+    ) -> Tensor:
+        """Each member's mean squared error in normalised target units, ``(ensemble_size,)``.
+
+        With fitted normalisers, a member's value is the fraction of the target's variance it
+        does not explain (0 is perfect, about 1 is no better than the mean). The normalisers are
+        not updated, so held-out transitions stay held out.
+        """
+        model_in, target = self.process_batch(observation, next_observation, action, reward)
+        return self.model.member_mse(model_in, target)
+
+    def sample(
+        self, observation: Tensor, action: Tensor, *, generator: torch.Generator | None = None
+    ) -> tuple[Tensor, Tensor | None]:
+        """Draws the next observation and the reward of each transition from the network.
+
+        Args:
+            observation: ``(B, observation_size)``.
+            action: ``(B, action_size)``.
+            generator: The CPU generator of the network's choice of members and noise.
+
+        Returns:
+            The next observation ``(B, observation_size)`` and the reward ``(B, 1)``, or
+            ``None`` without learned rewards; without gradient.
+        """
+        with torch.no_grad():
+            model_in = self.input_normalizer.normalize(self.get_model_input(observation, action))
+            predicted = self.target_normalizer.denormalize(
+                self.model.sample(model_in, generator=generator)
+            )
+            change = predicted[:, : self.observation_size]
+            next_observation = torch.where(self.delta_mask, observation + change, change)
+            reward = predicted[:, self.observation_size :] if self.learned_rewards else None
+            return next_observation, reward
+
+    def extra_repr(self) -> str:
+        return (
+            f"observation_size={self.observation_size}, action_size={self.action_size}, "
+            f"learned_rewards={self.learned_rewards}, no_delta_list={self.no_delta_list}"
+        )
+
+
+def _device_of(module: nn.Module) -> torch.device:
+    for tensor in module.parameters():
+        return tensor.device
+    for tensor in module.buffers():
+        return tensor.device
+    return torch.device("cpu")
+
+
+__all__ = ["DynamicModel", "DynamicsNetwork"]
