@@ -104,13 +104,16 @@ class ModelLoss(LossCallback):
         holdout_fraction: The fraction of episodes held out, in ``[0, 1)``.
         input_key: The observation key the model reads.
         seed: Seeds the ensemble's bootstrap draws.
+        train_interval: Updates per model step: the model steps at updates ``train_interval``,
+            ``2 * train_interval``, ... (an ensemble's step costs several RL updates' worth).
         name: Keys logs and checkpoints.
         data_group: The data group of the real batch.
         max_grad_norm: Clip of the gradient norm; ``None`` only measures it.
         lr_schedule: Stepped after every optimizer step.
 
     Raises:
-        ConfigurationError: If ``holdout_fraction`` is outside ``[0, 1)``.
+        ConfigurationError: If ``holdout_fraction`` is outside ``[0, 1)`` or ``train_interval``
+            is not a positive integer.
     """
 
     order: ClassVar[int] = Order.DATA + 5
@@ -124,6 +127,7 @@ class ModelLoss(LossCallback):
         holdout_fraction: float = 0.0,
         input_key: str = "obs",
         seed: int = 0,
+        train_interval: int = 1,
         name: str = "dynamic_model",
         data_group: str = "default",
         max_grad_norm: float | None = None,
@@ -137,6 +141,7 @@ class ModelLoss(LossCallback):
         self.table = table
         self.holdout_fraction = _check_fraction(name, holdout_fraction)
         self.input_key = input_key
+        self.train_interval = _positive(name, "train_interval", train_interval)
         self.generator = torch.Generator().manual_seed(int(seed))
         self.steps = 0
         """Optimisation steps taken (across resumes)."""
@@ -160,8 +165,11 @@ class ModelLoss(LossCallback):
         actions: Tensor,
         next_observation: Any,
         rewards: Tensor | None = None,
+        bp_step: int = 1,
     ) -> None:
-        """The model's optimisation step on the real batch's training rows."""
+        """The model's optimisation step on the real batch's training rows, when due."""
+        if bp_step % self.train_interval:
+            return
         states = _observation_rows(self.name, observation, self.input_key)
         next_states = _observation_rows(self.name, next_observation, self.input_key)
         if next_states.shape[0] != states.shape[0]:

@@ -3,6 +3,8 @@ memory, the model's training step and its held-out check, and their checkpoints.
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 import torch
@@ -11,8 +13,14 @@ from emote_core.errors import ConfigurationError
 from emote_core.memory.builders import DictObsMemoryTable
 from emote_core.memory.loaders import MemoryLoader
 from emote_core.memory.proxy import MemoryTableProxy
-from emote_core.models import ModelEnv
-from emote_core.models.callbacks import BatchSampler, ModelBasedCollector, is_holdout
+from emote_core.models import DynamicModel, EnsembleOfGaussian, ModelEnv
+from emote_core.models.callbacks import (
+    BatchSampler,
+    LossProgressCheck,
+    ModelBasedCollector,
+    ModelLoss,
+    is_holdout,
+)
 from emote_core.proxies.generic import GenericAgentProxy
 from emote_core.schedules import ConstantSchedule, TruncatedLinearSchedule
 from emote_core.spaces import BoxSpace, DictSpace, MDPSpace
@@ -217,3 +225,145 @@ def test_model_memory_feeds_the_loader_the_batch_sampler_draws_from() -> None:
     drawn = sampler.begin_batch(bp_step=1)
     assert drawn is not None
     torch.testing.assert_close(drawn["default"]["next_observation"]["obs"], torch.full((4, 2), 0.5))
+
+
+# ModelLoss and LossProgressCheck, on a linear system in a real table.
+
+A = torch.tensor([[0.9, 0.1], [-0.2, 0.8]])
+B = torch.tensor([[0.5, 0.0], [0.1, 0.3]])
+
+
+def linear_episodes(episodes: int, length: int = 50) -> DictObsMemoryTable:
+    """Episodes of ``s' = A s + B a`` with reward ``s[0]``; each episode's identity is
+    recoverable from its actions' sign pattern (``actions[:, 1] = identity``)."""
+    generator = torch.Generator().manual_seed(0)
+    held = table(maxlen=episodes * length)
+    for identity in range(episodes):
+        states = [torch.randn(2, generator=generator)]
+        actions = torch.rand(length, 2, generator=generator) * 2 - 1
+        actions[:, 1] = float(identity) / episodes
+        for k in range(length):
+            states.append(A @ states[-1] + B @ actions[k])
+        obs = torch.stack(states)
+        held.add_sequence(identity, {
+            "obs": obs.numpy(), "actions": actions.numpy(),
+            "rewards": obs[:-1, :1].numpy(),
+        })  # fmt: skip
+    return held
+
+
+def small_model(seed: int = 0) -> DynamicModel:
+    network = EnsembleOfGaussian(in_size=4, out_size=3, ensemble_size=3, num_elites=2,
+                                 hidden_size=32, num_layers=2,
+                                 generator=torch.Generator().manual_seed(seed))  # fmt: skip
+    return DynamicModel(model=network, observation_size=2, action_size=2)
+
+
+def model_loss(model: DynamicModel, held: DictObsMemoryTable, **overrides) -> ModelLoss:
+    settings = {"model": model, "table": held, "holdout_fraction": 0.2, "seed": 1,
+                "optimizer": torch.optim.Adam(model.parameters(), lr=3e-3)}  # fmt: skip
+    settings.update(overrides)
+    return ModelLoss(**settings)
+
+
+def train(loss: ModelLoss, loader: MemoryLoader, steps: int, first: int = 1) -> None:
+    for step in range(first, first + steps):
+        batch = loader.sample()["default"]
+        loss.begin_batch(observation=batch["observation"], actions=batch["actions"],
+                         next_observation=batch["next_observation"], rewards=batch["rewards"],
+                         bp_step=step)  # fmt: skip
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_model_never_trains_on_held_out_episodes() -> None:
+    held = linear_episodes(10)
+    model = small_model()
+    seen: list[torch.Tensor] = []
+    original = model.loss
+
+    def spy(observation, next_observation, action, reward=None, **kwargs):
+        seen.append(action[:, 1].clone())
+        return original(observation, next_observation, action, reward, **kwargs)
+
+    model.loss = spy  # type: ignore[method-assign]
+    loss = model_loss(model, held)
+    train(loss, MemoryLoader(table=held, rollout_count=64, rollout_length=1), 30)
+    identities = torch.round(torch.cat(seen) * 10).long().unique().tolist()
+    held_out = np.flatnonzero(is_holdout(np.arange(10), 0.2)).tolist()
+    assert held_out == [4, 9]
+    assert sorted(identities) == [i for i in range(10) if i not in held_out]
+    assert loss.steps == 30
+    assert "model/dynamic_model_train_mse" in loss.scalar_logs
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_model_steps_every_train_interval_updates_only() -> None:
+    held = linear_episodes(5)
+    loss = model_loss(small_model(), held, train_interval=4)
+    train(loss, MemoryLoader(table=held, rollout_count=32, rollout_length=1), 10)
+    assert loss.steps == 2  # updates 4 and 8
+    with pytest.raises(ConfigurationError, match="train_interval must be a positive integer"):
+        model_loss(small_model(), held, train_interval=0)
+    with pytest.raises(ConfigurationError, match=r"holdout_fraction must be in \[0, 1\)"):
+        model_loss(small_model(), held, holdout_fraction=1.0)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_held_out_check_picks_elites_and_says_whether_the_error_still_falls() -> None:
+    held = linear_episodes(10)
+    model = small_model()
+    loss = model_loss(model, held)
+    check = LossProgressCheck(model=model, table=held, holdout_fraction=0.2, interval=100)
+    loader = MemoryLoader(table=held, rollout_count=128, rollout_length=1)
+    train(loss, loader, 10)
+    untrained = check.check()
+    assert untrained is not None and check.scalar_logs["model/holdout_falling"] == 1.0
+    assert check.scalar_logs["model/holdout_rows"] == 2 * 50  # the two held-out episodes
+    train(loss, loader, 400, first=11)
+    trained = check.check()
+    assert trained is not None and trained < 0.2 * untrained
+    assert check.scalar_logs["model/holdout_falling"] == 1.0
+    scores = model.member_mse(*held_out_rows(held))
+    assert sorted(model.model.elites.tolist()) == sorted(scores.argsort()[:2].tolist())
+    assert check.check() == pytest.approx(trained)  # nothing trained since: not falling
+    assert check.scalar_logs["model/holdout_falling"] == 0.0
+    assert check.scalar_logs["model/checks_since_improvement"] == 1.0
+    assert check.begin_batch(bp_step=150) is None and check.checks_since_improvement == 1
+
+    restored = LossProgressCheck(model=model, table=held, holdout_fraction=0.2, interval=100)
+    restored.load_state_dict(check.state_dict())
+    assert (restored.best, restored.checks_since_improvement) == (trained, 1)
+
+
+def through_a_file(state: dict) -> dict:
+    """What a checkpoint gives back (a live state dict shares the optimizer's tensors)."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=False)
+
+
+def held_out_rows(held: DictObsMemoryTable) -> tuple[torch.Tensor, ...]:
+    batch = held.sample_by_index([4] * 50 + [9] * 50, list(range(50)) * 2, 1)
+    return (batch["observation"]["obs"], batch["next_observation"]["obs"], batch["actions"],
+            batch["rewards"])  # fmt: skip
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_model_loss_resumes_exactly_from_its_checkpoint() -> None:
+    held = linear_episodes(5)
+    loader = MemoryLoader(table=held, rollout_count=32, rollout_length=1)
+    first = model_loss(small_model(), held)
+    train(first, loader, 5)
+    restored = model_loss(small_model(seed=7), held)
+    restored.load_state_dict(through_a_file(first.state_dict()))
+    assert restored.steps == 5
+    batch = loader.sample()["default"]
+    for loss in (first, restored):
+        loss.table = None  # both train on the same rows
+        loss.begin_batch(observation=batch["observation"], actions=batch["actions"],
+                         next_observation=batch["next_observation"], rewards=batch["rewards"],
+                         bp_step=6)  # fmt: skip
+    for a, b in zip(first.model.state_dict().values(), restored.model.state_dict().values(),
+                    strict=True):  # fmt: skip
+        torch.testing.assert_close(a, b)

@@ -78,6 +78,8 @@ class ModelConfig:
     """Adam learning rate of the model."""
     weight_decay: float = 5e-5
     """Adam weight decay of the model."""
+    train_interval: int = 1
+    """Updates per model step (the model steps on every ``train_interval``-th update's batch)."""
     holdout_fraction: float = 0.2
     """Fraction of the real episodes the model never trains on; they pick the elites and measure
     its held-out error."""
@@ -122,7 +124,8 @@ class ModelBasedAddOn(AddOn):
         from emote_core.models.termination import termination_function
 
         for key in ("ensemble_size", "num_elites", "hidden_size", "num_layers", "check_interval",
-                    "rollouts_per_update", "rollout_length", "retain_updates"):  # fmt: skip
+                    "rollouts_per_update", "rollout_length", "retain_updates",
+                    "train_interval"):  # fmt: skip
             _positive(source, key, getattr(config, key))
         if config.final_rollout_length is not None:
             _positive(source, "final_rollout_length", config.final_rollout_length)
@@ -220,7 +223,7 @@ class ModelBasedAddOn(AddOn):
             )
         if parts.agent_factory is None:
             raise ConfigurationError("the model add-on needs an agent factory to act in rollouts")
-        key = next(iter(context.spaces.state.keys()))
+        key = context.spaces.state.keys()[0]
         model = build_model(config, context)
         seed = context.seed
         model_table = DictObsMemoryTable(
@@ -238,7 +241,7 @@ class ModelBasedAddOn(AddOn):
         return [
             ModelLoss(
                 model=model, optimizer=optimizer, table=table, input_key=key, seed=seed + 1,
-                holdout_fraction=config.holdout_fraction,
+                holdout_fraction=config.holdout_fraction, train_interval=config.train_interval,
             ),
             LossProgressCheck(
                 model=model, table=table, holdout_fraction=config.holdout_fraction,
@@ -284,7 +287,7 @@ def build_model(config: ModelConfig, context: BuildContext) -> Any:
     from emote_core.models import DeterministicModel, DynamicModel, EnsembleOfGaussian
 
     spaces = context.spaces
-    observation_size = int(next(iter(spaces.state.values())).shape[0])
+    observation_size = int(spaces.state[spaces.state.keys()[0]].shape[0])
     action_size = int(math.prod(spaces.actions.shape))
     in_size, out_size = observation_size + action_size, observation_size + 1
     generator = torch.Generator().manual_seed(context.seed + 7)
