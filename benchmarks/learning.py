@@ -21,6 +21,11 @@ the spread (standard deviation over seeds):
   a random policy's and the expert's returns: the share of the gap between them it closes.
 - ``symmetry``: ``sac_symmetry_lunar_lander`` beside the same recipe without the symmetry
   add-on, with each policy's symmetry error (``--steps N`` for a shorter budget).
+- ``mbpo``: ``mbpo_pendulum`` beside ``sac_pendulum`` (20k env steps), both evaluated every 250
+  env steps: eval returns at 2.5k, 5k, 10k and 20k env steps, wall time, the first env step an
+  eval reached -200, and the model's held-out error. ``--env-steps N`` is MBPO's budget (5,000
+  by default: the recipe's); ``--reuse`` keeps runs that already hold their final checkpoint
+  (to extend a run: ``emote train --resume --run-dir runs/bench-mbpo_pendulum-s0 --steps U``).
 """
 
 from __future__ import annotations
@@ -127,6 +132,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="comparison runs at a time")
     parser.add_argument("--steps", type=int, help="updates per run of the symmetry comparison")
     parser.add_argument("--expert", help="a trained sac_pendulum run for the amp comparison")
+    parser.add_argument("--env-steps", type=int, default=5_000, help="MBPO's env steps (mbpo)")
+    parser.add_argument("--reuse", action="store_true", help="keep finished runs (mbpo)")
     args = parser.parse_args()
     seeds = [int(seed) for seed in args.seeds.split(",")]
     names = args.names or ["sac_hit_the_middle", "sac_pendulum", "dqn_cartpole"]
@@ -136,6 +143,7 @@ def main() -> None:
         "dqn_hlgauss": lambda: compare_dqn_hlgauss(seeds, args.jobs),
         "amp": lambda: compare_amp(seeds, args.jobs, expert=args.expert),
         "symmetry": lambda: compare_symmetry(seeds, args.jobs, steps=args.steps),
+        "mbpo": lambda: compare_mbpo(seeds, args.jobs, env_steps=args.env_steps, reuse=args.reuse),
     }
     recipes = [name for name in names if name not in comparisons]
     for name in names:
@@ -177,11 +185,23 @@ class SeedRun:
     minutes: float = 0.0
     eval_return: float = float("nan")
     updates: int = 0
+    reuse: bool = False
 
     def __post_init__(self) -> None:
         self.run_dir = Path("runs") / f"bench-{self.label}-s{self.seed}"
 
+    def finished(self) -> bool:
+        """Whether the run directory holds this run's final checkpoint already."""
+        return (
+            self.steps is not None
+            and (self.run_dir / "checkpoints" / f"checkpoint_{self.steps}.tar").is_file()
+        )
+
     def __call__(self) -> SeedRun:
+        if self.reuse and self.finished():
+            self.updates = int(self.steps or 0)
+            self.eval_return = emote("eval", str(self.run_dir))["mean_return"]
+            return self
         sets = [item for setting in self.settings for item in ("--set", setting)]
         steps = ["--steps", str(self.steps)] if self.steps is not None else []
         started = time.perf_counter()
@@ -333,6 +353,74 @@ def _symmetry_error(run: SeedRun, recipe_name: str) -> float:
         action_mirror=MirrorMap.build(permutation=config.action_permutation,
                                       signs=config.action_signs),
     )  # fmt: skip
+
+
+MBPO_MILESTONES = (2_500, 5_000, 10_000, 20_000)
+SAC_UPDATES = 19_900  # sac_pendulum's budget: 20k env steps
+
+
+def compare_mbpo(seeds: list[int], jobs: int, *, env_steps: int, reuse: bool) -> None:
+    from emote_core.recipes import load_recipe
+
+    mbpo = load_recipe("mbpo_pendulum")
+    warmup, ratio = mbpo.memory.warmup_steps, mbpo.training.bp_steps_per_inference
+    updates = (env_steps - warmup) * ratio
+    runs = run_all([SeedRun(label=recipe, recipe=recipe, seed=seed, steps=steps, reuse=reuse,
+                            settings=settings)
+                    for recipe, steps, settings in (
+                        ("mbpo_pendulum", updates, ()),
+                        ("sac_pendulum", SAC_UPDATES, ("eval.interval=250",)))
+                    for seed in seeds], jobs)  # fmt: skip
+    print(
+        f"MBPO vs SAC, Pendulum-v1: mean eval return (10 episodes) at the latest interval eval "
+        f"at or before each env step; mbpo_pendulum trained {env_steps} env steps "
+        f"({ratio} updates per env step), sac_pendulum 20k (target: mbpo >= -200 within 5k)"
+    )
+    header = "".join(f"{f'{m // 1000:g}k' if m % 1000 == 0 else m:>10}" for m in MBPO_MILESTONES)
+    print(f"  {'run':<26}{header}{'minutes':>9}{'-200 at':>9}")
+    curves: dict[str, list[list[float | None]]] = {}
+    for run in sorted(runs, key=lambda run: (run.label, run.seed)):
+        steps, returns = _scalars(run.run_dir, "eval_env_step/mean_return")
+        at = [_latest_at_or_before(steps, returns, milestone) for milestone in MBPO_MILESTONES]
+        curves.setdefault(run.label, []).append(at)
+        first = next((s for s, v in zip(steps, returns, strict=True) if v >= -200.0), None)
+        cells = "".join(f"{v:>10.1f}" if v is not None else f"{'-':>10}" for v in at)
+        print(f"  {run.label + ' seed ' + str(run.seed):<26}{cells}{_wall_minutes(run):>9.1f}"
+              f"{first if first is not None else '-':>9}")  # fmt: skip
+    for label, rows in curves.items():
+        means = []
+        for column in zip(*rows, strict=True):
+            values = [v for v in column if v is not None]
+            means.append(f"{sum(values) / len(values):>10.1f}" if len(values) == len(column)
+                         else f"{'-':>10}")  # fmt: skip
+        print(f"  {label + ' mean':<26}{''.join(means)}")
+    print("  model held-out normalised MSE (elites; target < 0.05): last, and the env step it "
+          "first fell below 0.05")  # fmt: skip
+    for run in (run for run in runs if run.label == "mbpo_pendulum"):
+        steps, errors = _scalars(run.run_dir, "model_bp_step/holdout_nmse")
+        below = next((warmup + s // ratio for s, e in zip(steps, errors, strict=True)
+                      if e < 0.05), None)  # fmt: skip
+        print(f"    seed {run.seed}: {errors[-1]:.4f}, below 0.05 from env step "
+              f"{below if below is not None else '-'}")  # fmt: skip
+
+
+def _latest_at_or_before(steps: list[int], values: list[float], limit: int) -> float | None:
+    """The value logged at the largest step <= ``limit``, if the run got within 250 of it."""
+    chosen = [(s, v) for s, v in zip(steps, values, strict=True) if s <= limit]
+    if not chosen or max(steps) < limit - 250:
+        return None
+    return max(chosen)[1]
+
+
+def _wall_minutes(run: SeedRun) -> float:
+    """Training wall time: from the run's first TensorBoard event to its last (reused runs
+    included)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run.run_dir / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    times = [e.wall_time for tag in events.Tags()["scalars"] for e in events.Scalars(tag)]
+    return (max(times) - min(times)) / 60 if times else float("nan")
 
 
 def _by_label(runs: list[SeedRun], figure: Any) -> dict[str, list[float]]:
