@@ -162,7 +162,8 @@ class DynamicModel(nn.Module):
                 f"{tuple(action.shape)}"
             )
         features = observation if self.obs_process_fn is None else self.obs_process_fn(observation)
-        return torch.cat([features, action], dim=-1)
+        # The network is float32; environments may give float64 (MuJoCo's observations).
+        return torch.cat([features.float(), action.float()], dim=-1)
 
     def _target(
         self, observation: Tensor, next_observation: Tensor, reward: Tensor | None
@@ -172,6 +173,7 @@ class DynamicModel(nn.Module):
                 f"DynamicModel takes next observations of the observations' shape "
                 f"{tuple(observation.shape)}; got {tuple(next_observation.shape)}"
             )
+        observation, next_observation = observation.float(), next_observation.float()
         target = torch.where(self.delta_mask, next_observation - observation, next_observation)
         if not self.learned_rewards:
             return target
@@ -278,15 +280,15 @@ class DynamicModel(nn.Module):
             generator: The CPU generator of the network's choice of members and noise.
 
         Returns:
-            The next observation ``(B, observation_size)`` and the reward ``(B, 1)``, or
-            ``None`` without learned rewards; without gradient.
+            The next observation ``(B, observation_size)``, of the observation's dtype, and the
+            reward ``(B, 1)`` (float32), or ``None`` without learned rewards; without gradient.
         """
         with torch.no_grad():
             model_in = self.input_normalizer.normalize(self.get_model_input(observation, action))
             predicted = self.target_normalizer.denormalize(
                 self.model.sample(model_in, generator=generator)
             )
-            change = predicted[:, : self.observation_size]
+            change = predicted[:, : self.observation_size].to(observation.dtype)
             next_observation = torch.where(self.delta_mask, observation + change, change)
             reward = predicted[:, self.observation_size :] if self.learned_rewards else None
             return next_observation, reward

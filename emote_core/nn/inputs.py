@@ -53,7 +53,9 @@ def flatten_observation(
             convolutional encoder) and needs exactly one key.
 
     Returns:
-        A ``(B, D)`` tensor (``flatten=True``), or the selected entry as it is.
+        A ``(B, D)`` tensor (``flatten=True``), or the selected entry as it is. float64 entries
+        (MuJoCo's observations, kept exact in tables and stores) become float32, the networks'
+        dtype.
 
     Raises:
         ConfigurationError: If a key is missing, no key is selected, or ``flatten=False`` with
@@ -68,11 +70,15 @@ def flatten_observation(
             )
         return observation[selected[0]]
     if len(selected) == 1:
-        value = observation[selected[0]]
+        value = _network_dtype(observation[selected[0]])
         return value if value.dim() == 2 else value.reshape(value.shape[0], -1)
-    parts = [observation[key] for key in selected]
+    parts = [_network_dtype(observation[key]) for key in selected]
     batch = parts[0].shape[0]
     return torch.cat([part.reshape(batch, -1) for part in parts], dim=-1)
+
+
+def _network_dtype(value: Tensor) -> Tensor:
+    return value.float() if value.dtype == torch.float64 else value
 
 
 def observation_dim(spaces: MDPSpace | DictSpace, keys: Sequence[str] | None = None) -> int:

@@ -143,3 +143,20 @@ def test_an_env_or_store_the_model_cannot_serve_is_refused_leaving_no_run(
     assert mismatch.exit_code == 1, mismatch.output
     assert "middle.zarr" in mismatch.stderr and len(mismatch.stderr.strip().splitlines()) == 1
     assert not (in_tmp / "run").exists()
+
+
+def test_mbpo_inverted_pendulum_trains_with_its_termination_and_evaluates(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    pytest.importorskip("mujoco")
+    trained = invoke(runner, "train", "mbpo_inverted_pendulum", "--run-dir", "run", "--steps",
+                     "20", *SMALL, "-q")  # fmt: skip
+    assert trained.exit_code == 0, trained.output
+    at_20 = load_checkpoint(in_tmp / "run/checkpoints/checkpoint_20.tar")["callbacks"]
+    assert at_20["dynamic_model"]["steps"] == 10
+    accumulator = ea.EventAccumulator(str(in_tmp / "run/tensorboard"))
+    accumulator.Reload()
+    # Random actions topple the pole within a few model steps: some rollouts end TERMINAL.
+    assert "model_bp_step/rollout_terminated" in accumulator.Tags()["scalars"]
+    evaluated = invoke(runner, "eval", "run", "--episodes", "1", "--min-return", "0", "--json")
+    assert evaluated.exit_code == 0, evaluated.output

@@ -39,3 +39,13 @@ def test_observation_dim_matches_the_flattened_width() -> None:
     space = DictSpace({"a": BoxSpace(np.float32, (3,)), "b": BoxSpace(np.float32, (2, 2))})
     assert observation_dim(space) == 7
     assert observation_dim(space, ["b"]) == 4
+
+
+def test_float64_observations_reach_the_networks_as_float32() -> None:
+    # MuJoCo environments observe float64; tables keep it, the networks are float32.
+    single = flatten_observation({"obs": torch.ones(2, 4, dtype=torch.float64)})
+    joined = flatten_observation({"a": torch.ones(2, 1, dtype=torch.float64),
+                                  "b": torch.ones(2, 2)})  # fmt: skip
+    assert single.dtype == joined.dtype == torch.float32 and joined.shape == (2, 3)
+    pixels = torch.zeros(2, 3, 3, dtype=torch.uint8)
+    assert flatten_observation({"obs": pixels}, flatten=False).dtype == torch.uint8
