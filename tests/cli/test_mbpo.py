@@ -148,7 +148,6 @@ def test_an_env_or_store_the_model_cannot_serve_is_refused_leaving_no_run(
 def test_mbpo_inverted_pendulum_trains_with_its_termination_and_evaluates(
     runner: CliRunner, in_tmp: Path
 ) -> None:
-    pytest.importorskip("mujoco")
     trained = invoke(runner, "train", "mbpo_inverted_pendulum", "--run-dir", "run", "--steps",
                      "20", *SMALL, "-q")  # fmt: skip
     assert trained.exit_code == 0, trained.output
