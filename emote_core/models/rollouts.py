@@ -19,6 +19,7 @@ from emote_core.models._callback_parts import (
     _positive,
 )
 from emote_core.schedules import BPStepScheduler
+from emote_core.utils.random_state import capture, generators_of, restore
 
 
 class ModelBasedCollector(LoggingMixin, Callback):
@@ -122,10 +123,7 @@ class ModelBasedCollector(LoggingMixin, Callback):
 
     def random_generators(self) -> dict[str, Any]:
         """The acting agent's and the model environment's generators."""
-        generators: dict[str, Any] = {}
-        random_generators = getattr(self.agent, "random_generators", None)
-        if callable(random_generators):
-            generators.update({f"agent.{k}": g for k, g in random_generators().items()})
+        generators: dict[str, Any] = generators_of(self.agent, "agent.")
         generator = getattr(self.model_env, "generator", None)
         if isinstance(generator, torch.Generator):
             generators["model_env"] = generator
@@ -134,8 +132,6 @@ class ModelBasedCollector(LoggingMixin, Callback):
     def state_dict(self) -> dict[str, Any]:
         """The generators' states and the logs (the model memory is not saved: a resumed run
         refills it from its first update on)."""
-        from emote_core.utils.random_state import capture
-
         state = super().state_dict()
         state["random_state"] = capture(self.random_generators())
         return state
@@ -148,8 +144,6 @@ class ModelBasedCollector(LoggingMixin, Callback):
         load_hparams: bool = True,
     ) -> None:
         """Restores :meth:`state_dict`'s."""
-        from emote_core.utils.random_state import restore
-
         super().load_state_dict(state_dict, load_network, load_optimizer, load_hparams)
         restore(self.random_generators(), state_dict.get("random_state", {}), owner=self.name,
                 strict=False)  # fmt: skip
@@ -209,14 +203,16 @@ class BatchSampler(LoggingMixin, Callback):
 
     def use_model_batch(self, bp_step: int) -> bool:
         """The Bernoulli draw of update ``bp_step`` (one draw from the generator per call)."""
-        draw = float(torch.rand((), generator=self.generator))
-        return draw < self.probability_at(bp_step)
+        return self._draw(self.probability_at(bp_step))
+
+    def _draw(self, probability: float) -> bool:
+        return float(torch.rand((), generator=self.generator)) < probability
 
     def begin_batch(self, bp_step: int) -> dict[str, Any] | None:
         """The model batch in the RL data group's place, when drawn and available."""
         probability = self.probability_at(bp_step)
         self.log_scalar("training/prob_sampling_from_model", probability)
-        if not self.use_model_batch(bp_step) or not self.dataloader.is_ready():
+        if not self._draw(probability) or not self.dataloader.is_ready():
             return None
         self.model_batches += 1
         batch = self.dataloader.sample()
