@@ -26,6 +26,9 @@ the spread (standard deviation over seeds):
   eval reached -200, and the model's held-out error. ``--env-steps N`` is MBPO's budget (5,000
   by default: the recipe's); ``--reuse`` keeps runs that already hold their final checkpoint
   (to extend a run: ``emote train --resume --run-dir runs/bench-mbpo_pendulum-s0 --steps U``).
+- ``mbpo_inverted_pendulum``: the same for ``mbpo_inverted_pendulum`` beside
+  ``sac_inverted_pendulum`` on MuJoCo's InvertedPendulum-v5 (``pip install -e ".[mujoco]"``),
+  with the first env step an eval reached the maximum return, 1000.
 """
 
 from __future__ import annotations
@@ -125,6 +128,7 @@ def _random_return(episodes: int) -> float:
 
 def main() -> None:
     import argparse
+    from functools import partial
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help="recipes or comparisons (see the module doc)")
@@ -143,8 +147,12 @@ def main() -> None:
         "dqn_hlgauss": lambda: compare_dqn_hlgauss(seeds, args.jobs),
         "amp": lambda: compare_amp(seeds, args.jobs, expert=args.expert),
         "symmetry": lambda: compare_symmetry(seeds, args.jobs, steps=args.steps),
-        "mbpo": lambda: compare_mbpo(seeds, args.jobs, env_steps=args.env_steps, reuse=args.reuse),
-    }
+        **{
+            name: partial(compare_mbpo, seeds, args.jobs, pair=pair, env_steps=args.env_steps,
+                          reuse=args.reuse)
+            for name, pair in MBPO_PAIRS.items()
+        },
+    }  # fmt: skip
     recipes = [name for name in names if name not in comparisons]
     for name in names:
         if name in comparisons:
@@ -356,36 +364,45 @@ def _symmetry_error(run: SeedRun, recipe_name: str) -> float:
 
 
 MBPO_MILESTONES = (2_500, 5_000, 10_000, 20_000)
-SAC_UPDATES = 19_900  # sac_pendulum's budget: 20k env steps
+MBPO_PAIRS = {  # comparison name: (the MBPO recipe, the SAC recipe beside it)
+    "mbpo": ("mbpo_pendulum", "sac_pendulum"),
+    "mbpo_inverted_pendulum": ("mbpo_inverted_pendulum", "sac_inverted_pendulum"),
+}
 
 
-def compare_mbpo(seeds: list[int], jobs: int, *, env_steps: int, reuse: bool) -> None:
+def compare_mbpo(
+    seeds: list[int], jobs: int, *, pair: tuple[str, str], env_steps: int, reuse: bool
+) -> None:
     from emote_core.recipes import load_recipe
 
-    mbpo = load_recipe("mbpo_pendulum")
+    mbpo_name, sac_name = pair
+    mbpo, sac = load_recipe(mbpo_name), load_recipe(sac_name)
     warmup, ratio = mbpo.memory.warmup_steps, mbpo.training.bp_steps_per_inference
     updates = (env_steps - warmup) * ratio
+    target = mbpo.eval.min_return
     runs = run_all([SeedRun(label=recipe, recipe=recipe, seed=seed, steps=steps, reuse=reuse,
                             settings=settings)
                     for recipe, steps, settings in (
-                        ("mbpo_pendulum", updates, ()),
-                        ("sac_pendulum", SAC_UPDATES, ("eval.interval=250",)))
+                        (mbpo_name, updates, ()),
+                        (sac_name, sac.training.bp_steps, ("eval.interval=250",)))
                     for seed in seeds], jobs)  # fmt: skip
+    sac_env_steps = sac.memory.warmup_steps + sac.training.bp_steps
     print(
-        f"MBPO vs SAC, Pendulum-v1: mean eval return (10 episodes) at the latest interval eval "
-        f"at or before each env step; mbpo_pendulum trained {env_steps} env steps "
-        f"({ratio} updates per env step), sac_pendulum 20k (target: mbpo >= -200 within 5k)"
+        f"MBPO vs SAC, {mbpo.env.id}: mean eval return ({mbpo.eval.episodes} episodes) at the "
+        f"latest interval eval at or before each env step; {mbpo_name} trained {env_steps} env "
+        f"steps ({ratio} updates per env step), {sac_name} {sac_env_steps} "
+        f"(target: mbpo >= {target:g} within 5k)"
     )
     header = "".join(f"{f'{m // 1000:g}k' if m % 1000 == 0 else m:>10}" for m in MBPO_MILESTONES)
-    print(f"  {'run':<26}{header}{'minutes':>9}{'-200 at':>9}")
+    print(f"  {'run':<34}{header}{'minutes':>9}{f'{target:g} at':>9}")
     curves: dict[str, list[list[float | None]]] = {}
     for run in sorted(runs, key=lambda run: (run.label, run.seed)):
         steps, returns = _scalars(run.run_dir, "eval_env_step/mean_return")
         at = [_latest_at_or_before(steps, returns, milestone) for milestone in MBPO_MILESTONES]
         curves.setdefault(run.label, []).append(at)
-        first = next((s for s, v in zip(steps, returns, strict=True) if v >= -200.0), None)
+        first = next((s for s, v in zip(steps, returns, strict=True) if v >= target), None)
         cells = "".join(f"{v:>10.1f}" if v is not None else f"{'-':>10}" for v in at)
-        print(f"  {run.label + ' seed ' + str(run.seed):<26}{cells}{_wall_minutes(run):>9.1f}"
+        print(f"  {run.label + ' seed ' + str(run.seed):<34}{cells}{_wall_minutes(run):>9.1f}"
               f"{first if first is not None else '-':>9}")  # fmt: skip
     for label, rows in curves.items():
         means = []
@@ -393,10 +410,10 @@ def compare_mbpo(seeds: list[int], jobs: int, *, env_steps: int, reuse: bool) ->
             values = [v for v in column if v is not None]
             means.append(f"{sum(values) / len(values):>10.1f}" if len(values) == len(column)
                          else f"{'-':>10}")  # fmt: skip
-        print(f"  {label + ' mean':<26}{''.join(means)}")
-    print("  model held-out normalised MSE (elites; target < 0.05): last, and the env step it "
-          "first fell below 0.05")  # fmt: skip
-    for run in (run for run in runs if run.label == "mbpo_pendulum"):
+        print(f"  {label + ' mean':<34}{''.join(means)}")
+    print("  model held-out normalised MSE (elites): last, and the env step it first fell "
+          "below 0.05")  # fmt: skip
+    for run in (run for run in runs if run.label == mbpo_name):
         steps, errors = _scalars(run.run_dir, "model_bp_step/holdout_nmse")
         below = next((warmup + s // ratio for s, e in zip(steps, errors, strict=True)
                       if e < 0.05), None)  # fmt: skip
