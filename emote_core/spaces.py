@@ -51,18 +51,34 @@ class BoxSpace:
         shape: The shape of one value (no batch dimension).
         low: Lower bounds broadcastable to ``shape``, or ``None`` when unbounded.
         high: Upper bounds broadcastable to ``shape``, or ``None`` when unbounded.
+        frames: How many frames each value stacks along its last axis, oldest first (emote's
+            ``FrameStack``): 1 for a plain value. Memory tables store a stacked entry's newest
+            frame once per step and rebuild the stack when sampling.
     """
 
     dtype: np.dtype[Any]
     shape: tuple[int, ...]
     low: Bound = None
     high: Bound = None
+    frames: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
         if any(s < 0 for s in self.shape):
             raise ConfigurationError(f"a space's shape must be non-negative; got {self.shape}")
+        frames = self.frames
+        if isinstance(frames, bool) or not isinstance(frames, int | np.integer) or frames < 1:
+            raise ConfigurationError(
+                f"a space's frames (frames stacked per value) must be an integer >= 1; got "
+                f"{frames!r}"
+            )
+        object.__setattr__(self, "frames", int(frames))
+        if self.frames > 1 and (not self.shape or self.shape[-1] % self.frames):
+            raise ConfigurationError(
+                f"a space of {self.frames} stacked frames needs a last axis that holds them "
+                f"equally; its shape is {self.shape}"
+            )
         for name in ("low", "high"):
             bound = getattr(self, name)
             if bound is not None:
@@ -81,6 +97,7 @@ class BoxSpace:
         return (
             self.dtype == other.dtype
             and self.shape == other.shape
+            and self.frames == other.frames
             and _bounds_equal(self.low, other.low)
             and _bounds_equal(self.high, other.high)
         )
@@ -97,15 +114,26 @@ class BoxSpace:
             return False
         return not (self.high is not None and np.any(array > self.high))
 
+    @property
+    def frame_shape(self) -> tuple[int, ...]:
+        """The shape of one frame of a value: the shape itself unless frames are stacked."""
+        if self.frames == 1:
+            return self.shape
+        return (*self.shape[:-1], self.shape[-1] // self.frames)
+
     def to_json(self) -> dict[str, Any]:
-        """Returns a JSON-compatible description of this space."""
-        return {
+        """Returns a JSON-compatible description of this space (``frames`` only when > 1, so
+        descriptions written before stacks existed read the same)."""
+        document = {
             "type": "box",
             "dtype": self.dtype.str,
             "shape": list(self.shape),
             "low": _bound_to_json(self.low),
             "high": _bound_to_json(self.high),
         }
+        if self.frames > 1:
+            document["frames"] = self.frames
+        return document
 
 
 @dataclass(frozen=True, eq=False)
@@ -273,6 +301,7 @@ def space_from_json(document: dict[str, Any]) -> BoxSpace | DictSpace:
             shape=shape,
             low=_bound_from_json(document.get("low"), shape, -1.0),
             high=_bound_from_json(document.get("high"), shape, 1.0),
+            frames=document.get("frames", 1),
         )
     raise ConfigurationError(f"unknown space type {kind!r}; expected 'box', 'discrete' or 'dict'")
 
@@ -298,6 +327,8 @@ def _box_from_gym(space: Any, key: str) -> BoxSpace:
         shape=space.shape,
         low=None if np.all(np.isneginf(low)) else low,
         high=None if np.all(np.isposinf(high)) else high,
+        # emote's FrameStack says how many frames its observations stack (a FrameStackBox).
+        frames=getattr(space, "frames", 1),
     )
 
 

@@ -8,7 +8,13 @@ from __future__ import annotations
 from emote_core.env.batch_collector import BatchGymCollector
 from emote_core.env.collectors import GymCollector
 from emote_core.env.dict_gym import DictGymWrapper, make_vector_env
-from emote_core.env.frames import FrameStack, LazyFrames, ScaledFloatFrame, WarpFrame
+from emote_core.env.frames import (
+    FrameStack,
+    FrameStackBox,
+    LazyFrames,
+    ScaledFloatFrame,
+    WarpFrame,
+)
 from emote_core.env.hit_the_middle import ENV_ID as HIT_THE_MIDDLE_ID
 from emote_core.env.hit_the_middle import HitTheMiddle, middle_controller
 from emote_core.env.threaded_collector import ThreadedGymCollector
@@ -18,6 +24,7 @@ __all__ = [
     "BatchGymCollector",
     "DictGymWrapper",
     "FrameStack",
+    "FrameStackBox",
     "GymCollector",
     "HitTheMiddle",
     "LazyFrames",

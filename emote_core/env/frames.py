@@ -135,6 +135,31 @@ class LazyFrames:
         return self._frames[index]
 
 
+class FrameStackBox(spaces.Box):
+    """The observation space of :class:`FrameStack`: a ``Box`` that also says how many frames
+    each value stacks along its last axis (``frames``), so that memory tables store each frame
+    once and rebuild the stacks when sampling (``BoxSpace.frames``).
+
+    Args:
+        low: Lower bounds of a stacked value.
+        high: Upper bounds of a stacked value.
+        dtype: The frames' dtype.
+        frames: Frames per value.
+    """
+
+    def __init__(self, low: Any, high: Any, *, dtype: Any, frames: int) -> None:
+        super().__init__(low=low, high=high, dtype=dtype)
+        self.frames = int(frames)
+
+    def __eq__(self, other: object) -> bool:
+        return super().__eq__(other) and getattr(other, "frames", 1) == self.frames
+
+    __hash__ = spaces.Box.__hash__
+
+    def __repr__(self) -> str:
+        return f"{super().__repr__()[:-1]}, frames={self.frames})"
+
+
 class FrameStack(gymnasium.ObservationWrapper[LazyFrames, Any, np.ndarray]):
     """Stacks the last ``k`` frames along the channel axis, as :class:`LazyFrames`.
 
@@ -157,10 +182,11 @@ class FrameStack(gymnasium.ObservationWrapper[LazyFrames, Any, np.ndarray]):
         self._expand = len(source.shape) == 2
         low = np.asarray(source.low)[..., None] if self._expand else np.asarray(source.low)
         high = np.asarray(source.high)[..., None] if self._expand else np.asarray(source.high)
-        self.observation_space = spaces.Box(
+        self.observation_space = FrameStackBox(
             low=np.concatenate([low] * k, axis=-1),
             high=np.concatenate([high] * k, axis=-1),
             dtype=source.dtype,
+            frames=k,
         )
         self._frames: deque[np.ndarray] = deque(maxlen=k)
 
@@ -217,4 +243,4 @@ class ScaledFloatFrame(gymnasium.ObservationWrapper[np.ndarray, Any, Any]):
         return scaled
 
 
-__all__ = ["FrameStack", "LazyFrames", "ScaledFloatFrame", "WarpFrame"]
+__all__ = ["FrameStack", "FrameStackBox", "LazyFrames", "ScaledFloatFrame", "WarpFrame"]

@@ -15,7 +15,7 @@ with ``count * sequence_length`` rows per entry, except ``next_observation`` in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,12 @@ from emote_core.memory.adaptors import (
     TerminalAdaptor,
 )
 from emote_core.memory.columns import AnyColumn, Column, VirtualColumn
+from emote_core.memory.frame_stacks import (
+    FRAME_PREFIX,
+    frame_stack_columns,
+    frame_stacks,
+    unstack_frames,
+)
 from emote_core.memory.mappers import (
     Mapper,
     NextElementMapper,
@@ -88,11 +94,15 @@ def _check_spaces(spaces: Any, use_terminal: bool) -> list[str]:
                 f"observation key '{key}' clashes with the table's own columns (reserved: "
                 f"{sorted(reserved)}); rename the observation entry"
             )
-        if key.startswith(NEXT_PREFIX) and key[len(NEXT_PREFIX) :] in keys:
-            raise ConfigurationError(
-                f"observation key '{key}' clashes with the next-observation column of "
-                f"'{key[len(NEXT_PREFIX) :]}'; rename one of the two observation entries"
-            )
+        for prefix, what in ((NEXT_PREFIX, "next-observation"), (FRAME_PREFIX, "frame")):
+            base = key[len(prefix) :]
+            if key.startswith(prefix) and base in keys:
+                if prefix == FRAME_PREFIX and spaces.state[base].frames == 1:
+                    continue  # only stacked entries have a frame column
+                raise ConfigurationError(
+                    f"observation key '{key}' clashes with the {what} column of '{base}'; "
+                    "rename one of the two observation entries"
+                )
         if not isinstance(space, BoxSpace):
             raise ConfigurationError(
                 f"observation '{key}' has space {space!r}; each observation entry must be a "
@@ -155,6 +165,11 @@ def _build_columns(
     columns: list[AnyColumn] = []
     for key in keys:
         space = spaces.state[key]
+        if space.frames > 1:
+            columns += frame_stack_columns(
+                key, space, next_name=NEXT_PREFIX + key, per_window=next_mapper.per_window
+            )
+            continue
         columns.append(Column(key, space.shape, space.dtype))
         columns.append(
             VirtualColumn(NEXT_PREFIX + key, space.shape, space.dtype, key, next_mapper())
@@ -332,6 +347,9 @@ class DictObsMemoryTable(DictMemoryTable):
             _flag_dtype("masks_dtype", masks_dtype),
         )
         self.spaces = spaces
+        self.frame_stacks = frame_stacks(spaces)
+        """Frames per frame-stacked observation entry (stored once each, stacked when
+        sampled)."""
         super().__init__(
             columns=_build_columns(spaces, keys, self.next_mapper, flag_dtypes),
             obs_keys=keys,
@@ -345,6 +363,14 @@ class DictObsMemoryTable(DictMemoryTable):
             adaptors=adaptors,
             preprocessor=preprocessor,
         )
+
+    def stored_sequence(self, sequence: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The episode as the table stores it: frame-stacked observation entries, given as
+        agents see them, become their single frames (see
+        :func:`~emote_core.memory.frame_stacks.unstack_frames`)."""
+        if not self.frame_stacks:
+            return sequence
+        return unstack_frames(sequence, self.frame_stacks, self.spaces)
 
 
 class DictObsNStepMemoryTable(DictObsMemoryTable):

@@ -98,6 +98,9 @@ class Mapper(ABC):
     per_window: ClassVar[bool] = False
     needs_target: ClassVar[bool] = True
     target_extra_rows: ClassVar[int] = 0
+    hides_target: ClassVar[bool] = False
+    """Whether the target column is read only through this mapper and left out of batches (the
+    single frames a frame stack is built from)."""
 
     @abstractmethod
     def map(
@@ -193,9 +196,80 @@ class SyntheticMasks(Mapper):
         return context.to_device(values)
 
 
+class FrameStackMapper(Mapper):
+    """Stacks of the last ``frames`` frames, rebuilt from a column that holds each frame once.
+
+    The stack at step ``p`` joins the frames of steps ``p - frames + 1 .. p`` along the last
+    axis, oldest first, as emote's ``FrameStack`` wrapper does; steps before the episode's start
+    repeat its first frame, as the wrapper's stack after a reset does. ``ahead`` reads the stack
+    ``ahead`` steps later (1: the next observation's; more: n-step bootstraps, which stop at
+    the episode's final observation as :class:`NextElementMapper` does).
+
+    Args:
+        frames: Frames per stack.
+        ahead: Steps ahead of each sampled step.
+
+    Raises:
+        ConfigurationError: If ``frames`` < 1 or ``ahead`` < 0.
+    """
+
+    target_extra_rows: ClassVar[int] = 1
+    hides_target: ClassVar[bool] = True
+
+    def __init__(self, frames: int, ahead: int = 0) -> None:
+        if frames < 1 or ahead < 0:
+            raise ConfigurationError(
+                f"a frame stack takes frames >= 1 and ahead >= 0; got frames={frames}, "
+                f"ahead={ahead}"
+            )
+        self.frames = int(frames)
+        self.ahead = int(ahead)
+
+    def _newest(self, context: SampleContext) -> tuple[np.ndarray, np.ndarray]:
+        """The episode position of each stack's newest frame, and each one's episode start."""
+        starts = np.repeat(context.starts, context.sequence_length)
+        if self.ahead == 0:
+            return context.positions, starts
+        return np.minimum(context.positions + self.ahead, context.step_lengths), starts
+
+    def map(
+        self, context: SampleContext, target: RingArray | None, shape: tuple[int, ...], dtype: Any
+    ) -> torch.Tensor:
+        assert target is not None
+        newest, starts = self._newest(context)
+        back = np.arange(1 - self.frames, 1, dtype=np.int64)
+        rows = (np.maximum(newest[:, None] + back[None, :], 0) + starts[:, None]).reshape(-1)
+        frames = target.gather(rows)  # (count * frames, *frame_shape)
+        stacked = frames.reshape(len(newest), self.frames, *frames.shape[1:])
+        return stacked.movedim(1, -2).reshape(len(newest), *shape)
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": type(self).__name__, "frames": self.frames, "ahead": self.ahead}
+
+
+class LastFrameStackMapper(FrameStackMapper):
+    """The frame stack right after each window: the bootstrap observation of n-step tables
+    (:class:`OnlyLastMapper` for stacked frames)."""
+
+    per_window: ClassVar[bool] = True
+
+    def __init__(self, frames: int) -> None:
+        super().__init__(frames, ahead=0)
+
+    def _newest(self, context: SampleContext) -> tuple[np.ndarray, np.ndarray]:
+        return context.offsets + context.sequence_length, context.starts
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": type(self).__name__, "frames": self.frames}
+
+
 MAPPERS: dict[str, type[Mapper]] = {
-    cls.__name__: cls for cls in (NextElementMapper, OnlyLastMapper, SyntheticDones, SyntheticMasks)
-}
+    cls.__name__: cls
+    for cls in (
+        NextElementMapper, OnlyLastMapper, SyntheticDones, SyntheticMasks, FrameStackMapper,
+        LastFrameStackMapper,
+    )
+}  # fmt: skip
 """Mapper classes by name, for restoring described tables."""
 
 
@@ -210,11 +284,22 @@ def mapper_from_description(description: dict[str, Any]) -> Mapper:
         raise ConfigurationError(f"unknown mapper {kind!r}; known mappers: {sorted(MAPPERS)}")
     if kind == "NextElementMapper":
         return NextElementMapper(int(description.get("n", 1)))
+    if kind in ("FrameStackMapper", "LastFrameStackMapper"):
+        frames, ahead = description.get("frames"), description.get("ahead", 0)
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (frames, ahead)):
+            raise ConfigurationError(
+                f"mapper {kind} needs integer 'frames' (and 'ahead'); got {description!r}"
+            )
+        if kind == "LastFrameStackMapper":
+            return LastFrameStackMapper(frames)
+        return FrameStackMapper(frames, ahead)
     return MAPPERS[kind]()
 
 
 __all__ = [
     "MAPPERS",
+    "FrameStackMapper",
+    "LastFrameStackMapper",
     "Mapper",
     "NextElementMapper",
     "OnlyLastMapper",

@@ -337,7 +337,8 @@ class MemoryTableProxy:
             return
         with self._completed_timer:
             terminal = (end_state == _TERMINAL) if self._use_terminal else None
-            sequence = episode.to_sequence(terminal=terminal)
+            # Listeners (store exports) get the episode as the table holds it.
+            sequence = self._table.stored_sequence(episode.to_sequence(terminal=terminal))
             identity = next(self._identities)
             try:
                 self._table.add_sequence(identity, sequence, end_state=end_state)

@@ -101,6 +101,12 @@ class ArrayMemoryTable(TableSampling):
             self.schema.tags,
             self.schema.virtual,
         )
+        self.sampled = [
+            column for column in self.stored
+            if column.name not in {c.target_name for c in self.virtual if c.mapper.hides_target}
+        ]  # fmt: skip
+        """The stored columns that batches hold (not the frames that frame stacks are built
+        from)."""
         self.maxlen = maxlen
         self.length_key = length_key
         self.sampler = sampler
@@ -195,10 +201,19 @@ class ArrayMemoryTable(TableSampling):
                 the table is unchanged.
             DuplicateEpisodeError: ``identity`` is already held; the table is unchanged.
         """
+        sequence = self.stored_sequence(sequence)
         with self._lock:
             identity = self.schema.check_identity(identity, self.index.slot_of)
             values, length = self.schema.validate(identity, sequence, self.maxlen, end_state)
             self._insert(identity, values, length, end_state)
+
+    def stored_sequence(self, sequence: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The episode ``sequence`` as this table stores it (what :meth:`episodes` gives back and
+        stores hold). The same sequence here; tables that store an entry in another form than
+        agents see it (frame stacks as single frames) convert it. :meth:`add_sequence` takes
+        either form.
+        """
+        return sequence
 
     def _insert(
         self, identity: int, values: dict[str, Any], length: int, end_state: EpisodeState

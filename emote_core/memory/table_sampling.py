@@ -144,7 +144,7 @@ class TableSampling:
             device=self.device,
         )
         batch: dict[str, Any] = {}
-        for column in self.stored:
+        for column in self.sampled:
             batch[column.name] = self._arrays[column.name].gather(context.rows, context.device_rows)
         for column in self.tags:
             batch[column.name] = context.to_device(self._tag_values[column.name][slots])
