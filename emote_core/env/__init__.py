@@ -1,6 +1,7 @@
 """Gymnasium glue: vector environments as dict observations, collectors, test envs, wrappers.
 
-Importing this package registers ``emote/HitTheMiddle-v0`` with gymnasium.
+Importing this package registers ``emote/HitTheMiddle-v0`` and ``emote/PixelPendulum-v0`` with
+gymnasium.
 """
 
 from __future__ import annotations
@@ -11,19 +12,27 @@ from emote_core.env.dict_gym import DictGymWrapper, make_vector_env
 from emote_core.env.frames import FrameStack, LazyFrames, ScaledFloatFrame, WarpFrame
 from emote_core.env.hit_the_middle import ENV_ID as HIT_THE_MIDDLE_ID
 from emote_core.env.hit_the_middle import HitTheMiddle, middle_controller
+from emote_core.env.pixel_envs import (
+    PIXEL_PENDULUM_ID,
+    PixelPendulum,
+    render_pendulum,
+)
 from emote_core.env.threaded_collector import ThreadedGymCollector
 
 __all__ = [
     "HIT_THE_MIDDLE_ID",
+    "PIXEL_PENDULUM_ID",
     "BatchGymCollector",
     "DictGymWrapper",
     "FrameStack",
     "GymCollector",
     "HitTheMiddle",
     "LazyFrames",
+    "PixelPendulum",
     "ScaledFloatFrame",
     "ThreadedGymCollector",
     "WarpFrame",
     "make_vector_env",
     "middle_controller",
+    "render_pendulum",
 ]
