@@ -1,18 +1,24 @@
-"""Pixel environments: a tiny pixel Pendulum, frame-stacked.
+"""Pixel environments: a tiny pixel Pendulum and CarRacing in 84x84 frames, both frame-stacked.
 
-A single frame shows where things are but not how fast they move, so the environment stacks the
+A single frame shows where things are but not how fast they move, so both environments stack the
 last ``frame_stack`` frames along the channel axis with :class:`~emote_core.env.frames.FrameStack`
-(oldest first; after a reset the stack is the first frame repeated). Observations stay ``uint8``:
-a table stores one byte per pixel and the network scales them.
+(oldest first; after a reset the stack is the first frame repeated). The registered ids keep
+observations ``uint8``: a table stores one byte per pixel and the network scales them.
 
-``emote/PixelPendulum-v0`` is gymnasium's Pendulum (dynamics, reward, 200-step limit) seen as a
-small grayscale image of the rod, drawn with numpy: small enough for a pixel SAC agent to learn on
-a CPU. Importing this module registers the id.
+- ``emote/PixelPendulum-v0``: gymnasium's Pendulum (dynamics, reward, 200-step limit) seen as a
+  small grayscale image of the rod, drawn with numpy. Small enough for a pixel SAC agent to learn
+  on a CPU.
+- ``emote/PixelCarRacing-v0``: gymnasium's CarRacing (needs ``gymnasium[box2d]``) in 84x84 RGB
+  frames; :func:`make_vision_box2d_env` builds the same chain for any registered id, seeded per
+  rank, for code that makes its own vector environments.
+
+Importing this module registers both ids.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium
@@ -20,14 +26,23 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.classic_control.pendulum import PendulumEnv
 
-from emote_core.env.frames import FrameStack
+from emote_core.env.frames import FrameStack, ScaledFloatFrame, WarpFrame
 from emote_core.errors import ConfigurationError
 
 PIXEL_PENDULUM_ID = "emote/PixelPendulum-v0"
 """The id under which the frame-stacked :class:`PixelPendulum` is registered with gymnasium."""
 
+PIXEL_CAR_RACING_ID = "emote/PixelCarRacing-v0"
+"""The id under which CarRacing in stacked 84x84 RGB frames is registered with gymnasium."""
+
 PENDULUM_EPISODE_STEPS = 200
 """Steps before a pixel Pendulum episode is truncated, as in gymnasium's ``Pendulum-v1``."""
+
+CAR_RACING_EPISODE_STEPS = 1000
+"""Steps before a pixel CarRacing episode is truncated, as in gymnasium's ``CarRacing-v3``."""
+
+FRAME_SIZE = 84
+"""Height and width of :func:`make_vision_box2d_env`'s and ``emote/PixelCarRacing-v0``'s frames."""
 
 MIN_PENDULUM_SIZE = 16
 """The smallest pixel Pendulum image: below it the rod spans too few pixels to show its angle."""
@@ -188,8 +203,120 @@ def make_pixel_pendulum(
     return FrameStack(PixelPendulum(size=size, g=g, render_mode=render_mode), frame_stack)
 
 
+def pixel_frames(env: gymnasium.Env, *, frame_stack: int, use_float_scaling: bool) -> gymnasium.Env:
+    """Frames warped to 84x84 RGB, stacked, and scaled to float32 if asked.
+
+    RGB rather than grayscale: CarRacing tells road from grass and shows its dashboard in colour,
+    and 84x84x3 ``uint8`` frames are what the memory figures of emote's pixel work are sized for.
+
+    Args:
+        env: An environment with ``(H, W, 3)`` image observations.
+        frame_stack: Frames per observation.
+        use_float_scaling: Map the stacks to float32 in ``[-1, 1]``
+            (:class:`~emote_core.env.frames.ScaledFloatFrame`); ``False`` keeps ``uint8``.
+
+    Returns:
+        The wrapped environment, observations ``(84, 84, 3 * frame_stack)``.
+
+    Raises:
+        ConfigurationError: If the observations are not images or ``frame_stack`` is not positive.
+    """
+    frame_stack = _int_at_least("pixel_frames", "frame_stack", frame_stack)
+    wrapped: gymnasium.Env = FrameStack(
+        WarpFrame(env, width=FRAME_SIZE, height=FRAME_SIZE, grayscale=False), frame_stack
+    )
+    if use_float_scaling:
+        wrapped = ScaledFloatFrame(wrapped)
+    return wrapped
+
+
+def make_pixel_car_racing(
+    *, frame_stack: int = 3, render_mode: str | None = None, **car_racing_kwargs: Any
+) -> gymnasium.Env:
+    """``emote/PixelCarRacing-v0``'s entry point: CarRacing in stacked 84x84 RGB ``uint8`` frames.
+
+    Args:
+        frame_stack: Frames per observation; observations are ``(84, 84, 3 * frame_stack)``.
+        render_mode: Passed to CarRacing.
+        **car_racing_kwargs: Passed to CarRacing (``continuous``, ``domain_randomize``,
+            ``lap_complete_percent``).
+
+    Returns:
+        The wrapped environment (gymnasium adds the 1000-step limit when made from the id).
+
+    Raises:
+        ConfigurationError: If ``frame_stack`` is not positive or Box2D is not installed.
+    """
+    frame_stack = _int_at_least("PixelCarRacing", "frame_stack", frame_stack)
+    try:
+        from gymnasium.envs.box2d.car_racing import CarRacing
+    except (ImportError, gymnasium.error.DependencyNotInstalled) as error:
+        raise ConfigurationError(
+            f"{PIXEL_CAR_RACING_ID} needs Box2D, which did not import ({error}); install "
+            "gymnasium[box2d]"
+        ) from error
+    car_racing = CarRacing(render_mode=render_mode, **car_racing_kwargs)
+    return pixel_frames(car_racing, frame_stack=frame_stack, use_float_scaling=False)
+
+
+def make_vision_box2d_env(
+    env_id: str,
+    rank: int,
+    seed: int = 0,
+    frame_stack: int = 3,
+    use_float_scaling: bool = False,
+) -> Callable[[], gymnasium.Env]:
+    """A factory of one pixel Box2D environment (CarRacing), for a vector env's ``rank``-th slot.
+
+    The environment is ``gymnasium.make(env_id)`` with its frames warped to 84x84 RGB (see
+    :func:`pixel_frames` for why RGB), stacked ``frame_stack`` deep and, with
+    ``use_float_scaling``, scaled to float32 in ``[-1, 1]``. It is seeded with ``seed + rank``
+    (its first reset and its action space), so every slot plays its own, reproducible tracks.
+    Checking the arguments happens here; making the environment waits for the call.
+
+    Args:
+        env_id: A registered gymnasium id with RGB image observations, such as
+            ``"CarRacing-v3"``.
+        rank: The slot's index in its vector environment.
+        seed: The base seed; the slot uses ``seed + rank``.
+        frame_stack: Frames per observation.
+        use_float_scaling: Float32 observations in ``[-1, 1]``; ``False`` keeps ``uint8`` (a
+            quarter of the memory, scaled by the network).
+
+    Returns:
+        A function of no arguments that builds the environment, observations
+        ``(84, 84, 3 * frame_stack)``.
+
+    Raises:
+        ConfigurationError: If ``env_id`` is not registered or another argument is out of range.
+    """
+    if not isinstance(env_id, str) or env_id not in gymnasium.registry:
+        raise ConfigurationError(
+            f"make_vision_box2d_env's env_id must be a registered gymnasium id such as "
+            f"'CarRacing-v3'; got {env_id!r}"
+        )
+    rank = _int_at_least("make_vision_box2d_env", "rank", rank, minimum=0)
+    seed = _int_at_least("make_vision_box2d_env", "seed", seed, minimum=0)
+    frame_stack = _int_at_least("make_vision_box2d_env", "frame_stack", frame_stack)
+    if not isinstance(use_float_scaling, bool):
+        raise ConfigurationError(
+            f"make_vision_box2d_env's use_float_scaling must be True or False; got "
+            f"{use_float_scaling!r}"
+        )
+
+    def make() -> gymnasium.Env:
+        env = pixel_frames(
+            gymnasium.make(env_id), frame_stack=frame_stack, use_float_scaling=use_float_scaling
+        )
+        env.reset(seed=seed + rank)
+        env.action_space.seed(seed + rank)
+        return env
+
+    return make
+
+
 def register() -> None:
-    """Registers :data:`PIXEL_PENDULUM_ID`, once.
+    """Registers :data:`PIXEL_PENDULUM_ID` and :data:`PIXEL_CAR_RACING_ID`, once.
 
     Importing this module does it. gymnasium's passive checker is left off: it expects arrays
     and would warn about every frame stack, which arrives as
@@ -202,16 +329,29 @@ def register() -> None:
             max_episode_steps=PENDULUM_EPISODE_STEPS,
             disable_env_checker=True,
         )
+    if PIXEL_CAR_RACING_ID not in gymnasium.registry:
+        gymnasium.register(
+            id=PIXEL_CAR_RACING_ID,
+            entry_point=f"{__name__}:make_pixel_car_racing",
+            max_episode_steps=CAR_RACING_EPISODE_STEPS,
+            disable_env_checker=True,
+        )
 
 
 register()
 
 __all__ = [
+    "CAR_RACING_EPISODE_STEPS",
+    "FRAME_SIZE",
     "MIN_PENDULUM_SIZE",
     "PENDULUM_EPISODE_STEPS",
+    "PIXEL_CAR_RACING_ID",
     "PIXEL_PENDULUM_ID",
     "PixelPendulum",
+    "make_pixel_car_racing",
     "make_pixel_pendulum",
+    "make_vision_box2d_env",
+    "pixel_frames",
     "register",
     "render_pendulum",
 ]
