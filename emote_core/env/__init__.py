@@ -1,6 +1,7 @@
 """Gymnasium glue: vector environments as dict observations, collectors, test envs, wrappers.
 
-Importing this package registers ``emote/HitTheMiddle-v0`` with gymnasium.
+Importing this package registers ``emote/HitTheMiddle-v0``, ``emote/PixelPendulum-v0`` and
+``emote/PixelCarRacing-v0`` with gymnasium.
 """
 
 from __future__ import annotations
@@ -17,10 +18,19 @@ from emote_core.env.frames import (
 )
 from emote_core.env.hit_the_middle import ENV_ID as HIT_THE_MIDDLE_ID
 from emote_core.env.hit_the_middle import HitTheMiddle, middle_controller
+from emote_core.env.pixel_envs import (
+    PIXEL_CAR_RACING_ID,
+    PIXEL_PENDULUM_ID,
+    PixelPendulum,
+    make_vision_box2d_env,
+    render_pendulum,
+)
 from emote_core.env.threaded_collector import ThreadedGymCollector
 
 __all__ = [
     "HIT_THE_MIDDLE_ID",
+    "PIXEL_CAR_RACING_ID",
+    "PIXEL_PENDULUM_ID",
     "BatchGymCollector",
     "DictGymWrapper",
     "FrameStack",
@@ -28,9 +38,12 @@ __all__ = [
     "GymCollector",
     "HitTheMiddle",
     "LazyFrames",
+    "PixelPendulum",
     "ScaledFloatFrame",
     "ThreadedGymCollector",
     "WarpFrame",
     "make_vector_env",
+    "make_vision_box2d_env",
     "middle_controller",
+    "render_pendulum",
 ]

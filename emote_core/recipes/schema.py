@@ -22,7 +22,8 @@ class EnvConfig:
     """The gymnasium environment."""
 
     id: str = "Pendulum-v1"
-    """A registered gymnasium id (emote's own: ``emote/HitTheMiddle-v0``)."""
+    """A registered gymnasium id (emote's own: ``emote/HitTheMiddle-v0``,
+    ``emote/PixelPendulum-v0``, ``emote/PixelCarRacing-v0``)."""
     num_envs: int = 1
     """Environments stepped together (a vector env)."""
     kwargs: dict[str, object] = field(default_factory=dict)
