@@ -136,9 +136,12 @@ def collect(
             out, schema, spaces=spaces.to_json(), shard=shard, provenance=record
         )
         batches = _Batches(appender)
-        collector = BatchGymCollector(
-            env=env, agent=agent, on_episode=batches.add, seed=loaded.seed
-        )
+
+        def finished(identity: int, sequence: dict[str, Any], end_state: Any) -> None:
+            # Pending episodes held as the store keeps them: frame stacks as single frames.
+            batches.add(identity, dict(schema.stored_sequence(sequence)), end_state)
+
+        collector = BatchGymCollector(env=env, agent=agent, on_episode=finished, seed=loaded.seed)
 
         def show(env_steps: int, *, force: bool = False) -> None:
             completed, recent = collector.completed_episodes, batches.recent_return()

@@ -53,9 +53,9 @@ def flatten_observation(
             convolutional encoder) and needs exactly one key.
 
     Returns:
-        A ``(B, D)`` tensor (``flatten=True``), or the selected entry as it is. float64 entries
-        (MuJoCo's observations, kept exact in tables and stores) become float32, the networks'
-        dtype.
+        A ``(B, D)`` tensor (``flatten=True``), or the selected entry as it is. Entries of
+        other dtypes than float32 (MuJoCo's float64, ``uint8`` frames, integers: kept exact in
+        tables and stores) become float32, the networks' dtype, unscaled.
 
     Raises:
         ConfigurationError: If a key is missing, no key is selected, or ``flatten=False`` with
@@ -78,7 +78,8 @@ def flatten_observation(
 
 
 def _network_dtype(value: Tensor) -> Tensor:
-    return value.float() if value.dtype == torch.float64 else value
+    # The networks are float32; tables keep observations exact (float64, uint8 frames, ints).
+    return value if value.dtype == torch.float32 else value.float()
 
 
 def observation_dim(spaces: MDPSpace | DictSpace, keys: Sequence[str] | None = None) -> int:

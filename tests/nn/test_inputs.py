@@ -49,3 +49,11 @@ def test_float64_observations_reach_the_networks_as_float32() -> None:
     assert single.dtype == joined.dtype == torch.float32 and joined.shape == (2, 3)
     pixels = torch.zeros(2, 3, 3, dtype=torch.uint8)
     assert flatten_observation({"obs": pixels}, flatten=False).dtype == torch.uint8
+
+
+def test_uint8_frames_and_integer_entries_reach_mlps_as_unscaled_float32() -> None:
+    # A pixel env's frames stay uint8 in tables; an MLP over them gets float32 values 0..255.
+    frames = torch.tensor([[[0, 255]], [[7, 9]]], dtype=torch.uint8)
+    joined = flatten_observation({"frames": frames, "count": torch.tensor([[3], [4]])})
+    assert joined.dtype == torch.float32
+    assert joined.tolist() == [[3.0, 0.0, 255.0], [4.0, 7.0, 9.0]]

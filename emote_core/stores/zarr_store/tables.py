@@ -95,10 +95,14 @@ class StoreAppender:
                 if not _wait_for_store(self.url):
                     raise
         self.writer = ShardWriter(self.url, shard=shard, provenance=provenance)
+        self._stored_sequence = table.stored_sequence
 
     def append(self, episodes: Sequence[EpisodeRecord]) -> None:
-        """Commits ``episodes`` in batches of about :data:`BATCH_BYTES`."""
-        for batch in batches(episodes, BATCH_BYTES):
+        """Commits ``episodes`` in batches of about :data:`BATCH_BYTES`, each in the form the
+        table stores it (frame stacks as single frames; see
+        :meth:`~emote_core.memory.table.ArrayMemoryTable.stored_sequence`)."""
+        stored = [(k, self._stored_sequence(data), end) for k, data, end in episodes]
+        for batch in batches(stored, BATCH_BYTES):
             self.writer.append(batch)
 
     def close(self) -> None:
