@@ -5,7 +5,8 @@ once in each of the ``k`` stacks that hold it. A table whose observation entry s
 (``BoxSpace(frames=k)``) stores only each step's newest frame, in a column ``frame_<key>``, and
 rebuilds the stack (``<key>``) and the next observation's stack (``next_<key>``) when it is
 sampled (:class:`~emote_core.memory.mappers.FrameStackMapper`): the bytes per transition stay those
-of one frame, in RAM and in stores.
+of one frame, in RAM and in stores. The column holds each frame channels first (``(C, H, W)`` for
+an ``(H, W, C)`` frame), so that a sampled stack is a view of its gathered frames.
 
 Stacks are rebuilt as the wrapper builds them: the frames of steps ``p - k + 1 .. p`` joined along
 the last axis, oldest first, with the episode's first frame standing in for the steps before it.
@@ -50,9 +51,10 @@ def frame_stack_columns(
             rather than after each step.
     """
     frames, stored = space.frames, FRAME_PREFIX + key
+    *leading, channels = space.frame_shape
     after = LastFrameStackMapper(frames) if per_window else FrameStackMapper(frames, 1)
     return [
-        Column(stored, space.frame_shape, space.dtype),
+        Column(stored, (channels, *leading), space.dtype),  # channels first
         VirtualColumn(key, space.shape, space.dtype, stored, FrameStackMapper(frames)),
         VirtualColumn(next_name, space.shape, space.dtype, stored, after),
     ]
@@ -71,7 +73,8 @@ def unstack_frames(
         spaces: The table's spaces.
 
     Returns:
-        The sequence with ``frame_<key>`` (each step's newest frame) in place of ``<key>``.
+        The sequence with ``frame_<key>`` (each step's newest frame, channels first) in place
+        of ``<key>``.
 
     Raises:
         SchemaError: If a stack is not shaped as its space says, or does not follow from the
@@ -101,7 +104,7 @@ def unstack_frames(
                 "be stored as single frames; stack frames with emote's FrameStack, or declare "
                 "the entry without frames"
             )
-        values[FRAME_PREFIX + key] = np.ascontiguousarray(split[..., -1, :])
+        values[FRAME_PREFIX + key] = np.ascontiguousarray(np.moveaxis(split[..., -1, :], -1, 1))
     return values
 
 

@@ -101,7 +101,7 @@ def test_the_table_holds_one_frame_per_step_not_the_stack():
     stacked_table.add_sequence(0, episode(frames, seed=1))
     [(_, held, _)] = list(stacked_table.episodes())
     assert set(held) == {FRAME_PREFIX + "pixels", "actions", "rewards"}
-    assert held[FRAME_PREFIX + "pixels"].shape == (10, H, W, C)  # N + 1 frames
+    assert held[FRAME_PREFIX + "pixels"].shape == (10, C, H, W)  # N + 1 frames, channels first
     assert held[FRAME_PREFIX + "pixels"].dtype == np.uint8
     per_row = stacked_table._arrays[FRAME_PREFIX + "pixels"].host.itemsize * H * W * C
     assert per_row == H * W * C  # one uint8 frame per row
@@ -178,7 +178,7 @@ def test_a_store_holds_the_frames_once_and_loads_back_into_the_same_stacks(tmp_p
 
     store = MemoryStore(tmp_path / "pixels.zarr")
     stored = {schema.name: schema for schema in store.schemas()}
-    assert stored[FRAME_PREFIX + "pixels"].shape == (H, W, C)
+    assert stored[FRAME_PREFIX + "pixels"].shape == (C, H, W)
     assert stored[FRAME_PREFIX + "pixels"].dtype == np.uint8
     assert MDPSpace.from_json(store.attributes["spaces"]).state["pixels"].frames == 3
 
@@ -231,7 +231,8 @@ def test_live_exports_write_the_frames_the_table_holds(tmp_path):
     exporter.close()
     [(identity, data, _)] = list(MemoryStore(tmp_path / "replay_export").episodes())
     assert set(data) >= {FRAME_PREFIX + "pixels"} and "pixels" not in data
-    np.testing.assert_array_equal(data[FRAME_PREFIX + "pixels"], np.stack(seen)[..., -C:])
+    newest = np.moveaxis(np.stack(seen)[..., -C:], -1, 1)  # stored channels first
+    np.testing.assert_array_equal(data[FRAME_PREFIX + "pixels"], newest)
     fresh = DictObsMemoryTable(spaces=spaces_for(frames), maxlen=1_000, seed=0)
     load_table(fresh, [tmp_path / "replay_export"])
     batch = fresh.sample_by_index([identity], [0], 6)
@@ -296,3 +297,34 @@ def test_frame_stack_mappers_round_trip_through_their_descriptions():
         mapper_from_description({"type": "FrameStackMapper", "frames": "3"})
     with pytest.raises(ConfigurationError, match="frames >= 1"):
         mapper_from_description({"type": "FrameStackMapper", "frames": 0})
+
+
+def test_a_convolutional_encoder_sees_the_same_batch_from_frames_as_from_whole_stacks():
+    """The sampled stack is a view of the frames (channels-first underneath): a conv encoder
+    reads it as it reads a table of whole stacks, and the frames are not copied pixel by pixel."""
+    from emote_core.nn import Conv2dEncoder
+
+    frames = 3
+    sequence = episode(frames, seed=4)
+    whole_spaces = spaces_for(frames)
+    whole = DictObsMemoryTable(
+        spaces=MDPSpace(
+            rewards=whole_spaces.rewards,
+            actions=whole_spaces.actions,
+            state=DictSpace({"pixels": BoxSpace(np.uint8, (H, W, C * frames), 0, 255)}),
+        ),
+        maxlen=1_000,
+        seed=0,
+    )
+    stacked = DictObsMemoryTable(spaces=whole_spaces, maxlen=1_000, seed=0)
+    for table in (whole, stacked):
+        table.add_sequence(0, sequence)
+    offsets = list(range(9))
+    a = whole.sample_by_index([0] * 9, offsets, 1)["observation"]["pixels"]
+    b = stacked.sample_by_index([0] * 9, offsets, 1)["observation"]["pixels"]
+    assert torch.equal(a, b)
+    assert b.movedim(-1, 1).is_contiguous()  # channels first underneath: a view, no copy
+    torch.manual_seed(0)
+    encoder = Conv2dEncoder(input_shape=(H, W, C * frames), channels=[4], kernels=[3])
+    # Equal up to float summation order (the two memory layouts pick different conv kernels).
+    torch.testing.assert_close(encoder(a), encoder(b), rtol=1e-4, atol=1e-3)
