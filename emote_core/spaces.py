@@ -354,9 +354,12 @@ def describe_shape(shape: Sequence[int]) -> str:
 
 
 def describe_space(space: BoxSpace) -> str:
-    """A space's values in words: "one of 2 choices" for discrete ones, else its shape's words."""
+    """A space's values in words: "one of 2 choices" for discrete ones, else its shape's words
+    ("84x84 image with 9 channels, 3 stacked frames" where frames are stacked)."""
     if isinstance(space, DiscreteSpace):
         return f"one of {space.n} choices"
+    if space.frames > 1:
+        return f"{describe_shape(space.shape)}, {space.frames} stacked frames"
     return describe_shape(space.shape)
 
 

@@ -139,3 +139,12 @@ def test_real_spaces_read_as_words_with_their_bounds() -> None:
     assert describe_bounds(BoxSpace(np.float32, (2,))) == "unbounded"
     wide = BoxSpace(np.float32, (8,), low=-np.arange(8.0), high=np.arange(8.0))
     assert describe_bounds(wide) == "-7 to 7 (per entry)"
+
+
+def test_a_pixel_env_s_frame_stack_reads_as_words() -> None:
+    import emote_core.env  # noqa: F401 - registers emote's pixel environments
+
+    env = gym.make("emote/PixelPendulum-v0", size=32, frame_stack=4)
+    state = MDPSpace.from_gymnasium(env.observation_space, env.action_space).state
+    assert describe_space(state["obs"]) == "32x32 image with 4 channels, 4 stacked frames"
+    assert describe_bounds(state["obs"]) == "0 to 255"

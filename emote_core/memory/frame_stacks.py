@@ -108,6 +108,25 @@ def unstack_frames(
     return values
 
 
+def stack_frames(frames: np.ndarray, count: int) -> np.ndarray:
+    """The stacks an agent saw, from the frames a table stores (the inverse of
+    :func:`unstack_frames`): for formats that hold whole observations.
+
+    Args:
+        frames: One episode's frames as stored, ``(N + 1, C, ...)``.
+        count: Frames per stack.
+
+    Returns:
+        ``(N + 1, ..., count * C)``: at each step the frames of the ``count`` steps up to it,
+        oldest first along the last axis, the first frame standing in before the episode.
+    """
+    steps = np.arange(len(frames), dtype=np.int64)
+    rows = np.maximum(steps[:, None] + np.arange(1 - count, 1, dtype=np.int64)[None, :], 0)
+    gathered = frames[rows.reshape(-1)]  # (steps * count, C, ...)
+    joined = gathered.reshape(len(frames), count * frames.shape[1], *frames.shape[2:])
+    return np.ascontiguousarray(np.moveaxis(joined, 1, -1))
+
+
 def _first_inconsistent_step(split: np.ndarray) -> int | None:
     """The first step whose stack (``split``: steps x ... x frames x width) is not the one
     before it shifted by one frame, or, at step 0, not one frame repeated; ``None`` if none."""
@@ -122,4 +141,10 @@ def _first_inconsistent_step(split: np.ndarray) -> int | None:
     return int(np.flatnonzero(differs)[0]) + 1
 
 
-__all__ = ["FRAME_PREFIX", "frame_stack_columns", "frame_stacks", "unstack_frames"]
+__all__ = [
+    "FRAME_PREFIX",
+    "frame_stack_columns",
+    "frame_stacks",
+    "stack_frames",
+    "unstack_frames",
+]

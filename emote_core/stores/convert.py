@@ -189,6 +189,10 @@ def write_target(
     write = target.write
     if write is None:  # pragma: no cover - _lookup returns only formats with a writer
         raise FormatError(f"'{target.name}' cannot be written")
+    if target.name != "zarr":  # only emote-memory stores rebuild stacks from single frames
+        from emote_core.stores.frame_stacks import with_whole_stacks
+
+        stored = with_whole_stacks(stored)
     origin = dict(source or {"format": stored.format, "sha256": None, "path": stored.source})
     options = WriteOptions(origin, force, progress, provenance)
     if progress is not None:
