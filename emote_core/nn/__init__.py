@@ -1,4 +1,5 @@
-"""Neural network building blocks: policies, Q networks, encoders, initialisers, optimisers."""
+"""Neural network building blocks: policies, Q networks, encoders, CURL, initialisers and
+optimisers."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from emote_core.nn.action_value import (
     DiscreteActionValueMlp,
     SharedEncoderActionValueNet,
 )
+from emote_core.nn.augmentation import ImageAugmentor
 from emote_core.nn.categorical_value import ActionLogitMlp, DiscreteActionLogitMlp
 from emote_core.nn.discriminator import Discriminator
 from emote_core.nn.encoders import Conv1dEncoder, Conv2dEncoder, MlpEncoder
@@ -30,6 +32,7 @@ __all__ = [
     "GaussianMlpPolicy",
     "GaussianPolicy",
     "GaussianPolicyHead",
+    "ImageAugmentor",
     "MlpEncoder",
     "ModifiedAdamW",
     "SharedEncoderActionValueNet",
