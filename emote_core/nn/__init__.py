@@ -10,6 +10,7 @@ from emote_core.nn.action_value import (
 )
 from emote_core.nn.augmentation import ImageAugmentor
 from emote_core.nn.categorical_value import ActionLogitMlp, DiscreteActionLogitMlp
+from emote_core.nn.curl import CurlLoss
 from emote_core.nn.discriminator import Discriminator
 from emote_core.nn.encoders import Conv1dEncoder, Conv2dEncoder, MlpEncoder
 from emote_core.nn.initialization import normal_init_, orthogonal_init_, xavier_uniform_init_
@@ -26,6 +27,7 @@ __all__ = [
     "ActionValueMlp",
     "Conv1dEncoder",
     "Conv2dEncoder",
+    "CurlLoss",
     "DiscreteActionLogitMlp",
     "DiscreteActionValueMlp",
     "Discriminator",
