@@ -1,4 +1,5 @@
-"""Neural network building blocks: policies, Q networks, encoders, initialisers, optimisers."""
+"""Neural network building blocks: policies, Q networks, encoders, CURL, initialisers and
+optimisers."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from emote_core.nn.action_value import (
     DiscreteActionValueMlp,
     SharedEncoderActionValueNet,
 )
+from emote_core.nn.augmentation import ImageAugmentor
 from emote_core.nn.categorical_value import ActionLogitMlp, DiscreteActionLogitMlp
+from emote_core.nn.curl import CurlLoss
 from emote_core.nn.discriminator import Discriminator
 from emote_core.nn.encoders import Conv1dEncoder, Conv2dEncoder, MlpEncoder
 from emote_core.nn.initialization import normal_init_, orthogonal_init_, xavier_uniform_init_
@@ -24,12 +27,14 @@ __all__ = [
     "ActionValueMlp",
     "Conv1dEncoder",
     "Conv2dEncoder",
+    "CurlLoss",
     "DiscreteActionLogitMlp",
     "DiscreteActionValueMlp",
     "Discriminator",
     "GaussianMlpPolicy",
     "GaussianPolicy",
     "GaussianPolicyHead",
+    "ImageAugmentor",
     "MlpEncoder",
     "ModifiedAdamW",
     "SharedEncoderActionValueNet",
