@@ -3,12 +3,24 @@ space, and the wrappers that let SAC learn and act in it.
 
 * :mod:`.vae`: the VAE (:class:`VariationalAutoencoder`, :func:`make_vae`), its loss terms and
   the KL to the prior;
+* :mod:`.losses`: :class:`VAELoss`, which trains the VAE on a data group of demonstrations;
+* :mod:`.scaling`: the one convention between the policy's ``[-1, 1]`` actions and latents,
+  ``latent = latent_scale * policy_action``;
+* :mod:`.wrappers`: the encoder for labelling, the frozen decoder, and the policy that acts
+  through it (:class:`PolicyWrapper`);
 
 Nothing here is registered as an algorithm family yet.
 """
 
 from __future__ import annotations
 
+from emote_core.algorithms.genrl.losses import VAELoss
+from emote_core.algorithms.genrl.scaling import (
+    DEFAULT_LATENT_SCALE,
+    check_latent_scale,
+    latent_to_policy,
+    policy_to_latent,
+)
 from emote_core.algorithms.genrl.vae import (
     DEFAULT_BETA,
     MlpActionDecoder,
@@ -21,16 +33,25 @@ from emote_core.algorithms.genrl.vae import (
     reparameterise,
     vae_loss,
 )
+from emote_core.algorithms.genrl.wrappers import DecoderWrapper, EncoderWrapper, PolicyWrapper
 
 __all__ = [
     "DEFAULT_BETA",
+    "DEFAULT_LATENT_SCALE",
+    "DecoderWrapper",
+    "EncoderWrapper",
     "MlpActionDecoder",
     "MlpActionEncoder",
+    "PolicyWrapper",
+    "VAELoss",
     "VaeLossTerms",
     "VaeOutput",
     "VariationalAutoencoder",
+    "check_latent_scale",
     "gaussian_kl",
+    "latent_to_policy",
     "make_vae",
+    "policy_to_latent",
     "reparameterise",
     "vae_loss",
 ]
