@@ -8,6 +8,8 @@ space, and the wrappers that let SAC learn and act in it.
   ``latent = latent_scale * policy_action``;
 * :mod:`.wrappers`: the encoder for labelling, the frozen decoder, and the policy that acts
   through it (:class:`PolicyWrapper`);
+* :mod:`.memory`: :class:`MemoryProxyWithEncoder`, which stores latent actions in the replay
+  memory;
 
 Nothing here is registered as an algorithm family yet.
 """
@@ -15,6 +17,7 @@ Nothing here is registered as an algorithm family yet.
 from __future__ import annotations
 
 from emote_core.algorithms.genrl.losses import VAELoss
+from emote_core.algorithms.genrl.memory import MemoryProxyWithEncoder
 from emote_core.algorithms.genrl.scaling import (
     DEFAULT_LATENT_SCALE,
     check_latent_scale,
@@ -40,6 +43,7 @@ __all__ = [
     "DEFAULT_LATENT_SCALE",
     "DecoderWrapper",
     "EncoderWrapper",
+    "MemoryProxyWithEncoder",
     "MlpActionDecoder",
     "MlpActionEncoder",
     "PolicyWrapper",
