@@ -10,12 +10,18 @@ space, and the wrappers that let SAC learn and act in it.
   through it (:class:`PolicyWrapper`);
 * :mod:`.memory`: :class:`MemoryProxyWithEncoder`, which stores latent actions in the replay
   memory;
+* :mod:`.export`: the acting module (latent policy and decoder, one network) and its ONNX graph.
 
 Nothing here is registered as an algorithm family yet.
 """
 
 from __future__ import annotations
 
+from emote_core.algorithms.genrl.export import (
+    GENRL_ALGORITHM,
+    LatentPolicyActing,
+    latent_policy_graph,
+)
 from emote_core.algorithms.genrl.losses import VAELoss
 from emote_core.algorithms.genrl.memory import MemoryProxyWithEncoder
 from emote_core.algorithms.genrl.scaling import (
@@ -41,8 +47,10 @@ from emote_core.algorithms.genrl.wrappers import DecoderWrapper, EncoderWrapper,
 __all__ = [
     "DEFAULT_BETA",
     "DEFAULT_LATENT_SCALE",
+    "GENRL_ALGORITHM",
     "DecoderWrapper",
     "EncoderWrapper",
+    "LatentPolicyActing",
     "MemoryProxyWithEncoder",
     "MlpActionDecoder",
     "MlpActionEncoder",
@@ -53,6 +61,7 @@ __all__ = [
     "VariationalAutoencoder",
     "check_latent_scale",
     "gaussian_kl",
+    "latent_policy_graph",
     "latent_to_policy",
     "make_vae",
     "policy_to_latent",
