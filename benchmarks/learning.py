@@ -25,7 +25,9 @@ the spread (standard deviation over seeds):
   env steps: eval returns at 2.5k, 5k, 10k and 20k env steps, wall time, the first env step an
   eval reached -200, and the model's held-out error. ``--env-steps N`` is MBPO's budget (5,000
   by default: the recipe's); ``--reuse`` keeps runs that already hold their final checkpoint
-  (to extend a run: ``emote train --resume --run-dir runs/bench-mbpo_pendulum-s0 --steps U``).
+  (to extend a run: ``emote train --resume --run-dir runs/bench-mbpo_pendulum-s0 --steps U``);
+  ``--report`` trains nothing and prints the tables from the runs as they stand, each as far as
+  it got.
 - ``mbpo_inverted_pendulum``: the same for ``mbpo_inverted_pendulum`` beside
   ``sac_inverted_pendulum`` on MuJoCo's InvertedPendulum-v5 (``pip install -e ".[mujoco]"``),
   with the first env step an eval reached the maximum return, 1000.
@@ -138,6 +140,9 @@ def main() -> None:
     parser.add_argument("--expert", help="a trained sac_pendulum run for the amp comparison")
     parser.add_argument("--env-steps", type=int, default=5_000, help="MBPO's env steps (mbpo)")
     parser.add_argument("--reuse", action="store_true", help="keep finished runs (mbpo)")
+    parser.add_argument("--report", action="store_true",
+                        help="train nothing: the mbpo tables from the runs in runs/, each as far "
+                             "as it got (runs extended with --resume included)")  # fmt: skip
     args = parser.parse_args()
     seeds = [int(seed) for seed in args.seeds.split(",")]
     names = args.names or ["sac_hit_the_middle", "sac_pendulum", "dqn_cartpole"]
@@ -149,7 +154,7 @@ def main() -> None:
         "symmetry": lambda: compare_symmetry(seeds, args.jobs, steps=args.steps),
         **{
             name: partial(compare_mbpo, seeds, args.jobs, pair=pair, env_steps=args.env_steps,
-                          reuse=args.reuse)
+                          reuse=args.reuse, report=args.report)
             for name, pair in MBPO_PAIRS.items()
         },
     }  # fmt: skip
@@ -371,7 +376,13 @@ MBPO_PAIRS = {  # comparison name: (the MBPO recipe, the SAC recipe beside it)
 
 
 def compare_mbpo(
-    seeds: list[int], jobs: int, *, pair: tuple[str, str], env_steps: int, reuse: bool
+    seeds: list[int],
+    jobs: int,
+    *,
+    pair: tuple[str, str],
+    env_steps: int,
+    reuse: bool,
+    report: bool = False,
 ) -> None:
     from emote_core.recipes import load_recipe
 
@@ -380,17 +391,24 @@ def compare_mbpo(
     warmup, ratio = mbpo.memory.warmup_steps, mbpo.training.bp_steps_per_inference
     updates = (env_steps - warmup) * ratio
     target = mbpo.eval.min_return
-    runs = run_all([SeedRun(label=recipe, recipe=recipe, seed=seed, steps=steps, reuse=reuse,
-                            settings=settings)
-                    for recipe, steps, settings in (
-                        (mbpo_name, updates, ()),
-                        (sac_name, sac.training.bp_steps, ("eval.interval=250",)))
-                    for seed in seeds], jobs)  # fmt: skip
+    runs = [SeedRun(label=recipe, recipe=recipe, seed=seed, steps=steps, reuse=reuse,
+                    settings=settings)
+            for recipe, steps, settings in (
+                (mbpo_name, updates, ()),
+                (sac_name, sac.training.bp_steps, ("eval.interval=250",)))
+            for seed in seeds]  # fmt: skip
+    if report:
+        missing = [str(run.run_dir) for run in runs if not (run.run_dir / "tensorboard").is_dir()]
+        if missing:
+            raise SystemExit(f"--report: no run in {', '.join(missing)}; train them first")
+    else:
+        runs = run_all(runs, jobs)
     sac_env_steps = sac.memory.warmup_steps + sac.training.bp_steps
+    budget = "as far as each run got ('-' past it)" if report else f"{env_steps} env steps"
     print(
         f"MBPO vs SAC, {mbpo.env.id}: mean eval return ({mbpo.eval.episodes} episodes) at the "
-        f"latest interval eval at or before each env step; {mbpo_name} trained {env_steps} env "
-        f"steps ({ratio} updates per env step), {sac_name} {sac_env_steps} "
+        f"latest interval eval at or before each env step; {mbpo_name} trained {budget} "
+        f"({ratio} updates per env step), {sac_name} {sac_env_steps} env steps "
         f"(target: mbpo >= {target:g} within 5k)"
     )
     header = "".join(f"{f'{m // 1000:g}k' if m % 1000 == 0 else m:>10}" for m in MBPO_MILESTONES)

@@ -63,7 +63,7 @@ def evaluate(
 
     Appends to eval.json in the run directory when given one. An .onnx policy runs in
     onnxruntime alone, on the environment of the recipe stored in it (or --recipe / --env).
-    Without --min-return the recipe's [eval] min_return is the threshold (not with --env).
+    Without --min-return the recipe's \\[eval] min_return is the threshold (not with --env).
     """
     setup_logging(quiet=quiet, debug=debug)
     with handle_errors(debug=debug, json_output=json_output):

@@ -68,7 +68,7 @@ def train(
         typer.Option(
             "--resume",
             help="Continue the run from its latest checkpoint, with its own recipe; --set may "
-            "change only bp_steps, log/checkpoint/export intervals, [eval] and [logging].",
+            "change only bp_steps, log/checkpoint/export intervals, \\[eval] and \\[logging].",
         ),
     ] = False,
     force: Annotated[

@@ -205,3 +205,33 @@ def test_python_dash_m_emote_cli_runs_the_same_app() -> None:
     )
     assert completed.returncode == ExitCode.OK, completed.stderr
     assert "Usage: emote" in completed.stdout
+
+
+def _all_commands(command, path=()):
+    yield path, command
+    for name, sub in getattr(command, "commands", {}).items():  # groups (typer vendors click)
+        yield from _all_commands(sub, (*path, name))
+
+
+def test_help_texts_escape_brackets_that_rich_would_swallow_as_markup() -> None:
+    """Rich reads an unescaped ``[eval]`` in a help text as a style tag and prints nothing: every
+    bracketed word in a help text is escaped (``\\[eval]``) unless it is a style of Rich's."""
+    import re
+
+    import typer.main
+
+    styles = {"bold", "dim", "italic", "red", "green", "yellow", "cyan", "magenta", "underline"}
+    swallowed = []
+    for path, command in _all_commands(typer.main.get_command(app)):
+        texts = [command.help or ""] + [getattr(p, "help", None) or "" for p in command.params]
+        for text in texts:
+            for match in re.finditer(r"(?<!\\)\[/?([a-z_ .]+)\]", text):
+                if match.group(1).strip("/") not in styles:
+                    swallowed.append(f"emote {' '.join(path)}: {match.group(0)!r} in {text!r}")
+    assert not swallowed, "\n".join(swallowed)
+
+
+def test_train_help_shows_the_tables_resume_may_change() -> None:
+    result = CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == ExitCode.OK
+    assert "[eval] and [logging]" in " ".join(result.stdout.replace("│", " ").split())
