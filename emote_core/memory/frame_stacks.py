@@ -32,9 +32,7 @@ observation entry once; the entry itself and its next observation are virtual.""
 
 def frame_stacks(spaces: MDPSpace) -> dict[str, int]:
     """The observation entries of ``spaces`` that stack frames, with their frame counts."""
-    state = spaces.state
-    keys = state.keys() if hasattr(state, "keys") else []
-    return {key: state[key].frames for key in keys if state[key].frames > 1}
+    return {key: space.frames for key, space in spaces.state.spaces.items() if space.frames > 1}
 
 
 def frame_stack_columns(

@@ -101,10 +101,8 @@ class ArrayMemoryTable(TableSampling):
             self.schema.tags,
             self.schema.virtual,
         )
-        self.sampled = [
-            column for column in self.stored
-            if column.name not in {c.target_name for c in self.virtual if c.mapper.hides_target}
-        ]  # fmt: skip
+        hidden = {column.target_name for column in self.virtual if column.mapper.hides_target}
+        self.sampled = [column for column in self.stored if column.name not in hidden]
         """The stored columns that batches hold (not the frames that frame stacks are built
         from)."""
         self.maxlen = maxlen
