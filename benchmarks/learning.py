@@ -21,6 +21,11 @@ the spread (standard deviation over seeds):
   a random policy's and the expert's returns: the share of the gap between them it closes.
 - ``symmetry``: ``sac_symmetry_lunar_lander`` beside the same recipe without the symmetry
   add-on, with each policy's symmetry error (``--steps N`` for a shorter budget).
+- ``curl``: ``sac_curl_pixels`` (SAC with CURL on 48x48 pixel Pendulum) beside the same recipe
+  without the curl add-on (``--set addons=[]``) and a random policy: interval eval returns at
+  2k, 3k, 4k and 5k env steps, the final ``emote eval`` return, the margin over the random
+  policy, CURL's last contrastive accuracy and the wall time (``--steps N`` updates per run;
+  ``--report`` prints the tables from the runs as they stand).
 - ``mbpo``: ``mbpo_pendulum`` beside ``sac_pendulum`` (20k env steps), both evaluated every 250
   env steps: eval returns at 2.5k, 5k, 10k and 20k env steps, wall time, the first env step an
   eval reached -200, and the model's held-out error. ``--env-steps N`` is MBPO's budget (5,000
@@ -115,13 +120,21 @@ def _scalars(run_dir: Path, tag: str) -> tuple[list[int], list[float]]:
     return [e.step for e in scalars], [e.value for e in scalars]
 
 
-def _random_return(episodes: int) -> float:
+def _scalars_or_none(run_dir: Path, tag: str) -> tuple[list[int], list[float]]:
+    """:func:`_scalars`, or nothing for a run too short to have logged ``tag``."""
+    try:
+        return _scalars(run_dir, tag)
+    except KeyError:
+        return [], []
+
+
+def _random_return(episodes: int, recipe_name: str = "sac_pendulum") -> float:
     from emote_core.assembly.builders import make_env
     from emote_core.assembly.evaluation import evaluate
     from emote_core.proxies import RandomAgentProxy
     from emote_core.recipes import load_recipe
 
-    recipe = load_recipe("sac_pendulum")
+    recipe = load_recipe(recipe_name)
     env = make_env(recipe, num_envs=1)
     agent = RandomAgentProxy(action_space=env.single_action_space, seed=0)
     env.close()
@@ -136,13 +149,15 @@ def main() -> None:
     parser.add_argument("names", nargs="*", help="recipes or comparisons (see the module doc)")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds of comparisons")
     parser.add_argument("--jobs", type=int, default=2, help="comparison runs at a time")
-    parser.add_argument("--steps", type=int, help="updates per run of the symmetry comparison")
+    parser.add_argument("--steps", type=int,
+                        help="updates per run of the symmetry and curl comparisons")  # fmt: skip
     parser.add_argument("--expert", help="a trained sac_pendulum run for the amp comparison")
     parser.add_argument("--env-steps", type=int, default=5_000, help="MBPO's env steps (mbpo)")
     parser.add_argument("--reuse", action="store_true", help="keep finished runs (mbpo)")
     parser.add_argument("--report", action="store_true",
-                        help="train nothing: the mbpo tables from the runs in runs/, each as far "
-                             "as it got (runs extended with --resume included)")  # fmt: skip
+                        help="train nothing: the mbpo and curl tables from the runs in runs/, "
+                             "each as far as it got (runs extended with --resume "
+                             "included)")  # fmt: skip
     args = parser.parse_args()
     seeds = [int(seed) for seed in args.seeds.split(",")]
     names = args.names or ["sac_hit_the_middle", "sac_pendulum", "dqn_cartpole"]
@@ -152,6 +167,7 @@ def main() -> None:
         "dqn_hlgauss": lambda: compare_dqn_hlgauss(seeds, args.jobs),
         "amp": lambda: compare_amp(seeds, args.jobs, expert=args.expert),
         "symmetry": lambda: compare_symmetry(seeds, args.jobs, steps=args.steps),
+        "curl": lambda: compare_curl(seeds, args.jobs, steps=args.steps, report=args.report),
         **{
             name: partial(compare_mbpo, seeds, args.jobs, pair=pair, env_steps=args.env_steps,
                           reuse=args.reuse, report=args.report)
@@ -368,6 +384,55 @@ def _symmetry_error(run: SeedRun, recipe_name: str) -> float:
     )  # fmt: skip
 
 
+CURL_MILESTONES = (2_000, 3_000, 4_000, 5_000)
+CURL_LABELS = {"sac_curl_pixels": (), "sac_pixels-no_curl": ("addons=[]",)}
+
+
+def compare_curl(seeds: list[int], jobs: int, *, steps: int | None, report: bool) -> None:
+    from emote_core.recipes import load_recipe
+
+    recipe = load_recipe("sac_curl_pixels")
+    runs = [SeedRun(label=label, recipe="sac_curl_pixels", seed=seed, settings=settings,
+                    steps=steps)
+            for label, settings in CURL_LABELS.items() for seed in seeds]  # fmt: skip
+    if report:
+        for run in runs:
+            if not (run.run_dir / "tensorboard").is_dir():
+                raise SystemExit(f"--report: no run in {run.run_dir}; train it first")
+            evaluated = emote("eval", str(run.run_dir))
+            run.eval_return = evaluated["mean_return"]
+            run.updates = int(Path(evaluated["checkpoint"]).stem.rpartition("_")[2])
+    else:
+        runs = run_all(runs, jobs)
+    random_return = _random_return(recipe.eval.episodes, "sac_curl_pixels")
+    env_steps = recipe.memory.warmup_steps + (steps or recipe.training.bp_steps)
+    budget = "as far as each run got" if report else f"{env_steps} env steps"
+    print(
+        f"SAC from pixels with and without CURL, {recipe.env.id} (48x48 grey, 3 frames), "
+        f"{budget}: mean eval return ({recipe.eval.episodes} episodes) at the latest interval "
+        f"eval at or before each env step ('-': not reached), then emote eval on the last "
+        f"checkpoint (after 'updates' updates, one per env step after "
+        f"{recipe.memory.warmup_steps} random steps)"
+    )
+    header = "".join(f"{m / 1000:>9g}k" for m in CURL_MILESTONES)
+    print(f"  {'run':<34}{header}{'final':>10}{'updates':>9}{'minutes':>9}{'curl acc':>9}")
+    for run in sorted(runs, key=lambda run: (run.label, run.seed)):
+        logged, returns = _scalars_or_none(run.run_dir, "eval_env_step/mean_return")
+        at = [_latest_at_or_before(logged, returns, milestone) for milestone in CURL_MILESTONES]
+        cells = "".join(f"{v:>10.1f}" if v is not None else f"{'-':>10}" for v in at)
+        accuracy = "-"
+        if run.label == "sac_curl_pixels":
+            accuracies = _scalars_or_none(run.run_dir, "training_bp_step/curl_accuracy")[1]
+            accuracy = f"{accuracies[-1]:.2f}" if accuracies else "-"
+        print(f"  {run.label + ' seed ' + str(run.seed):<34}{cells}{run.eval_return:>10.1f}"
+              f"{run.updates:>9}{_wall_minutes(run):>9.1f}{accuracy:>9}")  # fmt: skip
+    groups = _by_label(runs, lambda run: run.eval_return)
+    side_by_side(f"final eval return (random policy: {random_return:.1f})", groups)
+    for label, values in groups.items():
+        margin = sum(values) / len(values) - random_return
+        print(f"  {label}: {margin:+.1f} over the random policy")
+
+
 MBPO_MILESTONES = (2_500, 5_000, 10_000, 20_000)
 MBPO_PAIRS = {  # comparison name: (the MBPO recipe, the SAC recipe beside it)
     "mbpo": ("mbpo_pendulum", "sac_pendulum"),
@@ -442,7 +507,7 @@ def compare_mbpo(
 def _latest_at_or_before(steps: list[int], values: list[float], limit: int) -> float | None:
     """The value logged at the largest step <= ``limit``, if the run got within 250 of it."""
     chosen = [(s, v) for s, v in zip(steps, values, strict=True) if s <= limit]
-    if not chosen or max(steps) < limit - 250:
+    if not chosen or max(steps) < limit - 250:  # (not chosen: steps may be empty)
         return None
     return max(chosen)[1]
 

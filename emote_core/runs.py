@@ -282,10 +282,40 @@ def prepare_run(
             )
         check_replaceable_run(run.path)
         shutil.rmtree(run.path)
+    recipe_text = None if resume else recipe_to_toml(recipe)  # fails before anything is made
+    fresh = not run.path.exists()
+    if fresh:  # claimed atomically: what fails below removes only a directory this call made
+        try:
+            run.path.mkdir(parents=True)
+        except FileExistsError:
+            raise ConfigurationError(
+                f"run directory '{run.path}' was created by another command just now; choose "
+                "another --run-dir"
+            ) from None
+    try:
+        _write_run_files(run, recipe, recipe_text, command, resume, changes, memory, live, steps)
+    except BaseException:
+        if fresh:
+            shutil.rmtree(run.path, ignore_errors=True)
+        raise
+    return run
+
+
+def _write_run_files(
+    run: RunDirectory,
+    recipe: Recipe,
+    recipe_text: str | None,
+    command: list[str],
+    resume: bool,
+    changes: dict[str, list[Any]] | None,
+    memory: list[str] | None,
+    live: bool,
+    steps: int | None,
+) -> None:
     for directory in (run.path, run.checkpoints, run.tensorboard, run.exports):
         directory.mkdir(parents=True, exist_ok=True)
-    if not resume:
-        _write_atomically(run.recipe_file, recipe_to_toml(recipe))
+    if recipe_text is not None:
+        _write_atomically(run.recipe_file, recipe_text)
     record = _read_json(run.run_file) if resume else {}
     start: dict[str, Any] = {
         "command": command,
@@ -306,7 +336,6 @@ def prepare_run(
     record["executable"] = sys.executable
     record["packages"] = {name: _version(dist) for name, dist in _PACKAGES.items()}
     _write_atomically(run.run_file, json.dumps(record, indent=2) + "\n")
-    return run
 
 
 def is_run(path: Path) -> bool:

@@ -73,3 +73,35 @@ def test_evaluations_append_to_eval_json_instead_of_overwriting_it(tmp_path: Pat
     assert all("history" not in entry for entry in written["history"])
     assert written["history"][-1]["time"] == written["time"]
     assert run.read_eval() == written
+
+
+def test_a_run_that_cannot_be_written_leaves_nothing_and_spares_its_neighbours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import emote_core.runs as runs
+
+    (tmp_path / "notes.txt").write_text("mine")
+    recipe = load_recipe("sac_pendulum")
+
+    def full_disk(path: Path, text: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(runs, "_write_atomically", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        prepare_run(tmp_path / "run", recipe=recipe, command=["a"])
+    assert not (tmp_path / "run").exists()
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    # An empty directory the user made is theirs: a failed start leaves it where it was.
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(OSError, match="No space left"):
+        prepare_run(tmp_path / "mine", recipe=recipe, command=["a"])
+    assert (tmp_path / "mine").is_dir()
+
+
+def test_nested_tables_with_unset_optional_keys_round_trip_through_recipe_toml(
+    tmp_path: Path,
+) -> None:
+    recipe = load_recipe("sac_curl_pixels")
+    assert recipe.sac.conv.observation_key is None and recipe.curl.projection_dim is None
+    run = prepare_run(tmp_path / "run", recipe=recipe, command=["a"])
+    assert load_recipe(run.recipe_file) == recipe

@@ -1,6 +1,7 @@
 """Learning algorithms that plug in by name: :mod:`.sac` and :mod:`.dqn`, the :mod:`.amp`,
-:mod:`.symmetry` and :mod:`.mbpo` (the ``model`` table) add-ons, and the :mod:`.registry` they
-(and other packages' algorithms and add-ons) register with.
+:mod:`.symmetry`, :mod:`.curl` and :mod:`.mbpo` (the ``model`` table) add-ons, and the
+:mod:`.registry` they (and other packages' algorithms and add-ons) register with; image
+observations through :mod:`.pixels`.
 
 Importing this package registers emote's own families. Both modules define a ``QTarget`` and a
 ``QLoss``; import them through their module (``from emote_core.algorithms import sac``,
@@ -9,6 +10,6 @@ Importing this package registers emote's own families. Both modules define a ``Q
 
 from __future__ import annotations
 
-from emote_core.algorithms import amp, dqn, mbpo, registry, sac, symmetry
+from emote_core.algorithms import amp, curl, dqn, mbpo, registry, sac, symmetry
 
-__all__ = ["amp", "dqn", "mbpo", "registry", "sac", "symmetry"]
+__all__ = ["amp", "curl", "dqn", "mbpo", "registry", "sac", "symmetry"]

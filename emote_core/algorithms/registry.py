@@ -90,6 +90,13 @@ class Networks(ABC):
     def acting(self) -> nn.Module:
         """The network agents act with, and that an ONNX export holds."""
 
+    @property
+    def image_encoder(self) -> tuple[str, nn.Module] | None:
+        """The observation entry and the encoder that reads it as an image, for add-ons that
+        train image representations (``curl``); ``None`` (this default) when the networks read
+        no images through an encoder of their own."""
+        return None
+
     def policy_actions(
         self, observation: Mapping[str, Tensor], *, generator: torch.Generator | None = None
     ) -> Tensor:

@@ -12,7 +12,7 @@ from emote_core.nn.augmentation import ImageAugmentor
 from emote_core.nn.categorical_value import ActionLogitMlp, DiscreteActionLogitMlp
 from emote_core.nn.curl import CurlLoss
 from emote_core.nn.discriminator import Discriminator
-from emote_core.nn.encoders import Conv1dEncoder, Conv2dEncoder, MlpEncoder
+from emote_core.nn.encoders import Conv1dEncoder, Conv2dEncoder, ImageEncoder, MlpEncoder
 from emote_core.nn.initialization import normal_init_, orthogonal_init_, xavier_uniform_init_
 from emote_core.nn.inputs import flatten_observation, observation_dim
 from emote_core.nn.optim import (
@@ -35,6 +35,7 @@ __all__ = [
     "GaussianPolicy",
     "GaussianPolicyHead",
     "ImageAugmentor",
+    "ImageEncoder",
     "MlpEncoder",
     "ModifiedAdamW",
     "SharedEncoderActionValueNet",

@@ -6,6 +6,7 @@ be sized without running it by hand.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -141,8 +142,8 @@ class _ConvEncoder(nn.Module):
         """
         if not x.is_floating_point():
             x = x.float()
-        if self.channels_last:
-            x = x.movedim(-1, 1)
+        if self.channels_last:  # positive axes: ONNX exporters refuse a Transpose of axis -1
+            x = x.permute(0, x.dim() - 1, *range(1, x.dim() - 1))
         return self.layers(x)
 
 
@@ -191,4 +192,75 @@ class Conv2dEncoder(_ConvEncoder):
     _orthogonal = True  # upstream emote's Conv2dEncoder starts orthogonal; its Conv1dEncoder not
 
 
-__all__ = ["Activation", "Conv1dEncoder", "Conv2dEncoder", "MlpEncoder"]
+class ImageEncoder(nn.Module):
+    """Images to a small, bounded feature vector: pixel scaling, :class:`Conv2dEncoder`, then a
+    linear layer, layer normalisation and ``tanh`` (the encoder of pixel SAC and CURL).
+
+    It takes a batch of channels-last images, ``(B, H, W, C)``, or the same batch flattened to
+    ``(B, H * W * C)`` as :func:`~emote_core.nn.inputs.flatten_observation` hands it to networks;
+    ``uint8`` pixels and floats alike are multiplied by ``scale`` (``1 / 255``: ``[0, 1]``).
+
+    Args:
+        image_shape: One image's ``(height, width, channels)``.
+        channels: Output channels of each convolution.
+        kernels: Kernel size of each convolution.
+        strides: Stride of each convolution (all 1 when omitted).
+        feature_dim: The width of the features.
+        scale: Multiplies the pixels before the first convolution.
+
+    Raises:
+        ConfigurationError: If the settings disagree, leave no output, or ``feature_dim`` is not a
+            positive integer.
+    """
+
+    def __init__(
+        self,
+        *,
+        image_shape: Sequence[int],
+        channels: Sequence[int] = (32, 32, 32, 32),
+        kernels: Sequence[int] = (3, 3, 3, 3),
+        strides: Sequence[int] | None = (2, 1, 1, 1),
+        feature_dim: int = 50,
+        scale: float = 1.0 / 255.0,
+    ) -> None:
+        super().__init__()
+        (feature_dim,) = _positive_ints(
+            "ImageEncoder", "feature_dim", [feature_dim], allow_empty=False
+        )
+        self.conv = Conv2dEncoder(
+            input_shape=image_shape, channels=channels, kernels=kernels, strides=strides,
+            channels_last=True,
+        )  # fmt: skip
+        self.linear = nn.Linear(self.conv.output_dim, feature_dim)
+        self.norm = nn.LayerNorm(feature_dim)
+        self.image_shape = self.conv.input_shape
+        self.scale = float(scale)
+        self.output_dim = feature_dim
+        """The width of the features."""
+
+    def forward(self, images: Tensor) -> Tensor:
+        """Encodes ``(B, H, W, C)`` images, or ``(B, H * W * C)`` flattened ones, into
+        ``(B, feature_dim)`` features in ``(-1, 1)``.
+
+        Raises:
+            ConfigurationError: If the images have another shape, or are neither integers nor
+                floats.
+        """
+        if images.dtype == torch.bool or images.is_complex():
+            raise ConfigurationError(
+                f"ImageEncoder takes uint8 or float pixels; got {images.dtype}"
+            )
+        flat = math.prod(self.image_shape)
+        if images.dim() == 2 and images.shape[1] == flat:
+            images = images.reshape(images.shape[0], *self.image_shape)
+        elif tuple(images.shape[1:]) != self.image_shape:
+            shape = ", ".join(map(str, self.image_shape))
+            raise ConfigurationError(
+                f"ImageEncoder takes images of shape (batch, {shape}) or (batch, {flat}); got "
+                f"{tuple(images.shape)}"
+            )
+        features = self.conv(images.float() * self.scale)
+        return torch.tanh(self.norm(self.linear(features)))
+
+
+__all__ = ["Activation", "Conv1dEncoder", "Conv2dEncoder", "ImageEncoder", "MlpEncoder"]

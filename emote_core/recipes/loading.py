@@ -384,7 +384,10 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        items = ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items())
+        # TOML has no null: an unset optional key of a nested table is left out, as above.
+        items = ", ".join(
+            f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None
+        )
         return "{" + items + "}"
     raise ConfigurationError(f"cannot write {value!r} to TOML")
 

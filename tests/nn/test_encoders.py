@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from emote_core.errors import ConfigurationError
-from emote_core.nn.encoders import Conv1dEncoder, Conv2dEncoder, MlpEncoder
+from emote_core.nn.encoders import Conv1dEncoder, Conv2dEncoder, ImageEncoder, MlpEncoder
 
 
 def test_conv2d_reports_the_width_it_returns() -> None:
@@ -61,3 +61,36 @@ def test_inconsistent_settings_are_configuration_errors() -> None:
         Conv2dEncoder(input_shape=(4, 4, 1), channels=[2], kernels=[8])
     with pytest.raises(ConfigurationError, match="3 dimensions"):
         Conv2dEncoder(input_shape=(8, 8), channels=[2], kernels=[3])
+
+
+def small_image_encoder(**kwargs) -> ImageEncoder:
+    torch.manual_seed(0)
+    settings = {"image_shape": (12, 10, 3), "channels": [4, 4], "kernels": [3, 3],
+                "strides": [2, 1], "feature_dim": 6} | kwargs  # fmt: skip
+    return ImageEncoder(**settings)
+
+
+def test_image_encoder_reads_images_flat_or_shaped_and_scales_pixels() -> None:
+    encoder = small_image_encoder()
+    pixels = torch.randint(0, 256, (5, 12, 10, 3), dtype=torch.uint8)
+    features = encoder(pixels)
+    assert features.shape == (5, 6) and encoder.output_dim == 6
+    assert features.abs().max() < 1.0  # tanh of layer-normalised features
+    torch.testing.assert_close(encoder(pixels.reshape(5, -1)), features)
+    torch.testing.assert_close(encoder(pixels.float()), features)  # floats scaled the same
+    unscaled = small_image_encoder(scale=1.0)
+    torch.testing.assert_close(unscaled(pixels.float() / 255.0), features)
+
+
+def test_image_encoder_refuses_images_of_another_shape_or_dtype() -> None:
+    encoder = small_image_encoder()
+    with pytest.raises(ConfigurationError, match=r"shape \(batch, 12, 10, 3\) or \(batch, 360\)"):
+        encoder(torch.zeros(2, 10, 12, 3))
+    with pytest.raises(ConfigurationError, match="or \\(batch, 360\\); got \\(2, 359\\)"):
+        encoder(torch.zeros(2, 359))
+    with pytest.raises(ConfigurationError, match=r"uint8 or float pixels; got torch\.bool"):
+        encoder(torch.zeros(2, 12, 10, 3, dtype=torch.bool))
+    with pytest.raises(ConfigurationError, match="feature_dim must hold positive integers"):
+        small_image_encoder(feature_dim=0)
+    with pytest.raises(ConfigurationError, match="too small"):
+        small_image_encoder(image_shape=(3, 3, 1), kernels=[5, 5])

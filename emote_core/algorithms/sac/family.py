@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from emote_core.algorithms import hlgauss
 from emote_core.algorithms._common import priority_feedback
 from emote_core.algorithms.hlgauss import HL_GAUSS_CRITIC, HLGaussConfig, QNet
+from emote_core.algorithms.pixels import ConvEncoderConfig, ObservationEncoder, build_image_encoder
 from emote_core.algorithms.registry import (
     AlgorithmFamily,
     BuildContext,
@@ -26,7 +27,14 @@ from emote_core.algorithms.registry import (
 from emote_core.algorithms.sac.losses import AlphaLoss, PolicyLoss, QLoss
 from emote_core.algorithms.sac.targets import QTarget
 from emote_core.errors import ConfigurationError, ExportError
-from emote_core.nn import ActionLogitMlp, ActionValueMlp, GaussianMlpPolicy, observation_dim
+from emote_core.nn import (
+    ActionLogitMlp,
+    ActionValueMlp,
+    GaussianMlpPolicy,
+    GaussianPolicy,
+    SharedEncoderActionValueNet,
+    observation_dim,
+)
 from emote_core.nn.inputs import flatten_observation
 from emote_core.onnx.format import ACTIONS_OUTPUT, EPSILON_INPUT
 from emote_core.onnx.graph import KeyedInputs, PolicyGraph, policy_graph
@@ -68,6 +76,12 @@ class SacConfig:
     ``hl_gauss`` table's bins)."""
     hl_gauss: HLGaussConfig = field(default_factory=HLGaussConfig)
     """The HL-Gauss critics' bins, value range and smoothing (``critic = "hl_gauss"`` only)."""
+    encoder: ObservationEncoder = ObservationEncoder.MLP
+    """How the networks read observations: ``mlp`` (every entry flattened) or ``conv`` (one
+    image entry through a convolutional encoder that both Q networks train and the policy reads
+    without gradients, as in CURL and SAC-AE; the ``conv`` table)."""
+    conv: ConvEncoderConfig = field(default_factory=ConvEncoderConfig)
+    """The image encoder (``encoder = "conv"`` only)."""
 
 
 @dataclass
@@ -79,11 +93,18 @@ class SacNetworks(Networks):
     q2: nn.Module
     ln_alpha: Tensor
     targets: dict[str, nn.Module] = field(default_factory=dict)
+    encoder: tuple[str, nn.Module] | None = None
+    """The image entry and the encoder the Q networks share (``encoder = "conv"``)."""
 
     @property
     def acting(self) -> nn.Module:
         """The policy."""
         return self.policy
+
+    @property
+    def image_encoder(self) -> tuple[str, nn.Module] | None:
+        """The shared image encoder and its entry (``encoder = "conv"``), else ``None``."""
+        return self.encoder
 
     def policy_actions(
         self, observation: Mapping[str, Tensor], *, generator: torch.Generator | None = None
@@ -124,6 +145,12 @@ class SoftActorCritic(AlgorithmFamily):
                 f"{source}: 'sac.gamma' must be within [0, 1]; got {config.gamma}"
             )
         config.hl_gauss.check(config.critic, source=source, where=self.name)
+        config.conv.check(config.encoder, source=source, where=self.name)
+        if config.encoder is ObservationEncoder.CONV and config.critic is SacCritic.HL_GAUSS:
+            raise ConfigurationError(
+                f"{source}: 'sac.encoder = \"conv\"' trains regression critics; an HL-Gauss "
+                'critic on images is not built — set sac.critic = "mse"'
+            )
 
     def check_spaces(self, spaces: MDPSpace, *, env_id: str) -> None:
         if isinstance(spaces.actions, DiscreteSpace):
@@ -133,19 +160,41 @@ class SoftActorCritic(AlgorithmFamily):
             )
 
     def make_networks(self, config: SacConfig, context: BuildContext) -> SacNetworks:
-        obs_dim = observation_dim(context.spaces)
         action_dim = int(context.spaces.actions.shape[0])
         hidden = config.hidden_dims
-        policy = GaussianMlpPolicy(
-            observation_dim=obs_dim, action_dim=action_dim, hidden_dims=hidden
-        )
-        q1, q2 = (self._q_network(config, obs_dim, action_dim) for _ in range(2))
+        encoder = None
+        if config.encoder is ObservationEncoder.CONV:
+            # One encoder that both Q losses train; the policy reads its features detached.
+            encoder = build_image_encoder(
+                config.conv, context.spaces, where=self.name, env_id=context.env_id
+            )
+            features = encoder[1].output_dim
+            policy: nn.Module = GaussianPolicy(
+                encoder=encoder[1], encoder_output_dim=features, action_dim=action_dim,
+                hidden_dims=hidden, detach_encoder=True,
+            )  # fmt: skip
+            q1, q2 = (
+                SharedEncoderActionValueNet(
+                    encoder=encoder[1],
+                    encoder_output_dim=features,
+                    action_dim=action_dim,
+                    hidden_dims=hidden,
+                )
+                for _ in range(2)
+            )
+        else:
+            obs_dim = observation_dim(context.spaces)
+            policy = GaussianMlpPolicy(
+                observation_dim=obs_dim, action_dim=action_dim, hidden_dims=hidden
+            )
+            q1, q2 = (self._q_network(config, obs_dim, action_dim) for _ in range(2))
         device = context.device
         networks = SacNetworks(
             policy=policy.to(device),
             q1=q1.to(device),
             q2=q2.to(device),
             ln_alpha=torch.zeros(1, device=device, requires_grad=True),
+            encoder=encoder,
         )
         networks.targets = {"q1": copy.deepcopy(networks.q1), "q2": copy.deepcopy(networks.q2)}
         return networks
