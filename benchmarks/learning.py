@@ -26,6 +26,12 @@ the spread (standard deviation over seeds):
   2k, 3k, 4k and 5k env steps, the final ``emote eval`` return, the margin over the random
   policy, CURL's last contrastive accuracy and the wall time (``--steps N`` updates per run;
   ``--report`` prints the tables from the runs as they stand).
+- ``genrl``: a trained ``sac_pendulum`` policy (``--expert RUN`` reuses one) collects 50
+  demonstration episodes and 10 held out; ``genrl_vae`` trains on the 50 (``--no-live``), its
+  held-out reconstruction error is printed beside two baselines, then ``genrl_sac_pendulum``
+  (SAC in its latent space) and ``sac_pendulum`` train over the same env steps (``--env-steps``,
+  10,000 by default), evaluated every 250 env steps;
+  ``--reuse`` keeps stores and runs that are already there.
 - ``mbpo``: ``mbpo_pendulum`` beside ``sac_pendulum`` (20k env steps), both evaluated every 250
   env steps: eval returns at 2.5k, 5k, 10k and 20k env steps, wall time, the first env step an
   eval reached -200, and the model's held-out error. ``--env-steps N`` is MBPO's budget (5,000
@@ -152,7 +158,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int,
                         help="updates per run of the symmetry and curl comparisons")  # fmt: skip
     parser.add_argument("--expert", help="a trained sac_pendulum run for the amp comparison")
-    parser.add_argument("--env-steps", type=int, default=5_000, help="MBPO's env steps (mbpo)")
+    parser.add_argument("--env-steps", type=int,
+                        help="env steps of mbpo (default 5,000) and genrl (10,000)")  # fmt: skip
     parser.add_argument("--reuse", action="store_true", help="keep finished runs (mbpo)")
     parser.add_argument("--report", action="store_true",
                         help="train nothing: the mbpo and curl tables from the runs in runs/, "
@@ -168,9 +175,12 @@ def main() -> None:
         "amp": lambda: compare_amp(seeds, args.jobs, expert=args.expert),
         "symmetry": lambda: compare_symmetry(seeds, args.jobs, steps=args.steps),
         "curl": lambda: compare_curl(seeds, args.jobs, steps=args.steps, report=args.report),
+        "genrl": lambda: compare_genrl(seeds, args.jobs, expert=args.expert,
+                                       env_steps=args.env_steps or 10_000, reuse=args.reuse),
         **{
-            name: partial(compare_mbpo, seeds, args.jobs, pair=pair, env_steps=args.env_steps,
-                          reuse=args.reuse, report=args.report)
+            name: partial(compare_mbpo, seeds, args.jobs, pair=pair,
+                          env_steps=args.env_steps or 5_000, reuse=args.reuse,
+                          report=args.report)
             for name, pair in MBPO_PAIRS.items()
         },
     }  # fmt: skip
@@ -431,6 +441,107 @@ def compare_curl(seeds: list[int], jobs: int, *, steps: int | None, report: bool
     for label, values in groups.items():
         margin = sum(values) / len(values) - random_return
         print(f"  {label}: {margin:+.1f} over the random policy")
+
+
+GENRL_MILESTONES = (2_500, 5_000, 10_000)
+
+
+def compare_genrl(
+    seeds: list[int], jobs: int, *, expert: str | None, env_steps: int, reuse: bool
+) -> None:
+    """Demonstrations of a trained sac_pendulum policy -> genrl_vae -> genrl_sac_pendulum, beside
+    sac_pendulum, both over ``env_steps``."""
+    root = Path("runs") / "bench-genrl"
+    root.mkdir(parents=True, exist_ok=True)
+    if expert is None:
+        (trained,) = run_all([SeedRun(label="genrl-expert", recipe="sac_pendulum", seed=0)], 1)
+        expert = str(trained.run_dir)
+    stores = {"demos": (root / "demos.zarr", 50, 1), "held_out": (root / "held_out.zarr", 10, 2)}
+    for store, episodes, seed in stores.values():
+        if not (reuse and store.exists()):
+            if store.exists():
+                import shutil
+
+                shutil.rmtree(store)
+            emote("collect", "sac_pendulum", "--policy", expert, "--out", str(store),
+                  "--episodes", str(episodes), "--seed", str(seed))  # fmt: skip
+    vae = SeedRun(label="genrl_vae", recipe="genrl_vae", seed=0, reuse=reuse, steps=10_000)
+    if not (reuse and vae.finished()):
+        started = time.perf_counter()
+        emote("train", "genrl_vae", "--memory", str(stores["demos"][0]), "--no-live",
+              "--run-dir", str(vae.run_dir), "--force", "--threads", "1")  # fmt: skip
+        vae.minutes = (time.perf_counter() - started) / 60
+    errors = _held_out_reconstruction(vae.run_dir, stores["held_out"][0])
+    prior = emote("eval", str(vae.run_dir))["mean_return"]
+    expert_return = emote("eval", expert)["mean_return"]
+    sac = load_recipe_named("sac_pendulum")
+    updates = env_steps - sac.memory.warmup_steps
+    runs = [SeedRun(label=label, recipe=label, seed=seed, steps=updates, reuse=reuse,
+                    settings=settings)
+            for label, settings in (
+                ("genrl_sac_pendulum", (f"genrl_sac.vae_run='{vae.run_dir}'",
+                                        "eval.interval=250")),
+                ("sac_pendulum", ("eval.interval=250",)))
+            for seed in seeds]  # fmt: skip
+    runs = run_all(runs, jobs)
+    print(f"GenRL on Pendulum-v1: demonstrations of {expert} (eval return "
+          f"{expert_return:.1f}), {stores['demos'][1]} episodes to train the VAE, "
+          f"{stores['held_out'][1]} held out")  # fmt: skip
+    print(f"  held-out reconstruction: MSE {errors['vae']:.5f} (encoder mean, decoded); "
+          f"{errors['prior']:.5f} decoding the prior's mean; {errors['mean_action']:.5f} "
+          f"predicting the mean action; actions' variance {errors['variance']:.5f}")  # fmt: skip
+    print(f"  the VAE run's own policy (the prior's mean decoded): eval return {prior:.1f}")
+    header = "".join(f"{f'{m / 1000:g}k':>10}" for m in GENRL_MILESTONES)
+    print(f"  {'run':<34}{header}{'final':>10}{'minutes':>9}{'-200 at':>9}")
+    for run in sorted(runs, key=lambda run: (run.label, run.seed)):
+        logged, returns = _scalars(run.run_dir, "eval_env_step/mean_return")
+        at = [_latest_at_or_before(logged, returns, m) for m in GENRL_MILESTONES]
+        cells = "".join(f"{v:>10.1f}" if v is not None else f"{'-':>10}" for v in at)
+        first = next((s for s, v in zip(logged, returns, strict=True) if v >= -200.0), None)
+        print(f"  {run.label + ' seed ' + str(run.seed):<34}{cells}{run.eval_return:>10.1f}"
+              f"{_wall_minutes(run):>9.1f}{first if first is not None else '-':>9}")  # fmt: skip
+    finals = _by_label(runs, lambda run: run.eval_return)
+    side_by_side(f"final eval return at {env_steps} env steps", finals)
+
+
+def load_recipe_named(name: str) -> Any:
+    from emote_core.recipes import load_recipe
+
+    return load_recipe(name)
+
+
+def _held_out_reconstruction(vae_run: Path, held_out: Path) -> dict[str, float]:
+    """Mean squared errors on the held-out demonstrations' actions: the VAE's reconstruction
+    (encoder mean, decoded), decoding the prior's mean, and the mean action."""
+    import numpy as np
+    import torch
+
+    from emote_core.algorithms.genrl import read_vae_run
+    from emote_core.assembly.builders import make_env
+    from emote_core.nn.inputs import flatten_observation
+    from emote_core.stores.zarr_store import MemoryStore
+
+    env = make_env(load_recipe_named("genrl_vae"), num_envs=1)
+    vae = read_vae_run(str(vae_run), env.spaces, torch.device("cpu")).eval()
+    keys = list(env.spaces.state.keys())
+    env.close()
+    observations, actions = [], []
+    for _, columns, _ in MemoryStore(held_out).episodes():
+        steps = len(columns["actions"])
+        observations.append(flatten_observation(
+            {k: torch.as_tensor(columns[k][:steps]) for k in keys}))  # fmt: skip
+        actions.append(torch.as_tensor(columns["actions"], dtype=torch.float32))
+    obs, act = torch.cat(observations), torch.cat(actions)
+    with torch.no_grad():
+        mean, _ = vae.encode(act, obs)
+        reconstructed = vae.decode(mean, obs)
+        prior = vae.decode(torch.zeros_like(mean), obs)
+    return {
+        "vae": float((reconstructed - act).square().mean()),
+        "prior": float((prior - act).square().mean()),
+        "mean_action": float((act - act.mean(0)).square().mean()),
+        "variance": float(np.var(act.numpy())),
+    }
 
 
 MBPO_MILESTONES = (2_500, 5_000, 10_000, 20_000)

@@ -107,7 +107,7 @@ def train(
         import torch
 
         from emote_core.assembly.builders import check_env_id
-        from emote_core.assembly.compatibility import check_training_stores
+        from emote_core.assembly.compatibility import check_training_mode, check_training_stores
         from emote_core.assembly.training import build_training
         from emote_core.errors import ConfigurationError
         from emote_core.recipes import load_recipe
@@ -134,7 +134,8 @@ def train(
             raise ConfigurationError(
                 "--no-live trains from stored memory only: pass --memory STORE"
             )
-        check_training_stores(loaded, memory or [])  # before the run directory is written
+        check_training_mode(loaded, live=live)  # before the run directory is written
+        check_training_stores(loaded, memory or [])
         created = not path.exists()
         run = prepare_run(
             path, recipe=loaded, command=sys.argv, resume=resume, force=force, changes=changes,

@@ -131,6 +131,9 @@ class TrainingParts:
     callbacks: list[Callback]
     agent: Any
     agent_factory: Callable[[int], Any] | None = None
+    memory_wrapper: Callable[[Any], Any] | None = None
+    """Wraps the memory proxy the collector adds its steps to, outermost (GenRL's latent SAC
+    relabels the environment actions it took as the latent actions its table holds)."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,16 @@ class AlgorithmFamily(_Plugin):
     acting_callback: ClassVar[str]
     """The name of the callback whose ``network_state_dict`` in a checkpoint is the acting
     network (the policy loss's, say): what ``emote eval`` and ``emote export onnx`` load."""
+    offline_only: ClassVar[bool] = False
+    """Trains from stores only (``emote train --memory STORE --no-live``): a model of
+    demonstrations, say, that has no policy to collect with while it learns."""
+
+    def table_spaces(self, config: Any, spaces: MDPSpace) -> MDPSpace:
+        """The MDP space of what the replay table (and the run's memory export) holds: the
+        environment's own object (this default), or another whose actions the family's memory
+        wrapper stores (GenRL's latent actions; ``--memory`` stores of environment actions are
+        then refused, even where the two spaces look alike)."""
+        return spaces
 
     def check_spaces(self, spaces: MDPSpace, *, env_id: str) -> None:
         """Refuses environments the algorithm cannot act in (discrete vs continuous actions).

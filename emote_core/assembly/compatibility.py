@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from emote_core.assembly.builders import data_sources, load_trained_agent, make_env
+from emote_core.assembly.builders import data_sources, load_trained_agent, make_env, plugins
 from emote_core.errors import ConfigurationError
 from emote_core.recipes.schema import Recipe
 from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, MDPSpace, describe_space
@@ -233,6 +233,20 @@ def check_training_stores(recipe: Recipe, urls: Sequence[str | os.PathLike[str]]
         env.close()
     check_store_use(stores, spaces, recipe, use=StoreUse.TRAIN)
     open_source_stores(recipe, spaces)
+
+
+def check_training_mode(recipe: Recipe, *, live: bool) -> None:
+    """Refuses collecting while training for a family that learns from stores only.
+
+    Raises:
+        ConfigurationError: Naming the algorithm and the command that trains it.
+    """
+    family, _ = plugins(recipe)
+    if family.offline_only and live:
+        raise ConfigurationError(
+            f"'{family.name}' learns from stored episodes only ({family.summary}); train it with "
+            "--memory STORE --no-live"
+        )
 
 
 def check_collect_store(url: str | os.PathLike[str], recipe: Recipe, spaces: MDPSpace) -> None:

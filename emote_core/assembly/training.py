@@ -17,10 +17,16 @@ from emote_core.assembly.builders import (
     data_sources,
     make_env,
     make_networks,
+    plugins,
     policy_graph,
     training_parts,
 )
-from emote_core.assembly.compatibility import StoreUse, check_store_use, open_source_stores
+from emote_core.assembly.compatibility import (
+    StoreUse,
+    check_store_use,
+    check_training_mode,
+    open_source_stores,
+)
 from emote_core.assembly.monitoring import env_step_counter, monitoring_callbacks
 from emote_core.callback import Callback
 from emote_core.callbacks.progress import ProgressReporter, ProgressSink
@@ -94,6 +100,7 @@ def build_training(
 
     if not live and not stores and not resume:
         raise ConfigurationError("--no-live trains from stored memory only: pass --memory STORE")
+    check_training_mode(recipe, live=live)
     env = make_env(recipe)
     spaces = env.spaces
     env_action_space = env.env.single_action_space  # the env's own bounds, for ONNX metadata
@@ -103,8 +110,15 @@ def build_training(
         DictObsNStepMemoryTable if recipe.memory.rollout_length > 1 else DictObsMemoryTable
     )
     total = bp_steps if bp_steps is not None else recipe.training.bp_steps
+    family, _ = plugins(recipe)
+    table_spaces = family.table_spaces(recipe.config, spaces)  # GenRL's: latent actions
+    if stores and table_spaces is not spaces:  # its own actions, even where they look alike
+        raise ConfigurationError(
+            f"'{recipe.algorithm}' stores other actions than the environment's in its memory, so "
+            "it trains on what it collects itself; leave out --memory"
+        )
     table = table_class(
-        spaces=spaces, maxlen=recipe.memory.maxlen, device=device, seed=recipe.seed,
+        spaces=table_spaces, maxlen=recipe.memory.maxlen, device=device, seed=recipe.seed,
         sampler=_sampler(recipe.memory, total),
     )  # fmt: skip
     loader = MemoryLoader(
@@ -138,7 +152,9 @@ def build_training(
 
     collector = None
     if live:
-        collector = _collector(recipe, env, parts, run, table, loader, resume=resume)
+        collector = _collector(
+            recipe, env, parts, run, table, loader, table_spaces=table_spaces, resume=resume
+        )
         callbacks.append(collector)
         if recipe.memory.store_episodes:
             memory.exporter = collector.memory
@@ -257,6 +273,7 @@ def _collector(
     table: Any,
     loader: Any,
     *,
+    table_spaces: Any,
     resume: bool,
 ) -> Any:
     from emote_core.assembly.provenance import session_provenance
@@ -273,9 +290,11 @@ def _collector(
         memory = MemoryExporterProxyWrapper(
             memory, target_memory_name="memory", inf_steps_per_memory_export=1_000,
             experiment_root_path=run.path, min_time_per_export=0.0,
-            spaces=env.spaces.to_json(), provenance=session_provenance(recipe, policy=acting),
+            spaces=table_spaces.to_json(), provenance=session_provenance(recipe, policy=acting),
             shard=_fresh_shard(run.memory_export) if resume else DEFAULT_SHARD,
         )  # fmt: skip
+    if parts.memory_wrapper is not None:  # outermost: the table and the export see what it makes
+        memory = parts.memory_wrapper(memory)
     warmup_agent = RandomAgentProxy(action_space=env.single_action_space, seed=recipe.seed)
     collector_class = ThreadedGymCollector if recipe.training.threaded else GymCollector
     return collector_class(

@@ -80,6 +80,12 @@ class OnnxAgentProxy:
         self._shapes = {key: self.metadata.observation_space[key].shape for key in self._keys}
         self._action_shape = tuple(self.metadata.action_space.shape)
         self._action_dtype = self.metadata.action_space.dtype
+        self._noise_shape = self._action_shape  # SAC's; a latent policy's noise is latent-wide
+        for graph_input in self.session.get_inputs():
+            if graph_input.name == EPSILON_INPUT and all(
+                isinstance(d, int) for d in graph_input.shape[1:]
+            ):
+                self._noise_shape = tuple(graph_input.shape[1:])
         if spaces is not None:
             self.check_spaces(spaces)
 
@@ -168,7 +174,7 @@ class OnnxAgentProxy:
 
     def _run(self, feed: dict[str, np.ndarray], count: int) -> np.ndarray:
         if self.metadata.stochastic:
-            shape = (count, *self._action_shape)
+            shape = (count, *self._noise_shape)
             feed[EPSILON_INPUT] = (
                 np.zeros(shape, dtype=np.float32)
                 if self.deterministic

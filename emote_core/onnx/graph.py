@@ -154,7 +154,8 @@ def proxy_policy_graph(
 ) -> PolicyGraph:
     """Snapshots the policy of any agent proxy into a traceable graph, as upstream emote's
     exporter read a proxy: inputs are the proxy's ``input_names`` (plus ``epsilon``, of the
-    action's shape, when ``requires_epsilon``), passed positionally; the output is ``actions``.
+    action's shape or the policy's ``noise_dim``, when ``requires_epsilon``), passed
+    positionally; the output is ``actions``.
 
     Args:
         agent_proxy: Anything with a ``policy`` (a torch module) and ``input_names``.
@@ -185,7 +186,12 @@ def proxy_policy_graph(
             raise ExportError(
                 "observation key 'epsilon' is also the name of the noise input; rename the key"
             )
-        shapes["epsilon"] = tuple(int(d) for d in spaces.actions.shape)
+        noise_dim = getattr(policy, "noise_dim", None)  # a latent policy's noise: latent-wide
+        shapes["epsilon"] = (
+            (int(noise_dim),)
+            if isinstance(noise_dim, int) and not isinstance(noise_dim, bool)
+            else tuple(int(d) for d in spaces.actions.shape)
+        )
     snapshot = copy.deepcopy(_ProxyPolicy(policy)).to("cpu").eval()
     snapshot.requires_grad_(False)
     return PolicyGraph(snapshot, "", spaces, tuple(shapes), shapes, (ACTIONS_OUTPUT,))

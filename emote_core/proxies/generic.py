@@ -109,6 +109,11 @@ class GenericAgentProxy:
         return {"noise": self._generator}
 
     def _find_noise_shape(self, owner: str) -> tuple[int, ...]:
+        # A policy whose noise is not action-shaped (one that chooses a latent and decodes it
+        # into the action, say) says so with ``noise_dim``.
+        noise_dim = getattr(self.policy, "noise_dim", None)
+        if isinstance(noise_dim, int) and not isinstance(noise_dim, bool) and noise_dim > 0:
+            return (noise_dim,)
         if self.spaces is not None:
             return tuple(self.spaces.actions.shape)
         action_dim = getattr(self.policy, "action_dim", None)

@@ -10,9 +10,9 @@ space, and the wrappers that let SAC learn and act in it.
   through it (:class:`PolicyWrapper`);
 * :mod:`.memory`: :class:`MemoryProxyWithEncoder`, which stores latent actions in the replay
   memory;
-* :mod:`.export`: the acting module (latent policy and decoder, one network) and its ONNX graph.
-
-Nothing here is registered as an algorithm family yet.
+* :mod:`.export`: the acting module (latent policy and decoder, one network) and its ONNX graph;
+* :mod:`.family`: the registered families ``genrl_vae`` (the VAE, trained offline on a store of
+  demonstrations) and ``genrl_sac`` (SAC in the latent space of a ``genrl_vae`` run).
 """
 
 from __future__ import annotations
@@ -21,6 +21,13 @@ from emote_core.algorithms.genrl.export import (
     GENRL_ALGORITHM,
     LatentPolicyActing,
     latent_policy_graph,
+)
+from emote_core.algorithms.genrl.family import (
+    GenrlSac,
+    GenrlSacConfig,
+    GenrlVae,
+    GenrlVaeConfig,
+    read_vae_run,
 )
 from emote_core.algorithms.genrl.losses import VAELoss
 from emote_core.algorithms.genrl.memory import MemoryProxyWithEncoder
@@ -50,6 +57,10 @@ __all__ = [
     "GENRL_ALGORITHM",
     "DecoderWrapper",
     "EncoderWrapper",
+    "GenrlSac",
+    "GenrlSacConfig",
+    "GenrlVae",
+    "GenrlVaeConfig",
     "LatentPolicyActing",
     "MemoryProxyWithEncoder",
     "MlpActionDecoder",
@@ -65,6 +76,7 @@ __all__ = [
     "latent_to_policy",
     "make_vae",
     "policy_to_latent",
+    "read_vae_run",
     "reparameterise",
     "vae_loss",
 ]

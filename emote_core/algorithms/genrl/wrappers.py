@@ -157,6 +157,8 @@ class PolicyWrapper(nn.Module):
         self.decoder_wrapper = decoder_wrapper
         self.latent_dim = decoder_wrapper.latent_dim
         """The width of the policy's actions and of ``epsilon``."""
+        self.noise_dim = self.latent_dim
+        """The width of ``epsilon`` (agent proxies and exports draw noise this wide)."""
         self.action_dim = decoder_wrapper.action_dim
         """The width of the environment actions it returns (when the decoder declares it)."""
 
