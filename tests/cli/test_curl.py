@@ -91,3 +91,28 @@ def test_what_the_pixel_recipe_refuses_leaves_nothing_behind(
     lines = [line for line in result.stderr.splitlines() if line.lower().startswith("error")]
     assert len(lines) == 1 and message in " ".join(result.stderr.split()), result.stderr
     assert not (in_tmp / "run").exists()
+
+
+def test_sac_curl_car_racing_trains_exports_and_evaluates_its_onnx_file(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    pytest.importorskip("Box2D")
+    small = ("--device", "cpu", "--set", "memory.batch_size=4", "--set", "memory.warmup_steps=12",
+             "--set", "eval.episodes=1", "--set", "eval.interval=0", "--set", "sac.hidden_dims=[8]",
+             "--set", "sac.conv.channels=[4]", "--set", "sac.conv.kernels=[8]",
+             "--set", "sac.conv.strides=[8]", "--set", "sac.conv.feature_dim=4",
+             "--set", "env.max_episode_steps=10",
+             "--set", "training.checkpoint_interval=2")  # fmt: skip
+    trained = invoke(runner, "train", "sac_curl_car_racing", "--run-dir", "run", "--steps", "2",
+                     *small, "-q")  # fmt: skip
+    assert trained.exit_code == 0, trained.output
+    resumed = invoke(runner, "train", "--resume", "--run-dir", "run", "--steps", "4", "-q")
+    assert resumed.exit_code == 0, resumed.output
+    assert (in_tmp / "run/checkpoints/checkpoint_4.tar").is_file()
+    exported = invoke(runner, "export", "onnx", "run", "--out", "car.onnx", "-q")
+    assert exported.exit_code == 0, exported.output
+    (image,) = [i for i in onnx.load("car.onnx").graph.input if i.name == "obs"]
+    assert [d.dim_value for d in image.type.tensor_type.shape.dim[1:]] == [84, 84, 9]
+    evaluated = json.loads(invoke(runner, "eval", "car.onnx", "--json", "--min-return", "-1e9",
+                                  "--recipe", "run/recipe.toml").stdout)  # fmt: skip
+    assert evaluated["lengths"] == [10]

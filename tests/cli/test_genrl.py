@@ -21,9 +21,11 @@ from emote_core.stores.zarr_store import MemoryStore
 
 VAE_SMALL = ("--device", "cpu", "--set", "memory.batch_size=32", "--set", "eval.episodes=1",
              "--set", "eval.interval=0", "--set", "genrl_vae.hidden_dims=[16]",
-             "--set", "genrl_vae.latent_dim=2", "--set", "training.checkpoint_interval=10")  # fmt: skip
-SAC_SMALL = ("--device", "cpu", "--set", "memory.batch_size=16", "--set", "memory.warmup_steps=30",
-             "--set", "eval.episodes=1", "--set", "eval.interval=0", "--set", "sac.hidden_dims=[16]",
+             "--set", "genrl_vae.latent_dim=2",
+             "--set", "training.checkpoint_interval=10")  # fmt: skip
+SAC_SMALL = ("--device", "cpu", "--set", "memory.batch_size=16",
+             "--set", "memory.warmup_steps=30", "--set", "eval.episodes=1",
+             "--set", "eval.interval=0", "--set", "sac.hidden_dims=[16]",
              "--set", "training.checkpoint_interval=10",
              "--set", "env.max_episode_steps=20")  # fmt: skip
 
@@ -39,7 +41,8 @@ def vae_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert collected.exit_code == 0, collected.output
     run = root / "vae"
     trained = runner.invoke(app, ["train", "genrl_vae", "--memory", str(demos), "--no-live",
-                                  "--run-dir", str(run), "--steps", "20", *VAE_SMALL, "-q"])  # fmt: skip
+                                  "--run-dir", str(run), "--steps", "20", *VAE_SMALL,
+                                  "-q"])  # fmt: skip
     assert trained.exit_code == 0, trained.output
     return run
 
@@ -52,6 +55,19 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def invoke(runner: CliRunner, *args: str):
     return runner.invoke(app, list(args))
+
+
+def test_the_vae_run_resumes_from_its_store_of_demonstrations(
+    runner: CliRunner, vae_run: Path, in_tmp: Path
+) -> None:
+    import shutil
+
+    run = in_tmp / "vae"
+    shutil.copytree(vae_run, run)
+    resumed = invoke(runner, "train", "--resume", "--run-dir", str(run), "--no-live", "--steps",
+                     "30", "-q")  # fmt: skip
+    assert resumed.exit_code == 0, resumed.output
+    assert (run / "checkpoints/checkpoint_30.tar").is_file()
 
 
 def test_the_vae_run_acts_by_decoding_the_prior_and_exports_with_latent_noise(
