@@ -96,7 +96,6 @@ def test_what_the_pixel_recipe_refuses_leaves_nothing_behind(
 def test_sac_curl_car_racing_trains_exports_and_evaluates_its_onnx_file(
     runner: CliRunner, in_tmp: Path
 ) -> None:
-    pytest.importorskip("Box2D")
     small = ("--device", "cpu", "--set", "memory.batch_size=4", "--set", "memory.warmup_steps=12",
              "--set", "eval.episodes=1", "--set", "eval.interval=0", "--set", "sac.hidden_dims=[8]",
              "--set", "sac.conv.channels=[4]", "--set", "sac.conv.kernels=[8]",
