@@ -427,9 +427,7 @@ def compare_curl(seeds: list[int], jobs: int, *, steps: int | None, report: bool
     header = "".join(f"{m / 1000:>9g}k" for m in CURL_MILESTONES)
     print(f"  {'run':<34}{header}{'final':>10}{'updates':>9}{'minutes':>9}{'curl acc':>9}")
     for run in sorted(runs, key=lambda run: (run.label, run.seed)):
-        logged, returns = _scalars_or_none(run.run_dir, "eval_env_step/mean_return")
-        at = [_latest_at_or_before(logged, returns, milestone) for milestone in CURL_MILESTONES]
-        cells = "".join(f"{v:>10.1f}" if v is not None else f"{'-':>10}" for v in at)
+        cells, _, _ = _eval_cells(run, CURL_MILESTONES)
         accuracy = "-"
         if run.label == "sac_curl_pixels":
             accuracies = _scalars_or_none(run.run_dir, "training_bp_step/curl_accuracy")[1]
@@ -494,14 +492,20 @@ def compare_genrl(
     header = "".join(f"{f'{m / 1000:g}k':>10}" for m in GENRL_MILESTONES)
     print(f"  {'run':<34}{header}{'final':>10}{'minutes':>9}{'-200 at':>9}")
     for run in sorted(runs, key=lambda run: (run.label, run.seed)):
-        logged, returns = _scalars(run.run_dir, "eval_env_step/mean_return")
-        at = [_latest_at_or_before(logged, returns, m) for m in GENRL_MILESTONES]
-        cells = "".join(f"{v:>10.1f}" if v is not None else f"{'-':>10}" for v in at)
+        cells, logged, returns = _eval_cells(run, GENRL_MILESTONES)
         first = next((s for s, v in zip(logged, returns, strict=True) if v >= -200.0), None)
         print(f"  {run.label + ' seed ' + str(run.seed):<34}{cells}{run.eval_return:>10.1f}"
               f"{_wall_minutes(run):>9.1f}{first if first is not None else '-':>9}")  # fmt: skip
     finals = _by_label(runs, lambda run: run.eval_return)
     side_by_side(f"final eval return at {env_steps} env steps", finals)
+
+
+def _eval_cells(run: SeedRun, milestones: tuple[int, ...]) -> tuple[str, list[int], list[float]]:
+    """The interval evals' mean return at the latest eval at or before each milestone, as table
+    cells ('-': not reached), and the logged env steps and returns."""
+    logged, returns = _scalars_or_none(run.run_dir, "eval_env_step/mean_return")
+    at = [_latest_at_or_before(logged, returns, milestone) for milestone in milestones]
+    return "".join(f"{v:>10.1f}" if v is not None else f"{'-':>10}" for v in at), logged, returns
 
 
 def load_recipe_named(name: str) -> Any:

@@ -24,12 +24,6 @@ SMALL = ("--device", "cpu", "--set", "env.kwargs={size = 16, frame_stack = 2}",
          "--set", "env.max_episode_steps=20")  # fmt: skip
 
 
-@pytest.fixture
-def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 def invoke(runner: CliRunner, *args: str):
     return runner.invoke(app, list(args))
 

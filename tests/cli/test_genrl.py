@@ -47,12 +47,6 @@ def vae_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
-@pytest.fixture
-def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 def invoke(runner: CliRunner, *args: str):
     return runner.invoke(app, list(args))
 
