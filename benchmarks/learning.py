@@ -628,14 +628,19 @@ def _latest_at_or_before(steps: list[int], values: list[float], limit: int) -> f
 
 
 def _wall_minutes(run: SeedRun) -> float:
-    """Training wall time: from the run's first TensorBoard event to its last (reused runs
-    included)."""
+    """Training wall time: from the first TensorBoard event to the last of each start of the run
+    (each start, resumes included, writes its own event file), summed, so the time between a
+    stop and its resume does not count."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(run.run_dir / "tensorboard"), size_guidance={"scalars": 0})
-    events.Reload()
-    times = [e.wall_time for tag in events.Tags()["scalars"] for e in events.Scalars(tag)]
-    return (max(times) - min(times)) / 60 if times else float("nan")
+    total, found = 0.0, False
+    for path in sorted((run.run_dir / "tensorboard").glob("events.out.tfevents.*")):
+        events = EventAccumulator(str(path), size_guidance={"scalars": 0})
+        events.Reload()
+        times = [e.wall_time for tag in events.Tags()["scalars"] for e in events.Scalars(tag)]
+        if times:
+            total, found = total + max(times) - min(times), True
+    return total / 60 if found else float("nan")
 
 
 def _by_label(runs: list[SeedRun], figure: Any) -> dict[str, list[float]]:
