@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from emote_core.errors import ExportError
 from emote_core.nn.inputs import flatten_observation
 from emote_core.onnx.format import ACTION_RESCALE, ACTIONS_OUTPUT, PolicyMetadata
+from emote_core.proxies.generic import declared_noise_dim
 from emote_core.spaces import BoxSpace, MDPSpace
 
 
@@ -186,11 +187,9 @@ def proxy_policy_graph(
             raise ExportError(
                 "observation key 'epsilon' is also the name of the noise input; rename the key"
             )
-        noise_dim = getattr(policy, "noise_dim", None)  # a latent policy's noise: latent-wide
+        noise_dim = declared_noise_dim(policy)  # a latent policy's noise: latent-wide
         shapes["epsilon"] = (
-            (int(noise_dim),)
-            if isinstance(noise_dim, int) and not isinstance(noise_dim, bool)
-            else tuple(int(d) for d in spaces.actions.shape)
+            (noise_dim,) if noise_dim is not None else tuple(int(d) for d in spaces.actions.shape)
         )
     snapshot = copy.deepcopy(_ProxyPolicy(policy)).to("cpu").eval()
     snapshot.requires_grad_(False)

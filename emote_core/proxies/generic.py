@@ -26,6 +26,15 @@ ACTIONS_KEY = "actions"
 """The response key of the action an environment takes."""
 
 
+def declared_noise_dim(policy: nn.Module) -> int | None:
+    """The ``noise_dim`` a policy declares: the width of its ``epsilon`` when that is not the
+    action's (a policy that chooses a latent and decodes it into the action, say)."""
+    noise_dim = getattr(policy, "noise_dim", None)
+    if isinstance(noise_dim, int) and not isinstance(noise_dim, bool) and noise_dim > 0:
+        return noise_dim
+    return None
+
+
 def _takes_epsilon(policy: nn.Module) -> bool:
     try:
         parameters = inspect.signature(policy.forward).parameters
@@ -109,10 +118,8 @@ class GenericAgentProxy:
         return {"noise": self._generator}
 
     def _find_noise_shape(self, owner: str) -> tuple[int, ...]:
-        # A policy whose noise is not action-shaped (one that chooses a latent and decodes it
-        # into the action, say) says so with ``noise_dim``.
-        noise_dim = getattr(self.policy, "noise_dim", None)
-        if isinstance(noise_dim, int) and not isinstance(noise_dim, bool) and noise_dim > 0:
+        noise_dim = declared_noise_dim(self.policy)
+        if noise_dim is not None:
             return (noise_dim,)
         if self.spaces is not None:
             return tuple(self.spaces.actions.shape)
@@ -343,4 +350,4 @@ class FeatureAgentProxy(GenericAgentProxy):
         )
 
 
-__all__ = ["ACTIONS_KEY", "FeatureAgentProxy", "GenericAgentProxy"]
+__all__ = ["ACTIONS_KEY", "FeatureAgentProxy", "GenericAgentProxy", "declared_noise_dim"]

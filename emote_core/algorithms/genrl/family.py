@@ -43,13 +43,17 @@ from emote_core.algorithms.registry import (
     TrainingParts,
     register_algorithm,
 )
-from emote_core.algorithms.sac.family import SacConfig, SacNetworks, SoftActorCritic
+from emote_core.algorithms.sac.family import (
+    SacConfig,
+    SacNetworks,
+    SoftActorCritic,
+    noise_input_graph,
+)
 from emote_core.callback import Callback
 from emote_core.callbacks.checkpoint_files import load_latest_checkpoint
-from emote_core.errors import CheckpointError, ConfigurationError, ExportError
+from emote_core.errors import CheckpointError, ConfigurationError
 from emote_core.nn.inputs import observation_dim
-from emote_core.onnx.format import ACTIONS_OUTPUT, EPSILON_INPUT
-from emote_core.onnx.graph import KeyedInputs, PolicyGraph, policy_graph
+from emote_core.onnx.graph import PolicyGraph
 from emote_core.proxies import MultiKeyAgentProxy
 from emote_core.spaces import BoxSpace, DiscreteSpace, MDPSpace
 
@@ -82,6 +86,10 @@ class GenrlVaeConfig:
     """Adam learning rate of the VAE."""
     max_grad_norm: float = 10.0
     """Gradient norm clip of the VAE's loss."""
+
+    def latent_width(self, spaces: MDPSpace) -> int:
+        """``latent_dim``, or the width of the actions of ``spaces`` when unset."""
+        return self.latent_dim or int(np.prod(spaces.actions.shape))
 
 
 class PriorDecoding(nn.Module):
@@ -126,35 +134,6 @@ class VaeNetworks(Networks):
         return self.prior_decoding
 
 
-class PriorDecodingActing(KeyedInputs):
-    """``(*observations, epsilon) -> actions`` of :class:`PriorDecoding`, as exported."""
-
-    def __init__(self, acting: nn.Module, keys: tuple[str, ...]) -> None:
-        super().__init__(keys)
-        self.acting = acting
-
-    def forward(self, *inputs: Tensor) -> Tensor:
-        *observations, epsilon = inputs
-        return self.acting(self.features(observations), epsilon)
-
-
-def _check_epsilon_key(spaces: MDPSpace) -> tuple[str, ...]:
-    keys = tuple(spaces.state.keys())
-    if EPSILON_INPUT in keys:
-        raise ExportError(
-            f"an observation key is named '{EPSILON_INPUT}', which exports reserve for the "
-            "noise input; rename the observation key"
-        )
-    return keys
-
-
-def _agent(acting: nn.Module, context: BuildContext, deterministic: bool) -> MultiKeyAgentProxy:
-    return MultiKeyAgentProxy(
-        policy=acting, device=context.device, input_keys=context.spaces.state.keys(),
-        spaces=context.spaces, deterministic=deterministic, seed=context.seed,
-    )  # fmt: skip
-
-
 @register_algorithm
 class GenrlVae(AlgorithmFamily):
     """GenRL's conditional action VAE, trained offline on demonstrations."""
@@ -186,10 +165,10 @@ class GenrlVae(AlgorithmFamily):
         _continuous_actions(self.name, spaces, env_id)
 
     def make_networks(self, config: GenrlVaeConfig, context: BuildContext) -> VaeNetworks:
-        action_dim = int(np.prod(context.spaces.actions.shape))
         vae = make_vae(
-            observation_dim=observation_dim(context.spaces), action_dim=action_dim,
-            latent_dim=config.latent_dim or action_dim, hidden_dims=config.hidden_dims,
+            observation_dim=observation_dim(context.spaces),
+            action_dim=int(np.prod(context.spaces.actions.shape)),
+            latent_dim=config.latent_width(context.spaces), hidden_dims=config.hidden_dims,
             beta=config.beta,
         ).to(context.device)  # fmt: skip
         return VaeNetworks(vae=vae, prior_decoding=PriorDecoding(vae))
@@ -209,15 +188,16 @@ class GenrlVae(AlgorithmFamily):
         self, config: GenrlVaeConfig, networks: VaeNetworks, context: BuildContext, *,
         deterministic: bool,
     ) -> Any:  # fmt: skip
-        return _agent(networks.acting, context, deterministic)
+        return MultiKeyAgentProxy(
+            policy=networks.acting, device=context.device,
+            input_keys=context.spaces.state.keys(), spaces=context.spaces,
+            deterministic=deterministic, seed=context.seed,
+        )  # fmt: skip
 
     def policy_graph(self, acting: nn.Module, spaces: MDPSpace) -> PolicyGraph:
-        keys = _check_epsilon_key(spaces)
-        return policy_graph(
-            PriorDecodingActing(acting, keys), algorithm=self.name, spaces=spaces,
-            extra_inputs={EPSILON_INPUT: (int(acting.noise_dim),)},
-            output_names=(ACTIONS_OUTPUT,),
-        )  # fmt: skip
+        return noise_input_graph(
+            acting, spaces, algorithm=self.name, noise_shape=(int(acting.noise_dim),)
+        )
 
 
 # -- latent SAC ---------------------------------------------------------------------------------
@@ -262,20 +242,28 @@ class ActingNetworkState(Callback):
     def state_dict(self) -> dict[str, Any]:
         return {"network_state_dict": self.network.state_dict()}
 
-    def load_state_dict(self, state_dict: dict[str, Any], *args: Any, **kwargs: Any) -> None:
-        if "network_state_dict" in state_dict:
+    def load_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        load_network: bool = True,
+        load_optimizer: bool = True,
+        load_hparams: bool = True,
+    ) -> None:
+        if load_network and "network_state_dict" in state_dict:
             self.network.load_state_dict(state_dict["network_state_dict"])
 
 
-def read_vae_run(vae_run: str, spaces: MDPSpace, device: torch.device) -> VariationalAutoencoder:
-    """The VAE of a ``genrl_vae`` run's latest checkpoint, for an environment of ``spaces``.
+_VAE_RUN_OPTION = f"'{LATENT_SAC_ALGORITHM}.vae_run'"
+
+
+def read_vae_config(vae_run: str) -> GenrlVaeConfig:
+    """The ``[genrl_vae]`` table of a ``genrl_vae`` run's recipe (its checkpoint is not read).
 
     Raises:
-        ConfigurationError: If ``vae_run`` is unset, is not an emote run, is a run of another
-            algorithm, has no checkpoint that loads, or its VAE reads other observations or
-            makes other actions than the environment's.
+        ConfigurationError: If ``vae_run`` is unset, is not an emote run, or is a run of another
+            algorithm.
     """
-    option = f"'{LATENT_SAC_ALGORITHM}.vae_run'"
+    option = _VAE_RUN_OPTION
     if not vae_run:
         raise ConfigurationError(
             f"{option} must name a {VAE_ALGORITHM} run (emote train {VAE_ALGORITHM} --memory "
@@ -299,13 +287,25 @@ def read_vae_run(vae_run: str, spaces: MDPSpace, device: torch.device) -> Variat
     table = recipe.get(VAE_ALGORITHM, {})
     names = {f.name for f in dataclasses.fields(GenrlVaeConfig)}
     try:
-        config = GenrlVaeConfig(**{k: v for k, v in table.items() if k in names})
+        return GenrlVaeConfig(**{k: v for k, v in table.items() if k in names})
     except TypeError as error:
         raise ConfigurationError(
             f"{option} '{vae_run}': its recipe does not read: {error}"
         ) from None
+
+
+def read_vae_run(vae_run: str, spaces: MDPSpace, device: torch.device) -> VariationalAutoencoder:
+    """The VAE of a ``genrl_vae`` run's latest checkpoint, for an environment of ``spaces``.
+
+    Raises:
+        ConfigurationError: As :func:`read_vae_config`; also if the run has no checkpoint that
+            loads, or its VAE reads other observations or makes other actions than the
+            environment's.
+    """
+    option = _VAE_RUN_OPTION
+    config = read_vae_config(vae_run)
     try:
-        _, checkpoint = load_latest_checkpoint(run)
+        _, checkpoint = load_latest_checkpoint(Path(vae_run))
         state = checkpoint["callbacks"][VAE_CALLBACK]["network_state_dict"]
     except (CheckpointError, KeyError, TypeError) as error:
         raise ConfigurationError(
@@ -347,9 +347,9 @@ class GenrlSac(SoftActorCritic):
             raise ConfigurationError(f"{source}: {error}") from None
 
     def table_spaces(self, config: GenrlSacConfig, spaces: MDPSpace) -> MDPSpace:
-        """The environment's spaces with the latent policy's ``[-1, 1]`` actions."""
-        vae = read_vae_run(config.vae_run, spaces, torch.device("cpu"))
-        return _latent_spaces(spaces, vae.latent_dim)
+        """The environment's spaces with the latent policy's ``[-1, 1]`` actions (the latent's
+        width from the VAE run's recipe; its checkpoint is read once, by the networks)."""
+        return _latent_spaces(spaces, read_vae_config(config.vae_run).latent_width(spaces))
 
     def make_networks(self, config: GenrlSacConfig, context: BuildContext) -> GenrlSacNetworks:
         vae = read_vae_run(config.vae_run, context.spaces, context.device)
@@ -376,12 +376,6 @@ class GenrlSac(SoftActorCritic):
         )  # fmt: skip
         return parts
 
-    def acting_agent(
-        self, config: GenrlSacConfig, networks: GenrlSacNetworks, context: BuildContext, *,
-        deterministic: bool,
-    ) -> Any:  # fmt: skip
-        return _agent(networks.acting, context, deterministic)
-
     def policy_graph(self, acting: nn.Module, spaces: MDPSpace) -> PolicyGraph:
         return latent_policy_graph(acting, spaces, algorithm=self.name)
 
@@ -395,7 +389,7 @@ __all__ = [
     "GenrlVae",
     "GenrlVaeConfig",
     "PriorDecoding",
-    "PriorDecodingActing",
     "VaeNetworks",
+    "read_vae_config",
     "read_vae_run",
 ]

@@ -93,18 +93,13 @@ class SacNetworks(Networks):
     q2: nn.Module
     ln_alpha: Tensor
     targets: dict[str, nn.Module] = field(default_factory=dict)
-    encoder: tuple[str, nn.Module] | None = None
+    image_encoder: tuple[str, nn.Module] | None = None
     """The image entry and the encoder the Q networks share (``encoder = "conv"``)."""
 
     @property
     def acting(self) -> nn.Module:
         """The policy."""
         return self.policy
-
-    @property
-    def image_encoder(self) -> tuple[str, nn.Module] | None:
-        """The shared image encoder and its entry (``encoder = "conv"``), else ``None``."""
-        return self.encoder
 
     def policy_actions(
         self, observation: Mapping[str, Tensor], *, generator: torch.Generator | None = None
@@ -162,20 +157,21 @@ class SoftActorCritic(AlgorithmFamily):
     def make_networks(self, config: SacConfig, context: BuildContext) -> SacNetworks:
         action_dim = int(context.spaces.actions.shape[0])
         hidden = config.hidden_dims
-        encoder = None
+        image_encoder = None
         if config.encoder is ObservationEncoder.CONV:
             # One encoder that both Q losses train; the policy reads its features detached.
-            encoder = build_image_encoder(
+            image_encoder = build_image_encoder(
                 config.conv, context.spaces, where=self.name, env_id=context.env_id
             )
-            features = encoder[1].output_dim
+            encoder = image_encoder[1]
+            features = encoder.output_dim
             policy: nn.Module = GaussianPolicy(
-                encoder=encoder[1], encoder_output_dim=features, action_dim=action_dim,
+                encoder=encoder, encoder_output_dim=features, action_dim=action_dim,
                 hidden_dims=hidden, detach_encoder=True,
             )  # fmt: skip
             q1, q2 = (
                 SharedEncoderActionValueNet(
-                    encoder=encoder[1],
+                    encoder=encoder,
                     encoder_output_dim=features,
                     action_dim=action_dim,
                     hidden_dims=hidden,
@@ -194,7 +190,7 @@ class SoftActorCritic(AlgorithmFamily):
             q1=q1.to(device),
             q2=q2.to(device),
             ln_alpha=torch.zeros(1, device=device, requires_grad=True),
-            encoder=encoder,
+            image_encoder=image_encoder,
         )
         networks.targets = {"q1": copy.deepcopy(networks.q1), "q2": copy.deepcopy(networks.q2)}
         return networks
@@ -258,17 +254,37 @@ class SoftActorCritic(AlgorithmFamily):
         )  # fmt: skip
 
     def policy_graph(self, acting: nn.Module, spaces: MDPSpace) -> PolicyGraph:
-        keys = tuple(spaces.state.keys())
-        if EPSILON_INPUT in keys:
-            raise ExportError(
-                f"an observation key is named '{EPSILON_INPUT}', which exports reserve for the "
-                "noise input; rename the observation key"
-            )
-        return policy_graph(
-            GaussianActing(acting, keys), algorithm=self.name, spaces=spaces,
-            extra_inputs={EPSILON_INPUT: tuple(spaces.actions.shape)},
-            output_names=(ACTIONS_OUTPUT,),
-        )  # fmt: skip
+        return noise_input_graph(
+            acting, spaces, algorithm=self.name, noise_shape=tuple(spaces.actions.shape)
+        )
 
 
-__all__ = ["GaussianActing", "SacConfig", "SacCritic", "SacNetworks", "SoftActorCritic"]
+def noise_input_graph(
+    acting: nn.Module, spaces: MDPSpace, *, algorithm: str, noise_shape: tuple[int, ...]
+) -> PolicyGraph:
+    """The ONNX graph of a network called ``acting(flat_observation, epsilon)``: one input per
+    observation key, then ``epsilon`` of ``noise_shape`` per row; ``actions`` out.
+
+    Raises:
+        ExportError: If an observation key is named ``epsilon``.
+    """
+    keys = tuple(spaces.state.keys())
+    if EPSILON_INPUT in keys:
+        raise ExportError(
+            f"an observation key is named '{EPSILON_INPUT}', which exports reserve for the "
+            "noise input; rename the observation key"
+        )
+    return policy_graph(
+        GaussianActing(acting, keys), algorithm=algorithm, spaces=spaces,
+        extra_inputs={EPSILON_INPUT: noise_shape}, output_names=(ACTIONS_OUTPUT,),
+    )  # fmt: skip
+
+
+__all__ = [
+    "GaussianActing",
+    "SacConfig",
+    "SacCritic",
+    "SacNetworks",
+    "SoftActorCritic",
+    "noise_input_graph",
+]
