@@ -46,13 +46,26 @@ the spread (standard deviation over seeds):
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from learning_runs import (  # benchmarks/ is on the path when this script runs
+    EVAL_SEED,
+    SeedRun,
+    by_label,
+    emote,
+    eval_cells,
+    latest_at_or_before,
+    mean,
+    random_policy_return,
+    recipe_target,
+    run_all,
+    scalars,
+    scalars_or_none,
+    side_by_side,
+    spread,
+    wall_minutes,
+)
 
 ZOO = {
     "sac_pendulum": "-157 +- 89 at 20k steps",
@@ -61,19 +74,8 @@ ZOO = {
 }
 
 
-def emote(*args: str) -> dict:
-    result = subprocess.run(
-        [sys.executable, "-m", "emote_cli", *args, "--json", "-q"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if result.returncode not in (0, 3):
-        raise SystemExit(f"emote {' '.join(args)} failed: {result.stderr.strip()}")
-    return json.loads(result.stdout)
-
-
 OFFLINE_STEPS = 50_000
 OFFLINE_UPDATES = 5_000
-EVAL_SEED = 1_000  # emote eval's default
 
 
 def offline(updates: int = OFFLINE_UPDATES) -> None:
@@ -90,8 +92,8 @@ def offline(updates: int = OFFLINE_UPDATES) -> None:
           "--run-dir", str(run_dir), "--set", "training.log_interval=10")  # fmt: skip
     seconds = time.perf_counter() - started
     report = emote("eval", str(run_dir))
-    steps, losses = _scalars(run_dir, "loss_bp_step/q1")
-    _, targets = _scalars(run_dir, "training_bp_step/q_target")
+    steps, losses = scalars(run_dir, "loss_bp_step/q1")
+    _, targets = scalars(run_dir, "training_bp_step/q_target")
     # The values being fit grow as returns propagate (Q from ~-10 to ~-100 on Pendulum), so the
     # squared TD error is also shown relative to the squared mean target.
     relative = [loss / max(target**2, 1e-8) for loss, target in zip(losses, targets, strict=True)]
@@ -102,49 +104,15 @@ def offline(updates: int = OFFLINE_UPDATES) -> None:
           f"{updates} updates in {seconds / 60:.1f} min")  # fmt: skip
     print(f"  Q1 loss (logged every 10 updates): {losses[0]:.3f} at update {steps[0]}, lowest "
           f"{losses[lowest]:.3f} at {steps[lowest]}, mean of the last tenth "
-          f"{_mean(losses[-tenth:]):.3f}")  # fmt: skip
+          f"{mean(losses[-tenth:]):.3f}")  # fmt: skip
     print(
-        f"  Q1 loss / mean target^2: first tenth {_mean(relative[:tenth]):.2e}, last tenth "
-        f"{_mean(relative[-tenth:]):.2e}; mean target {targets[0]:.1f} -> {targets[-1]:.1f}"
+        f"  Q1 loss / mean target^2: first tenth {mean(relative[:tenth]):.2e}, last tenth "
+        f"{mean(relative[-tenth:]):.2e}; mean target {targets[0]:.1f} -> {targets[-1]:.1f}"
     )
     print(
         f"  eval: {report['mean_return']:.1f} +- {report['std_return']:.1f}; random policy "
-        f"{_random_return(report['episodes']):.1f} (same {report['episodes']} seeds)"
+        f"{random_policy_return(report['episodes']):.1f} (same {report['episodes']} seeds)"
     )
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
-
-
-def _scalars(run_dir: Path, tag: str) -> tuple[list[int], list[float]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
-    events.Reload()
-    scalars = events.Scalars(tag)
-    return [e.step for e in scalars], [e.value for e in scalars]
-
-
-def _scalars_or_none(run_dir: Path, tag: str) -> tuple[list[int], list[float]]:
-    """:func:`_scalars`, or nothing for a run too short to have logged ``tag``."""
-    try:
-        return _scalars(run_dir, tag)
-    except KeyError:
-        return [], []
-
-
-def _random_return(episodes: int, recipe_name: str = "sac_pendulum") -> float:
-    from emote_core.assembly.builders import make_env
-    from emote_core.assembly.evaluation import evaluate
-    from emote_core.proxies import RandomAgentProxy
-    from emote_core.recipes import load_recipe
-
-    recipe = load_recipe(recipe_name)
-    env = make_env(recipe, num_envs=1)
-    agent = RandomAgentProxy(action_space=env.single_action_space, seed=0)
-    env.close()
-    return evaluate(agent, recipe, episodes=episodes, seed=EVAL_SEED)["mean_return"]
 
 
 def main() -> None:
@@ -195,7 +163,7 @@ def main() -> None:
         trained = emote("train", recipe, "--run-dir", str(run_dir), "--force")
         seconds = time.perf_counter() - started
         report = emote("eval", str(run_dir))
-        target = _target(run_dir)
+        target = recipe_target(run_dir)
         rows.append((recipe, trained["steps"], seconds, report, target))
     if not rows:
         return
@@ -211,79 +179,11 @@ def main() -> None:
 # -- comparisons over seeds ---------------------------------------------------------------
 
 
-@dataclass
-class SeedRun:
-    """One seed's run of a comparison: trained, then evaluated with ``emote eval``."""
-
-    label: str
-    recipe: str
-    seed: int
-    settings: tuple[str, ...] = ()
-    steps: int | None = None
-    run_dir: Path = field(init=False)
-    minutes: float = 0.0
-    eval_return: float = float("nan")
-    updates: int = 0
-    reuse: bool = False
-
-    def __post_init__(self) -> None:
-        self.run_dir = Path("runs") / f"bench-{self.label}-s{self.seed}"
-
-    def finished(self) -> bool:
-        """Whether the run directory holds this run's final checkpoint already."""
-        return (
-            self.steps is not None
-            and (self.run_dir / "checkpoints" / f"checkpoint_{self.steps}.tar").is_file()
-        )
-
-    def __call__(self) -> SeedRun:
-        if self.reuse and self.finished():
-            self.updates = int(self.steps or 0)
-            self.eval_return = emote("eval", str(self.run_dir))["mean_return"]
-            return self
-        sets = [item for setting in self.settings for item in ("--set", setting)]
-        steps = ["--steps", str(self.steps)] if self.steps is not None else []
-        started = time.perf_counter()
-        trained = emote("train", self.recipe, "--run-dir", str(self.run_dir), "--force",
-                        "--seed", str(self.seed), "--threads", "1", *sets, *steps)  # fmt: skip
-        self.minutes = (time.perf_counter() - started) / 60
-        self.updates = int(trained["steps"])
-        self.eval_return = emote("eval", str(self.run_dir))["mean_return"]
-        return self
-
-
-def run_all(runs: list[SeedRun], jobs: int) -> list[SeedRun]:
-    """Trains and evaluates ``runs``, ``jobs`` at a time; prints each as it ends."""
-    from concurrent.futures import ThreadPoolExecutor, as_completed
-
-    with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
-        for done in as_completed([pool.submit(run) for run in runs]):
-            run = done.result()
-            print(f"  {run.label} seed {run.seed}: eval {run.eval_return:.1f} after "
-                  f"{run.updates} updates, {run.minutes:.1f} min", flush=True)  # fmt: skip
-    return runs
-
-
-def spread(values: list[float], digits: int = 1) -> str:
-    """``mean +- standard deviation (a, b, c)``."""
-    import statistics
-
-    deviation = statistics.pstdev(values) if len(values) > 1 else 0.0
-    each = ", ".join(f"{value:.{digits}f}" for value in values)
-    return f"{statistics.fmean(values):8.{digits}f} +- {deviation:6.{digits}f}   ({each})"
-
-
-def side_by_side(title: str, groups: dict[str, list[float]], digits: int = 1) -> None:
-    print(title)
-    for label, values in groups.items():
-        print(f"  {label:<34}{spread(values, digits)}")
-
-
 def compare_hlgauss(seeds: list[int], jobs: int) -> None:
     runs = run_all([SeedRun(label=recipe, recipe=recipe, seed=seed)
                     for recipe in ("sac_hlgauss_pendulum", "sac_pendulum")
                     for seed in seeds], jobs)  # fmt: skip
-    groups = _by_label(runs, lambda run: run.eval_return)
+    groups = by_label(runs, lambda run: run.eval_return)
     side_by_side("HL-Gauss vs MSE critic, Pendulum-v1 at 20k env steps (eval return; target: "
                  "HL-Gauss mean >= MSE mean, both >= -200)", groups)  # fmt: skip
 
@@ -293,10 +193,10 @@ def compare_dqn_hlgauss(seeds: list[int], jobs: int) -> None:
                     for recipe in ("dqn_hlgauss_cartpole", "dqn_cartpole")
                     for seed in seeds], jobs)  # fmt: skip
     side_by_side("HL-Gauss vs Huber DQN, CartPole-v1 at 50k env steps (final eval return)",
-                 _by_label(runs, lambda run: run.eval_return))  # fmt: skip
+                 by_label(runs, lambda run: run.eval_return))  # fmt: skip
     print("  env step of the first interval eval averaging 500 (- : none):")
     for run in runs:
-        steps, returns = _scalars(run.run_dir, "eval_env_step/mean_return")
+        steps, returns = scalars(run.run_dir, "eval_env_step/mean_return")
         first = next((step for step, value in zip(steps, returns, strict=True)
                       if value >= 500.0), None)  # fmt: skip
         print(f"    {run.label} seed {run.seed}: {first if first is not None else '-'}")
@@ -316,7 +216,7 @@ def compare_amp(seeds: list[int], jobs: int, *, expert: str | None) -> None:
     emote("collect", "sac_pendulum", "--policy", expert, "--out", str(store),
           "--episodes", "20")  # fmt: skip
     expert_return = emote("eval", expert)["mean_return"]
-    random_return = _random_return(emote("eval", expert)["episodes"])
+    random_return = random_policy_return(emote("eval", expert)["episodes"])
     runs = run_all([SeedRun(label="amp_pendulum-style-only", recipe="amp_pendulum", seed=seed,
                             settings=("amp.task_reward_weight=0.0",
                                       f"amp.reference='{store}'"))
@@ -346,8 +246,8 @@ def compare_symmetry(seeds: list[int], jobs: int, *, steps: int | None) -> None:
     print(f"Action symmetry, LunarLander-v3 continuous, {budget}; symmetry error = mean "
           f"|pi(mirror s) - mirror pi(s)| over {SYMMETRY_STATES} states of each policy's own "
           "episodes (target: >= 2x lower with the reward, at comparable return)")  # fmt: skip
-    side_by_side("  eval return", _by_label(runs, lambda run: run.eval_return))
-    side_by_side("  symmetry error", _by_label(runs, lambda run: errors[id(run)]), digits=3)
+    side_by_side("  eval return", by_label(runs, lambda run: run.eval_return))
+    side_by_side("  symmetry error", by_label(runs, lambda run: errors[id(run)]), digits=3)
 
 
 def _symmetry_error(run: SeedRun, recipe_name: str) -> float:
@@ -414,7 +314,7 @@ def compare_curl(seeds: list[int], jobs: int, *, steps: int | None, report: bool
             run.updates = int(Path(evaluated["checkpoint"]).stem.rpartition("_")[2])
     else:
         runs = run_all(runs, jobs)
-    random_return = _random_return(recipe.eval.episodes, "sac_curl_pixels")
+    random_return = random_policy_return(recipe.eval.episodes, "sac_curl_pixels")
     env_steps = recipe.memory.warmup_steps + (steps or recipe.training.bp_steps)
     budget = "as far as each run got" if report else f"{env_steps} env steps"
     print(
@@ -427,14 +327,14 @@ def compare_curl(seeds: list[int], jobs: int, *, steps: int | None, report: bool
     header = "".join(f"{m / 1000:>9g}k" for m in CURL_MILESTONES)
     print(f"  {'run':<34}{header}{'final':>10}{'updates':>9}{'minutes':>9}{'curl acc':>9}")
     for run in sorted(runs, key=lambda run: (run.label, run.seed)):
-        cells, _, _ = _eval_cells(run, CURL_MILESTONES)
+        cells, _, _ = eval_cells(run, CURL_MILESTONES)
         accuracy = "-"
         if run.label == "sac_curl_pixels":
-            accuracies = _scalars_or_none(run.run_dir, "training_bp_step/curl_accuracy")[1]
+            accuracies = scalars_or_none(run.run_dir, "training_bp_step/curl_accuracy")[1]
             accuracy = f"{accuracies[-1]:.2f}" if accuracies else "-"
         print(f"  {run.label + ' seed ' + str(run.seed):<34}{cells}{run.eval_return:>10.1f}"
-              f"{run.updates:>9}{_wall_minutes(run):>9.1f}{accuracy:>9}")  # fmt: skip
-    groups = _by_label(runs, lambda run: run.eval_return)
+              f"{run.updates:>9}{wall_minutes(run):>9.1f}{accuracy:>9}")  # fmt: skip
+    groups = by_label(runs, lambda run: run.eval_return)
     side_by_side(f"final eval return (random policy: {random_return:.1f})", groups)
     for label, values in groups.items():
         margin = sum(values) / len(values) - random_return
@@ -472,7 +372,9 @@ def compare_genrl(
     errors = _held_out_reconstruction(vae.run_dir, stores["held_out"][0])
     prior = emote("eval", str(vae.run_dir))["mean_return"]
     expert_return = emote("eval", expert)["mean_return"]
-    sac = load_recipe_named("sac_pendulum")
+    from emote_core.recipes import load_recipe
+
+    sac = load_recipe("sac_pendulum")
     updates = env_steps - sac.memory.warmup_steps
     runs = [SeedRun(label=label, recipe=label, seed=seed, steps=updates, reuse=reuse,
                     settings=settings)
@@ -492,26 +394,12 @@ def compare_genrl(
     header = "".join(f"{f'{m / 1000:g}k':>10}" for m in GENRL_MILESTONES)
     print(f"  {'run':<34}{header}{'final':>10}{'minutes':>9}{'-200 at':>9}")
     for run in sorted(runs, key=lambda run: (run.label, run.seed)):
-        cells, logged, returns = _eval_cells(run, GENRL_MILESTONES)
+        cells, logged, returns = eval_cells(run, GENRL_MILESTONES)
         first = next((s for s, v in zip(logged, returns, strict=True) if v >= -200.0), None)
         print(f"  {run.label + ' seed ' + str(run.seed):<34}{cells}{run.eval_return:>10.1f}"
-              f"{_wall_minutes(run):>9.1f}{first if first is not None else '-':>9}")  # fmt: skip
-    finals = _by_label(runs, lambda run: run.eval_return)
+              f"{wall_minutes(run):>9.1f}{first if first is not None else '-':>9}")  # fmt: skip
+    finals = by_label(runs, lambda run: run.eval_return)
     side_by_side(f"final eval return at {env_steps} env steps", finals)
-
-
-def _eval_cells(run: SeedRun, milestones: tuple[int, ...]) -> tuple[str, list[int], list[float]]:
-    """The interval evals' mean return at the latest eval at or before each milestone, as table
-    cells ('-': not reached), and the logged env steps and returns."""
-    logged, returns = _scalars_or_none(run.run_dir, "eval_env_step/mean_return")
-    at = [_latest_at_or_before(logged, returns, milestone) for milestone in milestones]
-    return "".join(f"{v:>10.1f}" if v is not None else f"{'-':>10}" for v in at), logged, returns
-
-
-def load_recipe_named(name: str) -> Any:
-    from emote_core.recipes import load_recipe
-
-    return load_recipe(name)
 
 
 def _held_out_reconstruction(vae_run: Path, held_out: Path) -> dict[str, float]:
@@ -523,9 +411,10 @@ def _held_out_reconstruction(vae_run: Path, held_out: Path) -> dict[str, float]:
     from emote_core.algorithms.genrl import read_vae_run
     from emote_core.assembly.builders import make_env
     from emote_core.nn.inputs import flatten_observation
+    from emote_core.recipes import load_recipe
     from emote_core.stores.zarr_store import MemoryStore
 
-    env = make_env(load_recipe_named("genrl_vae"), num_envs=1)
+    env = make_env(load_recipe("genrl_vae"), num_envs=1)
     vae = read_vae_run(str(vae_run), env.spaces, torch.device("cpu")).eval()
     keys = list(env.spaces.state.keys())
     env.close()
@@ -595,12 +484,12 @@ def compare_mbpo(
     print(f"  {'run':<34}{header}{'minutes':>9}{f'{target:g} at':>9}")
     curves: dict[str, list[list[float | None]]] = {}
     for run in sorted(runs, key=lambda run: (run.label, run.seed)):
-        steps, returns = _scalars(run.run_dir, "eval_env_step/mean_return")
-        at = [_latest_at_or_before(steps, returns, milestone) for milestone in MBPO_MILESTONES]
+        steps, returns = scalars(run.run_dir, "eval_env_step/mean_return")
+        at = [latest_at_or_before(steps, returns, milestone) for milestone in MBPO_MILESTONES]
         curves.setdefault(run.label, []).append(at)
         first = next((s for s, v in zip(steps, returns, strict=True) if v >= target), None)
         cells = "".join(f"{v:>10.1f}" if v is not None else f"{'-':>10}" for v in at)
-        print(f"  {run.label + ' seed ' + str(run.seed):<34}{cells}{_wall_minutes(run):>9.1f}"
+        print(f"  {run.label + ' seed ' + str(run.seed):<34}{cells}{wall_minutes(run):>9.1f}"
               f"{first if first is not None else '-':>9}")  # fmt: skip
     for label, rows in curves.items():
         means = []
@@ -612,49 +501,11 @@ def compare_mbpo(
     print("  model held-out normalised MSE (elites): last, and the env step it first fell "
           "below 0.05")  # fmt: skip
     for run in (run for run in runs if run.label == mbpo_name):
-        steps, errors = _scalars(run.run_dir, "model_bp_step/holdout_nmse")
+        steps, errors = scalars(run.run_dir, "model_bp_step/holdout_nmse")
         below = next((warmup + s // ratio for s, e in zip(steps, errors, strict=True)
                       if e < 0.05), None)  # fmt: skip
         print(f"    seed {run.seed}: {errors[-1]:.4f}, below 0.05 from env step "
               f"{below if below is not None else '-'}")  # fmt: skip
-
-
-def _latest_at_or_before(steps: list[int], values: list[float], limit: int) -> float | None:
-    """The value logged at the largest step <= ``limit``, if the run got within 250 of it."""
-    chosen = [(s, v) for s, v in zip(steps, values, strict=True) if s <= limit]
-    if not chosen or max(steps) < limit - 250:  # (not chosen: steps may be empty)
-        return None
-    return max(chosen)[1]
-
-
-def _wall_minutes(run: SeedRun) -> float:
-    """Training wall time: from the first TensorBoard event to the last of each start of the run
-    (each start, resumes included, writes its own event file), summed, so the time between a
-    stop and its resume does not count."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    total, found = 0.0, False
-    for path in sorted((run.run_dir / "tensorboard").glob("events.out.tfevents.*")):
-        events = EventAccumulator(str(path), size_guidance={"scalars": 0})
-        events.Reload()
-        times = [e.wall_time for tag in events.Tags()["scalars"] for e in events.Scalars(tag)]
-        if times:
-            total, found = total + max(times) - min(times), True
-    return total / 60 if found else float("nan")
-
-
-def _by_label(runs: list[SeedRun], figure: Any) -> dict[str, list[float]]:
-    groups: dict[str, list[float]] = {}
-    for run in sorted(runs, key=lambda run: run.seed):
-        groups.setdefault(run.label, []).append(figure(run))
-    return groups
-
-
-def _target(run_dir: Path) -> float | None:
-    import tomllib
-
-    recipe = tomllib.loads((run_dir / "recipe.toml").read_text())
-    return recipe.get("eval", {}).get("min_return")
 
 
 if __name__ == "__main__":
