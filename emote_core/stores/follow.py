@@ -221,10 +221,10 @@ class StoreFollower:
             records += [(next_id + j, data, end) for j, (_, data, end) in enumerate(run.episodes)]
             next_id += count
             report.skipped += len(run.skipped)
-        now = self.clock()
         fitted = fit_episodes(self.table, records, source=", ".join(self.urls))
         for identity, data, end_state in fitted:
             self.table.add_sequence(identity, data, end_state=end_state)
+        now = self.clock()  # sampleable from now on
         for source, run in runs:
             self.read[source][run.shard] = run.stop
         self.segments += [s for s in segments if s["count"]]

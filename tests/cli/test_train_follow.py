@@ -5,6 +5,10 @@ policy, resumes where its checkpoint pinned, and refuses bad input in one line."
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -128,3 +132,31 @@ def test_a_bad_follow_interval_is_refused(runner: CliRunner, in_tmp: Path) -> No
                                  "--set", "memory.follow_interval=0"])  # fmt: skip
     assert result.exit_code != 0
     assert "'memory.follow_interval' must be at least 1; got 0" in result.stderr
+
+
+def test_ctrl_c_while_the_learner_waits_for_episodes_exits_130_at_once(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    collect(runner, "store.zarr", 1)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "emote_cli", "train", "sac_pendulum", "--memory", "store.zarr",
+         "--follow", "--no-live", "--run-dir", "run", "--set", "memory.warmup_steps=100000",
+         *FAST],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert process.stderr is not None
+    errors: list[str] = []
+    reader = threading.Thread(target=lambda: errors.extend(process.stderr), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any("waiting for episodes" in e for e in errors):
+        time.sleep(0.1)
+    assert any("waiting for episodes: the table holds 200" in e for e in errors), errors
+    time.sleep(1.0)
+    sent = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=60) == 130
+    assert time.monotonic() - sent < 15
+    reader.join(timeout=30)
+    assert "interrupted at update 0" in errors[-1]
