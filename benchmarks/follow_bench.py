@@ -152,14 +152,14 @@ def catch_up(url: str, transitions: int) -> tuple[float, float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writers", type=int, default=2, help="writer processes (shards)")
-    parser.add_argument("--seconds", type=float, default=8.0, help="seconds each run writes")
+    parser.add_argument("--seconds", type=float, default=5.0, help="seconds each run writes")
     parser.add_argument("--batch", type=int, default=4, help="episodes per commit")
     parser.add_argument("--period", type=float, default=0.2, help="seconds between commits")
     parser.add_argument(
         "--poll", type=float, nargs="+", default=[1.0, 0.1],
         help="follower's seconds between looks (1.0: the recipe's follow_min_seconds default)",
     )  # fmt: skip
-    parser.add_argument("--catch-up", type=int, default=200_000, help="transitions pre-written")
+    parser.add_argument("--catch-up", type=int, default=100_000, help="transitions pre-written")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="follow-bench-"))
     try:

@@ -12,9 +12,7 @@ import collections
 import functools
 import json
 import logging
-import os
 import threading
-import uuid
 from collections.abc import Callable, Mapping
 from concurrent import futures
 from dataclasses import replace
@@ -28,6 +26,7 @@ from emote_core.callback import Callback, Order
 from emote_core.errors import ConfigurationError, ExportError
 from emote_core.onnx.format import MetadataKey
 from emote_core.onnx.graph import PolicyGraph, policy_metadata, proxy_policy_graph
+from emote_core.onnx.publishing import LATEST_POLICY, replace_atomically
 from emote_core.onnx.storage import CRUDStorage, StorageItem, StorageItemHandle
 from emote_core.onnx.writer import (
     DEFAULT_OPSET,
@@ -43,10 +42,6 @@ log = logging.getLogger(__name__)
 
 UPSTREAM_PREFIX = "savedmodel_"
 """File-name prefix of exports of an agent proxy (upstream emote's default)."""
-
-LATEST_POLICY = "latest.onnx"
-"""The published policy's file name in a run's ``exports/``: replaced atomically at every
-publication (``emote collect --follow-policy`` loads it)."""
 
 
 class QueuedExport:
@@ -99,9 +94,9 @@ class OnnxExporter(Callback):
     taken at.
 
     Publishing (``publish_interval``) is the other way out: every so many updates, and when
-    training ends, the policy replaces ``directory/latest.onnx`` (:data:`LATEST_POLICY`) in one
-    rename, written and flushed to disk under a temporary name in the same directory first, so
-    that collectors reading it never see a half-written file.
+    training ends, the policy replaces ``directory/latest.onnx`` in one rename
+    (:func:`~emote_core.onnx.publishing.replace_atomically`), so that collectors reading it never
+    see a half-written file.
 
     Threads: :meth:`export` reads the network the losses update, so it runs on the training
     thread. Other threads call :meth:`export_threadsafe`, which queues a request and waits for it.
@@ -298,9 +293,9 @@ class OnnxExporter(Callback):
     def publish(self) -> Path:
         """Replaces ``latest.onnx`` with the network now; call this on the training thread.
 
-        The file is written under a temporary name beside it, flushed to disk, then renamed over
-        the old one (``os.replace``), and the directory flushed: a reader opens either the old
-        file or the new one, whole. Nothing else in the directory changes.
+        The file is written under a temporary name beside it, flushed to disk and renamed over
+        the old one: a reader opens either the old file or the new one, whole. Nothing else in
+        the directory changes.
 
         Returns:
             The published file.
@@ -308,18 +303,9 @@ class OnnxExporter(Callback):
         Raises:
             ExportError: If the export fails its checks (the old file stays).
         """
-        directory = Path(self.storage.directory)
-        target = directory / LATEST_POLICY
-        temporary = directory / f".{LATEST_POLICY}.{uuid.uuid4().hex}.tmp"
+        target = Path(self.storage.directory) / LATEST_POLICY
         with self._export_lock:
-            try:
-                report = self._write(temporary, None)
-                with temporary.open("rb") as file:
-                    os.fsync(file.fileno())
-                os.replace(temporary, target)
-            finally:
-                temporary.unlink(missing_ok=True)
-            _fsync_directory(directory)
+            report = replace_atomically(target, lambda path: self._write(path, None))
             self.published_step = self._bp_step
         log.info(
             "published the policy of update %d to %s (max abs diff %.2g)",
@@ -439,20 +425,6 @@ class OnnxExporter(Callback):
 
     def __repr__(self) -> str:
         return f"OnnxExporter(name={self.name!r}, directory={self.storage.directory!r})"
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Flushes a rename in ``directory`` to disk (where the platform allows opening folders)."""
-    try:
-        handle = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(handle)
-    except OSError:
-        pass
-    finally:
-        os.close(handle)
 
 
 __all__ = [

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import onnxruntime
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
 from emote_cli.app import app
@@ -77,6 +78,14 @@ def test_a_learner_waits_takes_in_what_another_writer_commits_and_publishes_its_
     assert session.get_modelmeta().custom_metadata_map["training_step"] == "120"
     run = json.loads((in_tmp / "run" / "run.json").read_text())
     assert run["starts"][0]["follow"] is True
+    events = EventAccumulator(str(in_tmp / "run" / "tensorboard"))
+    events.Reload()
+    scalars = events.Tags()["scalars"]
+    for tag in ("data_age_s", "ingest_transitions_per_s", "ingested_transitions"):
+        assert f"follow_bp_step/{tag}" in scalars, scalars
+    ages = [e.value for e in events.Scalars("follow_bp_step/data_age_s")]
+    assert all(0 <= age < 60 for age in ages)
+    assert events.Scalars("follow_bp_step/ingested_transitions")[-1].value == 800
 
 
 def test_a_following_run_resumed_reads_back_what_it_pinned_and_follows_on(
