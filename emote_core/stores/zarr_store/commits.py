@@ -32,16 +32,14 @@ def shard_commit(root: Any, url: str, name: str) -> tuple[Any, dict[str, Any]] |
     path = f"{SHARDS}/{name}"
     where = f"store '{url}' shard '{name}'"
     try:
-        found = path in root
-    except ValueError as error:  # unparseable JSON
-        raise FormatError(f"{where}: {path}/zarr.json is unreadable ({error})") from error
-    if not found:
+        group = root[path]  # one metadata read: what a follower pays per shard and look
+    except KeyError:
         if not keys_under(root, f"{path}/"):
             return None  # a writer is creating it (or died doing so): empty
-        raise FormatError(f"{where}: {path}/zarr.json is missing; its episodes are unreadable")
-    try:
-        group = root[path]
-    except (ValueError, KeyError) as error:  # replaced or damaged between the check and now
+        raise FormatError(
+            f"{where}: {path}/zarr.json is missing; its episodes are unreadable"
+        ) from None
+    except ValueError as error:  # unparseable JSON
         raise FormatError(f"{where}: {path}/zarr.json is unreadable ({error})") from error
     commit = dict(group.attrs).get("commit")
     if commit is None:
