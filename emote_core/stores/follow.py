@@ -23,7 +23,7 @@ import numpy as np
 from emote_core.errors import FormatError
 from emote_core.stores.stored import EpisodeRecord, fit_episodes, replace_content
 from emote_core.stores.zarr_store.commits import commit_records, shard_commit
-from emote_core.stores.zarr_store.groups import open_group
+from emote_core.stores.zarr_store.groups import PARTIAL_SUFFIX, open_group
 from emote_core.stores.zarr_store.layout import EPISODES, StoreColumn, check_format
 from emote_core.stores.zarr_store.tail import EpisodeRun, read_episode_run
 
@@ -280,28 +280,18 @@ class StoreFollower:
         held = set()
         for low, high in state["held"]:
             held.update(range(int(low), int(high) + 1))
+        spans: dict[tuple[int, str], list[int]] = {}
+        for segment in state["segments"]:  # one read per shard, not per segment
+            span = spans.setdefault((int(segment["source"]), str(segment["shard"])), [2**62, 0])
+            span[0] = min(span[0], int(segment["start"]))
+            span[1] = max(span[1], int(segment["stop"]))
+        found = {key: self._read_back(*key, *span) for key, span in spans.items()}
         episodes: list[EpisodeRecord] = []
         for segment in state["segments"]:
-            source, name = int(segment["source"]), str(segment["shard"])
-            found = shard_commit(self._root(source), self.urls[source], name)
-            if found is None:
-                raise FormatError(
-                    f"store '{self.urls[source]}' shard '{name}' has no committed episodes, but "
-                    f"the checkpoint read {segment['stop']} from it — episodes were lost; run "
-                    "`emote memory verify`"
-                )
-            group, commit = found
-            if int(commit["episodes"]) < int(segment["stop"]):
-                raise FormatError(
-                    f"store '{self.urls[source]}' shard '{name}' holds {commit['episodes']} "
-                    f"committed episodes, fewer than the {segment['stop']} the checkpoint read "
-                    "— episodes were lost; run `emote memory verify`"
-                )
-            run = self._run(
-                source, name, group, commit, int(segment["start"]), int(segment["stop"])
-            )
+            at = found[(int(segment["source"]), str(segment["shard"]))]
+            positions = range(int(segment["start"]), int(segment["stop"]))
+            chosen = [at[p] for p in positions if p in at][: int(segment["count"])]
             first = int(segment["first_id"])
-            chosen = run.episodes[: int(segment["count"])]
             for j, (_, data, end) in enumerate(chosen):
                 if first + j in held:
                     episodes.append((first + j, data, end))
@@ -315,6 +305,22 @@ class StoreFollower:
         self.ingested_episodes, self.ingested_transitions, self.skipped_episodes = (
             int(v) for v in state.get("ingested", (0, 0, 0))
         )
+
+    def _read_back(self, source: int, name: str, start: int, stop: int) -> dict[int, EpisodeRecord]:
+        """Episodes ``start:stop`` of a shard that a checkpoint read, by position (the damaged
+        ones, left out then, are left out again)."""
+        url = self.urls[source]
+        found = shard_commit(self._root(source), url, name)
+        committed = 0 if found is None else int(found[1]["episodes"])
+        if found is None or committed < stop:
+            raise FormatError(
+                f"store '{url}' shard '{name}' holds {committed} committed episodes, fewer than "
+                f"the {stop} the checkpoint read — episodes were lost; run `emote memory verify`"
+            )
+        run = self._run(source, name, *found, start, stop)
+        skipped = set(run.skipped)
+        positions = [p for p in range(start, stop) if p not in skipped]
+        return dict(zip(positions, run.episodes, strict=True))
 
 
 def _ranges(ids: np.ndarray) -> list[list[int]]:
@@ -337,8 +343,12 @@ def follow_target(url: str | os.PathLike[str]) -> bool:
     path = Path(location.removeprefix("file://"))
     if local and not path.exists():
         return False
-    if local and path.is_dir() and not any(path.iterdir()):
-        return False  # made ahead of the collectors: the first one creates the store in it
+    if (
+        local
+        and path.is_dir()
+        and all(entry.name.endswith(PARTIAL_SUFFIX) for entry in path.iterdir())
+    ):  # made ahead of the collectors, or a collector is writing its zarr.json right now
+        return False
     if local and not (path / "zarr.json").is_file():
         raise FormatError(
             f"--follow: '{location}' is not an emote memory store (no zarr.json there); give "

@@ -244,6 +244,13 @@ def test_damaged_new_episodes_are_refused_or_skipped_when_asked(tmp_path: Path) 
     assert report.skipped == 1 and report.episodes == 2
     assert sorted(held(lenient.table)) == [0, 1, 2, 3, 4]
     assert lenient.read == [{"main": 6}] and lenient.poll().episodes == 0
+    state = lenient.state()
+    again = StoreFollower(table(), [url], skip_damaged=True)
+    again.restore(state)  # the damaged episode is left out again, the others keep their ids
+    assert [e[0] for e in again.table.episodes()] == [e[0] for e in lenient.table.episodes()]
+    assert sorted(held(again.table)) == [0, 1, 2, 3, 4]
+    with pytest.raises(FormatError, match="damaged episodes"):
+        StoreFollower(table(), [url]).restore(state)
 
 
 def test_a_shard_that_lost_episodes_is_refused(tmp_path: Path) -> None:
