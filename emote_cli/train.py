@@ -46,6 +46,25 @@ def train(
     live: Annotated[
         bool, typer.Option("--live/--no-live", help="Collect experience while training.")
     ] = True,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            help="Keep taking in the episodes that collectors commit to the --memory stores "
+            "while training (every memory.follow_interval updates); waits for a store that does "
+            "not exist yet, and with --no-live for enough episodes to start. Publishes the "
+            "policy as RUN_DIR/exports/latest.onnx (training.publish_interval).",
+        ),
+    ] = False,
+    publish_interval: Annotated[
+        int | None,
+        typer.Option(
+            "--publish-interval",
+            min=0,
+            help="Updates between publications of RUN_DIR/exports/latest.onnx (0: none; sets "
+            "training.publish_interval; default 1000 with --follow, else none).",
+        ),
+    ] = None,
     skip_damaged: SkipDamagedOption = False,
     steps: Annotated[
         int | None, typer.Option("--steps", min=1, help="Updates in all (recipe's bp_steps).")
@@ -119,11 +138,16 @@ def train(
             settings.append(f"seed={seed}")
         if track:
             settings.append("logging.wandb=true")
+        if publish_interval is not None:
+            settings.append(f"training.publish_interval={publish_interval}")
+        if follow and not memory and not resume:
+            abort("--follow follows the stores given with --memory STORE; pass one", ExitCode.USAGE)
         chosen = resolve_device(device)
         if resume:
             path, loaded, changes, memory = _resume_plan(recipe, run_dir, settings, memory, live)
             if steps is None and "training.bp_steps" not in changes:
                 steps = run_steps(RunDirectory(path))  # the total the run was started for
+            follow = _resume_follow(RunDirectory(path), follow)
         else:
             if recipe is None:
                 abort("RECIPE is needed to start a run (only --resume can omit it)", ExitCode.USAGE)
@@ -135,11 +159,16 @@ def train(
                 "--no-live trains from stored memory only: pass --memory STORE"
             )
         check_training_mode(loaded, live=live)  # before the run directory is written
+        if follow:  # a learner may start before its collectors: wait for their store
+            from emote_core.stores.follow import wait_for_stores
+
+            display.status(f"waiting for {', '.join(memory or [])}")
+            wait_for_stores(memory or [])
         check_training_stores(loaded, memory or [])
         created = not path.exists()
         run = prepare_run(
             path, recipe=loaded, command=sys.argv, resume=resume, force=force, changes=changes,
-            memory=memory, live=live, steps=steps,
+            memory=memory, live=live, steps=steps, follow=follow,
         )  # fmt: skip
         torch.manual_seed(loaded.seed)
         if threads is not None:
@@ -150,6 +179,7 @@ def train(
                 bp_steps=steps, skip_damaged=skip_damaged,
                 # The progress line replaces TerminalLogger's; TensorBoard gets every metric.
                 terminal_log=False, progress=None if quiet else training_sink(display),
+                follow=follow,
             )  # fmt: skip
         except Exception:
             if created:  # a run that never started leaves nothing behind
@@ -174,6 +204,7 @@ def train(
             "device": str(chosen),
             "threads": torch.get_num_threads(),
             "interrupted": interrupted(),
+            **_follow_summary(setup),
         }
         quoted = shlex.quote(str(run.path))
         if json_output:
@@ -235,6 +266,47 @@ def _resume_plan(
     requested = recipe_from_dict(data, source=f"{run.recipe_file} with --set")
     changes = resume_changes(current, requested, run_path=run.path)
     return run.path, requested, changes, check_resume_inputs(run, memory=memory, live=live)
+
+
+def _resume_follow(run: Any, follow: bool) -> bool:
+    """A run that began following its stores follows on when resumed; one that did not cannot
+    start (its checkpoints do not pin what a follower read)."""
+    from emote_core.errors import ConfigurationError
+    from emote_core.runs import run_follows
+
+    if run_follows(run):
+        return True
+    if follow:
+        raise ConfigurationError(
+            f"--resume --follow: run '{run.path}' did not follow its stores, so its checkpoints "
+            "do not pin what a follower read; start a new run with --follow"
+        )
+    return False
+
+
+def _follow_summary(setup: Any) -> dict[str, Any]:
+    """What a following run took in and published, for the summary."""
+    summary: dict[str, Any] = {}
+    follower = setup.follower
+    if follower is not None:
+        summary["follow"] = {
+            "stores": follower.urls,
+            "read": follower.read,
+            "ingested_episodes": follower.ingested_episodes,
+            "ingested_transitions": follower.ingested_transitions,
+            "skipped_episodes": follower.skipped_episodes,
+            "table_episodes": setup.table.episode_count,
+            "table_transitions": setup.table.size(),
+        }
+    exporter = setup.exporter
+    if exporter is not None and exporter.published_step is not None:
+        from emote_core.onnx.exporter import LATEST_POLICY
+
+        summary["published"] = {
+            "path": str(setup.run.exports / LATEST_POLICY),
+            "training_step": exporter.published_step,
+        }
+    return summary
 
 
 def _stop_on_ctrl_c(trainer: Any) -> Callable[[], bool]:

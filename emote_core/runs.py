@@ -177,6 +177,9 @@ RESUMABLE_SETTINGS = (
     "training.log_interval",
     "training.checkpoint_interval",
     "training.export_interval",
+    "training.publish_interval",
+    "memory.follow_interval",
+    "memory.follow_min_seconds",
     "eval.",
     "logging.",
 )
@@ -247,6 +250,13 @@ def check_resume_inputs(run: RunDirectory, *, memory: list[str] | None, live: bo
     return list(began_with if began_with is not None else memory or [])
 
 
+def run_follows(run: RunDirectory) -> bool:
+    """Whether the run began following its ``--memory`` stores (``emote train --follow``): its
+    checkpoints then pin what it read of them, and a resume follows on."""
+    first = (_read_json(run.run_file).get("starts") or [{}])[0]
+    return bool(first.get("follow", False))
+
+
 def prepare_run(
     path: Path,
     *,
@@ -258,6 +268,7 @@ def prepare_run(
     memory: list[str] | None = None,
     live: bool = True,
     steps: int | None = None,
+    follow: bool = False,
 ) -> RunDirectory:
     """Creates (or reopens, for ``resume``) a run directory and records how the run started.
 
@@ -293,7 +304,9 @@ def prepare_run(
                 "another --run-dir"
             ) from None
     try:
-        _write_run_files(run, recipe, recipe_text, command, resume, changes, memory, live, steps)
+        _write_run_files(
+            run, recipe, recipe_text, command, resume, changes, memory, live, steps, follow
+        )
     except BaseException:
         if fresh:
             shutil.rmtree(run.path, ignore_errors=True)
@@ -311,6 +324,7 @@ def _write_run_files(
     memory: list[str] | None,
     live: bool,
     steps: int | None,
+    follow: bool = False,
 ) -> None:
     for directory in (run.path, run.checkpoints, run.tensorboard, run.exports):
         directory.mkdir(parents=True, exist_ok=True)
@@ -327,6 +341,8 @@ def _write_run_files(
         "live": live,
         "steps": steps,
     }
+    if follow:
+        start["follow"] = True
     if resume:
         start["changes"] = changes or {}
     record.setdefault("starts", []).append(start)
@@ -435,6 +451,7 @@ __all__ = [
     "latest_run_path",
     "prepare_run",
     "resume_changes",
+    "run_follows",
     "run_recipe",
     "run_steps",
 ]

@@ -38,6 +38,10 @@ from emote_core.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
+DEFAULT_PUBLISH_INTERVAL = 1_000
+"""Updates between publications of ``exports/latest.onnx`` by a run that follows stores, when
+its recipe leaves ``training.publish_interval`` unset."""
+
 
 @dataclass
 class TrainingRun:
@@ -50,6 +54,10 @@ class TrainingRun:
     env: Any | None
     collector: Any | None
     bp_steps: int
+    follower: Any | None = None
+    """The :class:`~emote_core.stores.follow.StoreFollower` of a ``--follow`` run."""
+    exporter: Any | None = None
+    """The ``OnnxExporter`` (periodic exports and publications), when the run has one."""
 
 
 def build_training(
@@ -64,6 +72,7 @@ def build_training(
     terminal_log: bool = True,
     skip_damaged: bool = False,
     progress: ProgressSink | None = None,
+    follow: bool = False,
 ) -> TrainingRun:
     """Builds every part of a training run described by ``recipe``.
 
@@ -79,6 +88,9 @@ def build_training(
         skip_damaged: Train on the intact episodes of damaged stores (refused by default).
         progress: Receives progress snapshots (done / total, rates, ETA, return, losses) at
             the start, every half second and at the end (see ``ProgressReporter``).
+        follow: Keep taking in the episodes committed to ``stores`` while training (every
+            ``memory.follow_interval`` updates); without live collection, wait before the
+            first update until the table holds ``memory.warmup_steps`` transitions and a batch.
 
     Raises:
         ConfigurationError: If the recipe, the stores and the mode do not fit together.
@@ -125,12 +137,18 @@ def build_training(
         table=table, rollout_count=recipe.memory.batch_size,
         rollout_length=recipe.memory.rollout_length,
     )  # fmt: skip
+    follower = None
+    if follow:
+        from emote_core.stores.follow import StoreFollower
+
+        follower = StoreFollower(table, stores, skip_damaged=skip_damaged)
     memory = ReplayMemoryCheckpoint(
-        table=table, sources=stores, skip_damaged=skip_damaged, export_store=run.memory_export
-    )
+        table=table, sources=stores, skip_damaged=skip_damaged, export_store=run.memory_export,
+        follower=follower,
+    )  # fmt: skip
     if not resume:  # a resumed run's memory is what its checkpoint recorded (restore_state)
         memory.fill(opened)  # the stores the check above read: not opened again
-    if not live and not resume and not loader.is_ready():
+    if not live and not resume and not follow and not loader.is_ready():
         raise ConfigurationError(
             f"the stores hold {table.size()} transitions in {table.episode_count} episodes; a "
             f"batch needs {recipe.memory.batch_size} windows of {recipe.memory.rollout_length}"
@@ -163,6 +181,16 @@ def build_training(
         env.close()
         env = None
 
+    if follower is not None:
+        from emote_core.stores.follow_training import FollowStores
+
+        callbacks.append(
+            FollowStores(
+                follower=follower, loader=loader, interval=recipe.memory.follow_interval,
+                min_seconds=recipe.memory.follow_min_seconds, wait=not live,
+                warmup_transitions=0 if live else recipe.memory.warmup_steps,
+            )
+        )  # fmt: skip
     loggables = [c for c in callbacks if hasattr(c, "scalar_logs")]
     writer = SummaryWriter(log_dir=str(run.tensorboard))
     interval = recipe.training.log_interval
@@ -186,14 +214,18 @@ def build_training(
         callbacks.append(TerminalLogger(callbacks=loggables, log_interval=interval))
     if progress is not None:
         callbacks.append(ProgressReporter(sink=progress, total=total, callbacks=loggables))
-    if recipe.training.export_interval:
+    publish = recipe.training.publish_interval
+    if publish is None:  # unset: a following learner feeds its collectors
+        publish = DEFAULT_PUBLISH_INTERVAL if follow else 0
+    exporter = None
+    if recipe.training.export_interval or publish:
         from emote_core.onnx.exporter import OnnxExporter
 
         exporter = OnnxExporter(
             graph=functools.partial(policy_graph, recipe, networks, spaces),
-            directory=run.exports, interval=recipe.training.export_interval,
+            directory=run.exports, interval=recipe.training.export_interval or None,
             recipe_name=recipe.name, recipe_toml=recipe_to_toml(recipe),
-            env_action_space=env_action_space,
+            env_action_space=env_action_space, publish_interval=publish,
         )  # fmt: skip
         callbacks.append(exporter)
         if collector is not None:  # requests from other threads are served during warm-up too
@@ -201,7 +233,9 @@ def build_training(
     if resume:
         callbacks.append(CheckpointLoader(callbacks=checkpointed, run_dir=run.path))
     trainer = Trainer(callbacks, loader)
-    return TrainingRun(trainer, run, table, networks, env, collector, total)
+    return TrainingRun(
+        trainer, run, table, networks, env, collector, total, follower=follower, exporter=exporter
+    )
 
 
 def _source_loaders(
@@ -313,4 +347,4 @@ def _fresh_shard(store: Path) -> str:
     return next(f"resume-{k}" for k in range(1, len(taken) + 2) if f"resume-{k}" not in taken)
 
 
-__all__ = ["TrainingRun", "build_training"]
+__all__ = ["DEFAULT_PUBLISH_INTERVAL", "TrainingRun", "build_training"]

@@ -26,6 +26,7 @@ from emote_core.callback import Callback, Order
 from emote_core.errors import ConfigurationError, ExportError
 from emote_core.onnx.format import MetadataKey
 from emote_core.onnx.graph import PolicyGraph, policy_metadata, proxy_policy_graph
+from emote_core.onnx.publishing import LATEST_POLICY, replace_atomically
 from emote_core.onnx.storage import CRUDStorage, StorageItem, StorageItemHandle
 from emote_core.onnx.writer import (
     DEFAULT_OPSET,
@@ -92,6 +93,11 @@ class OnnxExporter(Callback):
     is checked and parity-tested like ``emote export onnx`` output and records the update it was
     taken at.
 
+    Publishing (``publish_interval``) is the other way out: every so many updates, and when
+    training ends, the policy replaces ``directory/latest.onnx`` in one rename
+    (:func:`~emote_core.onnx.publishing.replace_atomically`), so that collectors reading it never
+    see a half-written file.
+
     Threads: :meth:`export` reads the network the losses update, so it runs on the training
     thread. Other threads call :meth:`export_threadsafe`, which queues a request and waits for it.
     The training thread serves requests when training begins, after every batch, and when it
@@ -125,6 +131,8 @@ class OnnxExporter(Callback):
         prefix: File names are ``<prefix><handle>.onnx`` (default ``policy_``, or ``savedmodel_``
             for an agent proxy).
         max_exports: Keep at most this many exports, deleting the oldest.
+        publish_interval: Updates between publications of ``latest.onnx``; ``None`` or 0
+            publishes none.
         name: The callback's name.
 
     Raises:
@@ -153,6 +161,7 @@ class OnnxExporter(Callback):
         env_action_space: Any = None,
         opset: int = DEFAULT_OPSET,
         max_exports: int | None = None,
+        publish_interval: int | None = None,
         name: str = "onnx_exporter",
     ) -> None:
         super().__init__(name=name, cycle=interval)
@@ -179,6 +188,18 @@ class OnnxExporter(Callback):
         self._training_thread: int | None = None
         self._closed = False
         self._bp_step = 0
+        if publish_interval is not None and (
+            isinstance(publish_interval, bool)
+            or not isinstance(publish_interval, int)
+            or publish_interval < 0
+        ):
+            raise ConfigurationError(
+                f"OnnxExporter '{name}': publish_interval must be a number of updates >= 0 or "
+                f"None; got {publish_interval!r}"
+            )
+        self.publish_interval = publish_interval or 0
+        self.published_step: int | None = None
+        """The update of the latest publication (``None``: none yet)."""
 
     @staticmethod
     def _graph_source(
@@ -244,22 +265,10 @@ class OnnxExporter(Callback):
         Raises:
             ExportError: If the export fails its checks (nothing is stored).
         """
-        with self._state_lock:
-            extra = dict(self._metadata)
-        for key, value in (metadata or {}).items():
-            extra[key] = value if isinstance(value, str) else json.dumps(value)
         with self._export_lock:
-            graph = self.graph()
-            described = policy_metadata(
-                graph, recipe_name=self.recipe_name, recipe_toml=self.recipe_toml,
-                env_action_space=self.env_action_space, training_step=self._bp_step,
-            )  # fmt: skip
-            described = replace(described, extra=extra)
             reports: list[ExportReport] = []
             item = self.storage.create_with_saver(
-                lambda path: reports.append(
-                    write_policy(graph, path, opset=self.opset, metadata=described)
-                )
+                lambda path: reports.append(self._write(path, metadata))
             )
             self.last_report = replace(reports[0], out=item.filepath)
         log.info(
@@ -267,6 +276,42 @@ class OnnxExporter(Callback):
             self._bp_step, item.filepath, self.last_report.max_abs_diff,
         )  # fmt: skip
         return item
+
+    def _write(self, path: str | Path, metadata: Mapping[str, Any] | None) -> ExportReport:
+        """Writes the network at this update to ``path`` (checked, parity-tested)."""
+        with self._state_lock:
+            extra = dict(self._metadata)
+        for key, value in (metadata or {}).items():
+            extra[key] = value if isinstance(value, str) else json.dumps(value)
+        graph = self.graph()
+        described = policy_metadata(
+            graph, recipe_name=self.recipe_name, recipe_toml=self.recipe_toml,
+            env_action_space=self.env_action_space, training_step=self._bp_step,
+        )  # fmt: skip
+        return write_policy(graph, path, opset=self.opset, metadata=replace(described, extra=extra))
+
+    def publish(self) -> Path:
+        """Replaces ``latest.onnx`` with the network now; call this on the training thread.
+
+        The file is written under a temporary name beside it, flushed to disk and renamed over
+        the old one: a reader opens either the old file or the new one, whole. Nothing else in
+        the directory changes.
+
+        Returns:
+            The published file.
+
+        Raises:
+            ExportError: If the export fails its checks (the old file stays).
+        """
+        target = Path(self.storage.directory) / LATEST_POLICY
+        with self._export_lock:
+            report = replace_atomically(target, lambda path: self._write(path, None))
+            self.published_step = self._bp_step
+        log.info(
+            "published the policy of update %d to %s (max abs diff %.2g)",
+            self._bp_step, target, report.max_abs_diff,
+        )  # fmt: skip
+        return target
 
     def queue_export(self, metadata: Mapping[str, Any] | None = None) -> QueuedExport:
         """Queues an export for the training thread, from any thread, without waiting.
@@ -354,9 +399,12 @@ class OnnxExporter(Callback):
         self.process_pending_exports()
 
     def end_batch(self, bp_step: int) -> None:
-        """Serves the queued requests with this update's weights."""
+        """Serves the queued requests with this update's weights, and publishes every
+        ``publish_interval`` updates."""
         self._bp_step = bp_step
         self.process_pending_exports()
+        if self.publish_interval and bp_step % self.publish_interval == 0:
+            self.publish()
 
     def end_cycle(self, bp_step: int) -> None:
         """The periodic export."""
@@ -369,9 +417,20 @@ class OnnxExporter(Callback):
             self._closed = True
         self.process_pending_exports()
         self._training_thread = None
+        if self.publish_interval and self._bp_step and self.published_step != self._bp_step:
+            try:  # the final weights, for collectors that go on
+                self.publish()
+            except Exception as error:  # training may be ending because of an error
+                log.warning("could not publish the final policy: %s", error)
 
     def __repr__(self) -> str:
         return f"OnnxExporter(name={self.name!r}, directory={self.storage.directory!r})"
 
 
-__all__ = ["SUPPORTED_OPSETS", "UPSTREAM_PREFIX", "OnnxExporter", "QueuedExport"]
+__all__ = [
+    "LATEST_POLICY",
+    "SUPPORTED_OPSETS",
+    "UPSTREAM_PREFIX",
+    "OnnxExporter",
+    "QueuedExport",
+]

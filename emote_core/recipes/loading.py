@@ -300,6 +300,7 @@ def validate_recipe(recipe: Recipe, source: str = "recipe") -> None:
         "training.checkpoint_interval": recipe.training.checkpoint_interval,
         "training.log_interval": recipe.training.log_interval,
         "eval.episodes": recipe.eval.episodes,
+        "memory.follow_interval": recipe.memory.follow_interval,
     }
     for key, value in positive.items():
         if value < 1:
@@ -309,10 +310,17 @@ def validate_recipe(recipe: Recipe, source: str = "recipe") -> None:
         "training.export_interval": recipe.training.export_interval,
         "eval.interval": recipe.eval.interval,
         "eval.seed": recipe.eval.seed,
+        "memory.follow_min_seconds": recipe.memory.follow_min_seconds,
+        "training.publish_interval": recipe.training.publish_interval or 0,
     }
     for key, value in non_negative.items():
         if value < 0:
             raise ConfigurationError(f"{source}: '{key}' must be >= 0; got {value}")
+    if not math.isfinite(recipe.memory.follow_min_seconds):
+        raise ConfigurationError(
+            f"{source}: 'memory.follow_min_seconds' must be a finite number of seconds; got "
+            f"{recipe.memory.follow_min_seconds}"
+        )
     recipe.memory.check(source)
     if not recipe.logging.wandb_project.strip():
         raise ConfigurationError(

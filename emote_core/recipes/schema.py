@@ -77,6 +77,13 @@ class MemoryConfig:
     store_episodes: bool = True
     """Append live episodes to the run's ``memory_export/`` store as they end. A resumed run
     reads its replay memory back from there; without it a resume starts with an empty memory."""
+    follow_interval: int = 20
+    """With ``emote train --follow``: updates between looks at the stores for newly committed
+    episodes (each look reads one small commit record per shard; new episodes only when
+    there are some)."""
+    follow_min_seconds: float = 1.0
+    """With ``--follow``: seconds at least between two looks, however fast updates go (a look
+    at a remote store costs a request per shard); 0 looks every ``follow_interval`` updates."""
 
     def check(self, source: str) -> None:
         """Checks prioritized replay's settings: in range, and unchanged from their defaults
@@ -125,6 +132,10 @@ class TrainingConfig:
     """Updates between ONNX exports of the policy into the run's ``exports/``; 0 exports none."""
     threaded: bool = False
     """Collect in a background thread instead of between updates."""
+    publish_interval: int | None = None
+    """Updates between publications of the policy as ``exports/latest.onnx`` (replaced
+    atomically; collectors with ``--follow-policy`` load it). Unset: every 1000 updates when
+    the run follows stores (``--follow``), else never; 0: never."""
 
 
 @dataclass

@@ -6,6 +6,11 @@ store the shards this run wrote, committed up to the moment of the checkpoint. R
 exactly those episodes back (all of them, none twice): episodes that the interrupted run committed
 after its checkpoint stay in the store, but the resumed run, which writes a shard of its own, does
 not train on them. The table's random generators go into the checkpoint too.
+
+A run that follows its stores (``emote train --follow``) pins what its
+:class:`~emote_core.stores.follow.StoreFollower` has read per shard, and records the runs of
+episodes the table holds in the order they entered it: resuming rebuilds that table exactly and
+follows on from the pins.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from emote_core.utils.random_state import capture, restore
 
 if TYPE_CHECKING:
     from emote_core.memory.table import ArrayMemoryTable
+    from emote_core.stores.follow import StoreFollower
     from emote_core.stores.memory_export import MemoryExporterProxyWrapper
     from emote_core.stores.zarr_store import MemoryStore
 
@@ -40,6 +46,8 @@ class ReplayMemoryCheckpoint(Callback):
         export_store: The run's export store (``exporter.export_path``); a run resumed without
             collecting still reads the episodes its earlier parts collected there.
         skip_damaged: Leave damaged episodes out when reading (refused otherwise).
+        follower: Reads the sources as they grow (``--follow``): fills the table, and its
+            pins are what checkpoints record of them.
         name: The callback's name (keys its checkpoint entry).
     """
 
@@ -55,6 +63,7 @@ class ReplayMemoryCheckpoint(Callback):
         exporter: MemoryExporterProxyWrapper | None = None,
         export_store: str | os.PathLike[str] | None = None,
         skip_damaged: bool = False,
+        follower: StoreFollower | None = None,
         name: str = "replay_memory",
     ) -> None:
         super().__init__(name=name)
@@ -62,6 +71,7 @@ class ReplayMemoryCheckpoint(Callback):
         self.exporter = exporter
         self.export_store = export_store
         self.skip_damaged = skip_damaged
+        self.follower = follower
         self.sources: list[dict[str, Any]] = [
             {"url": os.fspath(url), "shards": None} for url in sources
         ]
@@ -76,6 +86,11 @@ class ReplayMemoryCheckpoint(Callback):
         """
         from emote_core.stores.zarr_store import MemoryStore
 
+        if self.follower is not None:
+            before = self.table.episode_count
+            self.follower.fill()
+            self._pin_followed()
+            return self.table.episode_count - before
         stores = (
             list(opened) if opened is not None else [MemoryStore(s["url"]) for s in self.sources]
         )
@@ -103,11 +118,19 @@ class ReplayMemoryCheckpoint(Callback):
         log.info("memory: %d episodes (%d transitions) from %s", loaded, self.table.size(), named)
         return loaded
 
+    def _pin_followed(self) -> None:
+        if self.follower is not None:
+            for source, pins in zip(self.sources, self.follower.read, strict=True):
+                source["shards"] = dict(pins)
+
     def state_dict(self) -> dict[str, Any]:
         exported = dict(self.exported)
         if self.exporter is not None:
             exported[self.exporter.shard] = self.exporter.committed()
+        self._pin_followed()
+        followed = {} if self.follower is None else {"follow": self.follower.state()}
         return {
+            **followed,
             "sources": [dict(s, shards=dict(s["shards"] or {})) for s in self.sources],
             "exported": {k: v for k, v in exported.items() if v},
             "episodes": self.table.episode_count,
@@ -143,7 +166,10 @@ class ReplayMemoryCheckpoint(Callback):
                 f"'{self.exporter.export_path}', which the checkpoint already counts"
             )
         self.sources, self.exported = sources, exported
-        self._load(sources, exported)
+        if self.follower is not None and "follow" in state_dict:
+            self._restore_followed(self.follower, state_dict["follow"], exported)
+        else:
+            self._load(sources, exported)
         held = state_dict["episodes"]
         if held and not sources and not exported:
             log.warning(
@@ -162,6 +188,28 @@ class ReplayMemoryCheckpoint(Callback):
                 state_dict["transitions"],
             )
         restore(self.table.random_generators(), state_dict["random_state"], owner="the memory")
+
+    def _restore_followed(
+        self, follower: StoreFollower, state: dict[str, Any], exported: dict[str, int]
+    ) -> None:
+        """The followed episodes the checkpoint's table held, in their order, then the episodes
+        this run collected itself (``--follow --live``: those come after, renumbered)."""
+        from emote_core.stores.zarr_store import MemoryStore
+
+        extra: list[Any] = []
+        if exported and self.export_store is not None:
+            extra = list(
+                MemoryStore(self.export_store).episodes(
+                    max_transitions=self.table.maxlen, skip_damaged=self.skip_damaged,
+                    limits=exported,
+                )
+            )  # fmt: skip
+        follower.restore(state, extra)
+        log.info(
+            "memory: %d episodes (%d transitions) as the checkpoint held them; following %s on "
+            "from %s",
+            self.table.episode_count, self.table.size(), follower.urls, follower.read,
+        )  # fmt: skip
 
     def restore_without_state(self) -> None:
         """For a checkpoint from before the memory was recorded in it: the table takes every

@@ -14,7 +14,8 @@ import numpy as np
 from emote_core.errors import FormatError
 from emote_core.stores.stored import ColumnSchema, EpisodeRecord, StoredTable
 from emote_core.stores.summary import bytes_on_disk, columns_summary, episode_summary
-from emote_core.stores.zarr_store.groups import child_names, keys_under, open_group
+from emote_core.stores.zarr_store.commits import shard_commit
+from emote_core.stores.zarr_store.groups import child_names, open_group
 from emote_core.stores.zarr_store.layout import (
     COLUMNS,
     EPISODE_FIELDS,
@@ -46,8 +47,9 @@ class ShardView:
         return int(self.commit["episodes"])
 
 
-def read_rows(array: Any, rows: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """The first ``rows`` rows of an array, and which rows could not be read.
+def read_rows(array: Any, rows: int, *, start: int = 0) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Rows ``start:rows`` of an array (the first ``rows`` by default), and which of them could
+    not be read.
 
     One read of the whole range when it decodes; chunk by chunk otherwise, so a damaged chunk
     costs only its rows (named in the returned problems), not the column.
@@ -57,24 +59,23 @@ def read_rows(array: Any, rows: int) -> tuple[np.ndarray, np.ndarray, list[str]]
     # One decoding thread per core: zarr's default pool is larger and measured ~1.5x slower.
     with zarr.config.set({"threading.max_workers": os.cpu_count() or 1}):
         try:
-            return array[:rows], np.zeros(rows, dtype=bool), []
+            return array[start:rows], np.zeros(rows - start, dtype=bool), []
         except Exception:  # a damaged chunk somewhere: find which
             pass
-        data = np.zeros((rows, *array.shape[1:]), dtype=array.dtype)
-        bad = np.zeros(rows, dtype=bool)
+        data = np.zeros((rows - start, *array.shape[1:]), dtype=array.dtype)
+        bad = np.zeros(rows - start, dtype=bool)
         problems = []
         step = int(array.chunks[0])
-        for start in range(0, rows, step):
-            stop = min(rows, start + step)
+        for first in range(start - start % step, rows, step):
+            low, stop = max(first, start), min(rows, first + step)
             try:
-                data[start:stop] = array[start:stop]
+                data[low - start : stop - start] = array[low:stop]
             except Exception as error:  # any codec or I/O error
-                bad[start:stop] = True
+                bad[low - start : stop - start] = True
                 text = str(error).splitlines()[0] if str(error) else ""
                 name = str(array.path).rsplit("/", 1)[-1]
                 problems.append(
-                    f"column '{name}' rows {start}:{stop} unreadable ({type(error).__name__}: "
-                    f"{text})"
+                    f"column '{name}' rows {low}:{stop} unreadable ({type(error).__name__}: {text})"
                 )
         return data, bad, problems
 
@@ -98,6 +99,8 @@ def damaged_episodes(
     table: dict[str, np.ndarray],
     data: dict[str, tuple[np.ndarray, np.ndarray]],
     indices: np.ndarray,
+    *,
+    row_base: Mapping[str, int] | None = None,
 ) -> np.ndarray:
     """Which of episodes ``indices`` have unreadable rows, data that does not match their
     checksum, or a row of the episode table (id, offsets, length, end state, return) that does
@@ -105,15 +108,19 @@ def damaged_episodes(
 
     Args:
         columns: The stored columns, in the store's order (the order checksums chain them in).
-        table: The shard's committed episode table.
+        table: The shard's committed episode table (or a run of its rows).
         data: Each column's rows and unreadable-row mask (:func:`read_rows`).
         indices: The episodes to check.
+        row_base: Per column, the row of the column that ``data``'s first row is (0 when
+            ``data`` starts at the column's first row).
     """
     checksums = np.zeros(len(indices), dtype=np.uint32)
     unreadable = np.zeros(len(indices), dtype=bool)
     for column in columns:
         values, bad = data[column.name]
         starts, stops = episode_rows(column.rows, table, indices)
+        base = (row_base or {}).get(column.name, 0)
+        starts, stops = starts - base, stops - base
         for j, (start, stop) in enumerate(zip(starts.tolist(), stops.tolist(), strict=True)):
             if unreadable[j]:
                 continue
@@ -176,20 +183,10 @@ class MemoryStore:
         a folder holding no data yet)."""
         path = f"{SHARDS}/{name}"
         where = f"store '{self.url}' shard '{name}'"
-        try:
-            found = path in self.root
-        except ValueError as error:  # unparseable JSON
-            raise FormatError(f"{where}: {path}/zarr.json is unreadable ({error})") from error
-        if not found:
-            if not keys_under(self.root, f"{path}/"):
-                return None  # a writer is creating it (or died doing so): empty
-            raise FormatError(f"{where}: {path}/zarr.json is missing; its episodes are unreadable")
-        group = self.root[path]
-        commit = dict(group.attrs).get("commit")
-        if commit is None:
-            return None  # created, not yet committed to: empty, still growing
-        if not isinstance(commit, dict) or "episodes" not in commit or "rows" not in commit:
-            raise FormatError(f"{where}: the commit record in {path}/zarr.json is malformed")
+        found = shard_commit(self.root, self.url, name)
+        if found is None:
+            return None
+        group, commit = found
         count = int(commit["episodes"])
         if count == 0:  # nothing committed: its arrays may not even exist yet
             empty = {f: np.zeros((0, *sh), dtype) for f, (dtype, sh) in EPISODE_FIELDS.items()}
