@@ -103,6 +103,10 @@ class ReplayMemoryCheckpoint(Callback):
         log.info("memory: %d episodes (%d transitions) from %s", loaded, self.table.size(), named)
         return loaded
 
+    def random_generators(self) -> dict[str, Any]:
+        """The table's generators (its sampling and ejection), by the table's names."""
+        return dict(self.table.random_generators())
+
     def state_dict(self) -> dict[str, Any]:
         exported = dict(self.exported)
         if self.exporter is not None:
