@@ -176,9 +176,16 @@ def start(
 
 
 @contextlib.contextmanager
-def joined(context: DistributedContext, device: torch.device) -> Iterator[None]:
-    """The process group for the block (:func:`start`), left however the block ends."""
-    start(context, device)
+def joined(
+    context: DistributedContext,
+    device: torch.device,
+    *,
+    init_method: str | None = None,
+    timeout_s: float | None = None,
+) -> Iterator[None]:
+    """The process group for the block (:func:`start`, with its arguments), left however the
+    block ends."""
+    start(context, device, init_method=init_method, timeout_s=timeout_s)
     try:
         yield
     finally:
