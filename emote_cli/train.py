@@ -184,7 +184,7 @@ def train(
             raise
         console = display.console  # lines printed above the progress display
         console.print(f"training {loaded.name} on {chosen} into {run.path}")
-        interrupted = _stop_on_ctrl_c(setup.trainer)
+        interrupted = _stop_on_ctrl_c(setup.stop, under_torchrun=context is not None)
         started = time.perf_counter()
         try:
             state = setup.trainer.train()
@@ -311,16 +311,20 @@ def _resume_plan(
     return run.path, requested, changes, check_resume_inputs(run, memory=memory, live=live)
 
 
-def _stop_on_ctrl_c(trainer: Any) -> Callable[[], bool]:
-    """The first Ctrl-C asks the trainer to stop after this update (a final checkpoint is
-    written); a second one interrupts at once."""
-    seen: list[bool] = []
+def _stop_on_ctrl_c(stop: Any, *, under_torchrun: bool = False) -> Callable[[], bool]:
+    """The first Ctrl-C asks training to stop after this update (a final checkpoint is written);
+    a second one interrupts at once. Under torchrun, whose agent passes the terminal's Ctrl-C on
+    to the ranks a second time, a repeat within a second counts as the same Ctrl-C."""
+    seen: list[float] = []
+    same_press = 1.0 if under_torchrun else 0.0
 
     def handler(signum: int, frame: object) -> None:
-        if seen:
+        now = time.monotonic()
+        if seen and now - seen[0] > same_press:
             raise KeyboardInterrupt
-        seen.append(True)
-        trainer.shutdown_signal.set()
+        if not seen:
+            seen.append(now)
+        stop.set()
 
     signal.signal(signal.SIGINT, handler)
     return lambda: bool(seen)

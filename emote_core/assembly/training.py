@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,9 @@ class TrainingRun:
     env: Any | None
     collector: Any | None
     bp_steps: int
+    stop: threading.Event
+    """Set to stop training cleanly after the update in progress: the trainer's shutdown signal,
+    or under ``torchrun`` the request every rank sees at the end of the same update."""
 
 
 def build_training(
@@ -181,14 +185,19 @@ def build_training(
         )  # fmt: skip
     if resume:
         callbacks.append(CheckpointLoader(callbacks=checkpointed, run_dir=run.path))
+    stop = None
     if distributed is not None:
-        callbacks.append(
-            DataParallel(
-                context=distributed, callbacks=callbacks, networks=[networks], seed=recipe.seed
-            )
-        )
+        parallel = DataParallel(
+            context=distributed, callbacks=callbacks, networks=[networks], seed=recipe.seed,
+            device=device,
+        )  # fmt: skip
+        callbacks.append(parallel)
+        stop = parallel.stop_request
     trainer = Trainer(callbacks, loader)
-    return TrainingRun(trainer, run, table, networks, env, collector, total)
+    return TrainingRun(
+        trainer, run, table, networks, env, collector, total,
+        stop=stop if stop is not None else trainer.shutdown_signal,
+    )  # fmt: skip
 
 
 def _writing_callbacks(

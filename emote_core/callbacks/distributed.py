@@ -14,12 +14,16 @@ other ranks of a ``torchrun`` launch, without a branch per algorithm:
 - ranks other than 0 reseed every random generator of the run (the replay tables' sampling, the
   collecting agents, augmentations, the global torch generator) with seeds of their own, derived
   from the recipe's seed, the rank and the update the run starts at, so each rank draws its own
-  batches and actions; rank 0 keeps the draws of a one-process run.
+  batches and actions; rank 0 keeps the draws of a one-process run;
+- a request to stop (:attr:`DataParallel.stop_request`, set by Ctrl-C on any rank) is shared at
+  the end of every update, so all ranks stop after the same update and rank 0's final
+  checkpoint holds what every rank holds.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -30,6 +34,7 @@ from torch import nn
 from emote_core.callback import Callback, Order
 from emote_core.callbacks.loss import LossCallback
 from emote_core.errors import ConfigurationError
+from emote_core.trainer import TrainingShutdownException
 from emote_core.utils.distributed import (
     DistributedContext,
     average_gradients,
@@ -63,6 +68,7 @@ class DataParallel(Callback):
         networks: Objects holding the run's networks (the algorithm's ``Networks``); their
             ``nn.Module`` attributes, and those of the callbacks, are broadcast from rank 0.
         seed: The recipe's seed, from which ranks above 0 derive theirs.
+        device: Where this rank trains (the stop flag's collective runs there).
         name: Unique name.
 
     Raises:
@@ -79,9 +85,14 @@ class DataParallel(Callback):
         callbacks: Sequence[Callback],
         networks: Iterable[object] = (),
         seed: int,
+        device: torch.device,
         name: str = "data_parallel",
     ) -> None:
-        super().__init__(name=name)
+        super().__init__(name=name, cycle=1)
+        self.device = device
+        self.stop_request = threading.Event()
+        """Set (from any thread) to stop every rank after the update in progress; a rank must
+        not set the trainer's own shutdown signal, which would stop it alone."""
         self.context = context
         self.callbacks = [c for c in callbacks if c is not self]
         self.holders = [*networks, *self.callbacks]
@@ -109,6 +120,19 @@ class DataParallel(Callback):
             "rank %d of %d: %d tensors from rank 0, %d losses averaging their gradients",
             self.context.rank, self.context.world_size, count, len(self.losses),
         )  # fmt: skip
+
+    def end_cycle(self) -> None:
+        """Stops every rank after this update when any rank was asked to stop.
+
+        Raises:
+            TrainingShutdownException: On every rank, when any rank's stop request is set.
+        """
+        import torch.distributed as dist
+
+        flag = torch.tensor([float(self.stop_request.is_set())], device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item() > 0:
+            raise TrainingShutdownException
 
     def _reseed(self, bp_step: int) -> None:
         rank = self.context.rank
