@@ -177,6 +177,7 @@ def build_training(
 
     loggables = [c for c in callbacks if hasattr(c, "scalar_logs")]
     callbacks.append(BackPropStepsTerminator(bp_steps=total))
+    alike = list(callbacks)  # the same on every rank: collectives walk these in one order
     if main:
         callbacks += _writing_callbacks(
             recipe, run=run, networks=networks, spaces=spaces, device=device, collector=collector,
@@ -188,7 +189,7 @@ def build_training(
     stop = None
     if distributed is not None:
         parallel = DataParallel(
-            context=distributed, callbacks=callbacks, networks=[networks], seed=recipe.seed,
+            context=distributed, callbacks=alike, networks=[networks], seed=recipe.seed,
             device=device,
         )  # fmt: skip
         callbacks.append(parallel)

@@ -63,8 +63,9 @@ class DataParallel(Callback):
 
     Args:
         context: This rank.
-        callbacks: Every callback of the run; their losses get the gradient hook, and their
-            random generators (ranks above 0) are reseeded.
+        callbacks: The callbacks every rank has alike (not rank 0's writers and loggers), in
+            the same order on every rank; their losses get the gradient hook, their random
+            generators (ranks above 0) are reseeded, and their networks are broadcast.
         networks: Objects holding the run's networks (the algorithm's ``Networks``); their
             ``nn.Module`` attributes, and those of the callbacks, are broadcast from rank 0.
         seed: The recipe's seed, from which ranks above 0 derive theirs.
