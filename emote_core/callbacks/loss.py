@@ -37,6 +37,9 @@ class LossCallback(LoggingMixin, Callback, ABC):
 
     order: ClassVar[int] = Order.DEFAULT
     extra_hooks: ClassVar[tuple[str, ...]] = ("loss",)
+    gradient_hook: Callable[[Sequence[torch.Tensor]], None] | None = None
+    """Called with :attr:`parameters` after back-propagation and before clipping; under
+    ``torchrun`` it averages the gradients across ranks (``callbacks/distributed.py``)."""
 
     def __init__(
         self,
@@ -63,9 +66,6 @@ class LossCallback(LoggingMixin, Callback, ABC):
         self.log_per_param_weights = log_per_param_weights
         self.log_per_param_grads = log_per_param_grads
         self.parameters = [p for group in optimizer.param_groups for p in group["params"]]
-        self.gradient_hook: Callable[[Sequence[torch.Tensor]], None] | None = None
-        """Called with :attr:`parameters` after back-propagation and before clipping; under
-        ``torchrun`` it averages the gradients across ranks (``callbacks/distributed.py``)."""
 
     @abstractmethod
     def loss(self, *args: Any, **kwargs: Any) -> torch.Tensor:
