@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shlex
 import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -116,11 +118,19 @@ def train(
     the run directory on stdout.
 
     Ctrl-C stops after the current update, writes a checkpoint, says how to resume and exits 130.
+
+    Under ``torchrun --nproc-per-node K -m emote_cli train ...`` the K processes train one run
+    data-parallel: each samples its own batches (and collects its own experience when live),
+    gradients are averaged, and rank 0 alone writes the run directory and prints.
     """
+    secondary = _secondary_rank()
+    if secondary:  # rank 0 reports for the run; the others print only their errors
+        quiet, json_output = True, False
     setup_logging(quiet=quiet, debug=debug)
     with (
         handle_errors(debug=debug, json_output=json_output),
         ProgressDisplay("train", "update", quiet=quiet) as display,
+        contextlib.ExitStack() as process_group,
     ):
         display.status(f"loading {recipe or run_dir or 'the run'}")  # before torch: alive at once
         import torch
@@ -131,6 +141,7 @@ def train(
         from emote_core.errors import ConfigurationError
         from emote_core.recipes import load_recipe
         from emote_core.runs import RunDirectory, default_run_path, prepare_run, run_steps
+        from emote_core.utils import distributed
         from emote_core.utils.devices import resolve_device
 
         settings = list(overrides or [])
@@ -143,40 +154,56 @@ def train(
         if follow and not memory and not resume:
             abort("--follow follows the stores given with --memory STORE; pass one", ExitCode.USAGE)
         chosen = resolve_device(device)
-        if resume:
-            path, loaded, changes, memory = _resume_plan(recipe, run_dir, settings, memory, live)
-            if steps is None and "training.bp_steps" not in changes:
-                steps = run_steps(RunDirectory(path))  # the total the run was started for
-            follow = _resume_follow(RunDirectory(path), follow)
-        else:
-            if recipe is None:
-                abort("RECIPE is needed to start a run (only --resume can omit it)", ExitCode.USAGE)
-            loaded = load_recipe(recipe, settings)
-            path, changes = run_dir or default_run_path(loaded.name), {}
-        check_env_id(loaded.env.id)
-        if not live and not memory and not resume:  # a resumed run has its own memory
-            raise ConfigurationError(
-                "--no-live trains from stored memory only: pass --memory STORE"
-            )
-        check_training_mode(loaded, live=live)  # before the run directory is written
-        if follow:  # a learner may start before its collectors: wait for their store
-            from emote_core.stores.follow import wait_for_stores
+        context = distributed.from_environment()
+        if context is not None:
+            chosen = distributed.rank_device(context, chosen)
+            process_group.enter_context(distributed.joined(context, chosen))
+            if not context.is_main:  # the path and update count rank 0 settled on
+                run_dir, steps = _wait_for_rank_zero()
+        with _telling_other_ranks(context is not None and context.is_main) as told:
+            if resume:
+                path, loaded, changes, memory = _resume_plan(
+                    recipe, run_dir, settings, memory, live
+                )
+                if steps is None and "training.bp_steps" not in changes:
+                    steps = run_steps(RunDirectory(path))  # the total the run was started for
+                follow = _resume_follow(RunDirectory(path), follow)
+            else:
+                if recipe is None:
+                    abort(
+                        "RECIPE is needed to start a run (only --resume can omit it)",
+                        ExitCode.USAGE,
+                    )
+                loaded = load_recipe(recipe, settings)
+                path, changes = run_dir or default_run_path(loaded.name), {}
+            check_env_id(loaded.env.id)
+            if not live and not memory and not resume:  # a resumed run has its own memory
+                raise ConfigurationError(
+                    "--no-live trains from stored memory only: pass --memory STORE"
+                )
+            check_training_mode(loaded, live=live)  # before the run directory is written
+            if follow:  # a learner may start before its collectors: wait for their store
+                from emote_core.stores.follow import wait_for_stores
 
-            display.status(f"waiting for {', '.join(memory or [])}")
-            wait_for_stores(memory or [])
-        check_training_stores(loaded, memory or [])
-        created = not path.exists()
-        run = prepare_run(
-            path, recipe=loaded, command=sys.argv, resume=resume, force=force, changes=changes,
-            memory=memory, live=live, steps=steps, follow=follow,
-        )  # fmt: skip
+                display.status(f"waiting for {', '.join(memory or [])}")
+                wait_for_stores(memory or [])
+            check_training_stores(loaded, memory or [])
+            created = not path.exists() and not secondary
+            if secondary:
+                run = RunDirectory(path)  # rank 0 prepared it
+            else:
+                run = prepare_run(
+                    path, recipe=loaded, command=sys.argv, resume=resume, force=force,
+                    changes=changes, memory=memory, live=live, steps=steps, follow=follow,
+                )  # fmt: skip
+            told.update(run_dir=str(path), steps=steps)
         torch.manual_seed(loaded.seed)
         if threads is not None:
             torch.set_num_threads(threads)
         try:
             setup = build_training(
                 loaded, run=run, device=chosen, live=live, stores=memory or [], resume=resume,
-                bp_steps=steps, skip_damaged=skip_damaged,
+                bp_steps=steps, skip_damaged=skip_damaged, distributed=context,
                 # The progress line replaces TerminalLogger's; TensorBoard gets every metric.
                 terminal_log=False, progress=None if quiet else training_sink(display),
                 follow=follow,
@@ -187,7 +214,7 @@ def train(
             raise
         console = display.console  # lines printed above the progress display
         console.print(f"training {loaded.name} on {chosen} into {run.path}")
-        interrupted = _stop_on_ctrl_c(setup.trainer)
+        interrupted = _stop_on_ctrl_c(setup.stop, under_torchrun=context is not None)
         started = time.perf_counter()
         try:
             state = setup.trainer.train()
@@ -195,9 +222,14 @@ def train(
             if setup.env is not None:
                 setup.env.close()
         display.close()
+        if secondary:
+            if interrupted():
+                abort(f"interrupted at update {int(state['bp_step'])}", ExitCode.INTERRUPTED)
+            return
         checkpoint = run.latest_checkpoint()
         summary = {
             "run_dir": str(run.path),
+            "ranks": context.world_size if context is not None else 1,
             "steps": int(state["bp_step"]),
             "checkpoint": str(checkpoint) if checkpoint else None,
             "seconds": time.perf_counter() - started,
@@ -226,6 +258,48 @@ def train(
             f"{summary['checkpoint']}\nnext: emote eval {quoted}",
             markup=False, highlight=False, soft_wrap=True,
         )  # fmt: skip
+
+
+def _secondary_rank() -> bool:
+    """Whether this process is a rank other than 0 of a ``torchrun`` launch (read before torch
+    is imported, to keep those ranks quiet from the start)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) > 0
+    except ValueError:
+        return False  # distributed.from_environment names the bad value
+
+
+@contextlib.contextmanager
+def _telling_other_ranks(tell: bool) -> Iterator[dict[str, Any]]:
+    """Rank 0 checks its inputs and prepares the run directory inside this block, filling the
+    dict it yields (``run_dir``, ``steps``); then the other ranks learn where the run is and how
+    many updates it has, or that rank 0 failed, so they stop instead of waiting for it."""
+    from emote_core.utils import distributed
+
+    told: dict[str, Any] = {}
+    if not tell:
+        yield told
+        return
+    try:
+        yield told
+    except BaseException as error:
+        distributed.broadcast_object({"error": str(error) or type(error).__name__})
+        raise
+    distributed.broadcast_object(told)
+
+
+def _wait_for_rank_zero() -> tuple[Path, int | None]:
+    """The run directory and update count rank 0 prepared (ranks other than 0).
+
+    Raises:
+        DistributedError: If rank 0 could not prepare the run.
+    """
+    from emote_core.utils import distributed
+
+    outcome: Any = distributed.broadcast_object(None)
+    if "error" in outcome:
+        raise distributed.DistributedError(f"rank 0 could not start the run: {outcome['error']}")
+    return Path(outcome["run_dir"]), outcome["steps"]
 
 
 def _resume_plan(
@@ -309,16 +383,20 @@ def _follow_summary(setup: Any) -> dict[str, Any]:
     return summary
 
 
-def _stop_on_ctrl_c(trainer: Any) -> Callable[[], bool]:
-    """The first Ctrl-C asks the trainer to stop after this update (a final checkpoint is
-    written); a second one interrupts at once."""
-    seen: list[bool] = []
+def _stop_on_ctrl_c(stop: Any, *, under_torchrun: bool = False) -> Callable[[], bool]:
+    """The first Ctrl-C asks training to stop after this update (a final checkpoint is written);
+    a second one interrupts at once. Under torchrun, whose agent passes the terminal's Ctrl-C on
+    to the ranks a second time, a repeat within a second counts as the same Ctrl-C."""
+    seen: list[float] = []
+    same_press = 1.0 if under_torchrun else 0.0
 
     def handler(signum: int, frame: object) -> None:
-        if seen:
+        now = time.monotonic()
+        if seen and now - seen[0] > same_press:
             raise KeyboardInterrupt
-        seen.append(True)
-        trainer.shutdown_signal.set()
+        if not seen:
+            seen.append(now)
+        stop.set()
 
     signal.signal(signal.SIGINT, handler)
     return lambda: bool(seen)

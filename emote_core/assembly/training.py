@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ from emote_core.recipes.loading import recipe_to_toml
 from emote_core.recipes.schema import MemoryConfig, Recipe, SamplerKind
 from emote_core.runs import RunDirectory
 from emote_core.trainer import Trainer
+from emote_core.utils.distributed import DistributedContext, rank_seed
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,9 @@ class TrainingRun:
     env: Any | None
     collector: Any | None
     bp_steps: int
+    stop: threading.Event
+    """Set to stop training cleanly after the update in progress: the trainer's shutdown signal,
+    or under ``torchrun`` the request every rank sees at the end of the same update."""
     follower: Any | None = None
     """The :class:`~emote_core.stores.follow.StoreFollower` of a ``--follow`` run."""
     exporter: Any | None = None
@@ -73,6 +78,7 @@ def build_training(
     skip_damaged: bool = False,
     progress: ProgressSink | None = None,
     follow: bool = False,
+    distributed: DistributedContext | None = None,
 ) -> TrainingRun:
     """Builds every part of a training run described by ``recipe``.
 
@@ -91,15 +97,18 @@ def build_training(
         follow: Keep taking in the episodes committed to ``stores`` while training (every
             ``memory.follow_interval`` updates); without live collection, wait before the
             first update until the table holds ``memory.warmup_steps`` transitions and a batch.
+        distributed: This rank of a data-parallel run (``torchrun``): every rank trains with
+            its own batches and collection, gradients are averaged (``DataParallel``), and only
+            rank 0 writes the run directory (checkpoints, TensorBoard, exports, evaluations, the
+            memory export); on a resume every rank reads the same checkpoint and the episodes it
+            references.
 
     Raises:
         ConfigurationError: If the recipe, the stores and the mode do not fit together.
     """
-    from torch.utils.tensorboard import SummaryWriter
-
-    from emote_core.callbacks.checkpointing import Checkpointer, CheckpointLoader
+    from emote_core.callbacks.checkpointing import CheckpointLoader
+    from emote_core.callbacks.distributed import DataParallel
     from emote_core.callbacks.generic import BackPropStepsTerminator
-    from emote_core.callbacks.logging import TensorboardLogger, TerminalLogger
     from emote_core.memory import (
         DictObsMemoryTable,
         DictObsNStepMemoryTable,
@@ -107,6 +116,7 @@ def build_training(
         MemoryLoader,
     )
     from emote_core.memory.priorities import PriorityUpdater
+    from emote_core.onnx.exporter import OnnxExporter
     from emote_core.stores.memory_checkpoint import ReplayMemoryCheckpoint
     from emote_core.stores.zarr_store import MemoryStore
 
@@ -168,13 +178,16 @@ def build_training(
     callbacks: list[Callback] = [*parts.callbacks, memory, *source_memories]
     checkpointed: list[Callback] = [*parts.callbacks, memory, *source_memories]
 
+    main = distributed is None or distributed.is_main  # the rank that writes the run directory
     collector = None
     if live:
         collector = _collector(
-            recipe, env, parts, run, table, loader, table_spaces=table_spaces, resume=resume
-        )
+            recipe, env, parts, run, table, loader, table_spaces=table_spaces, resume=resume,
+            export=recipe.memory.store_episodes and main,
+            seed=rank_seed(recipe.seed, distributed.rank) if distributed else recipe.seed,
+        )  # fmt: skip
         callbacks.append(collector)
-        if recipe.memory.store_episodes:
+        if recipe.memory.store_episodes and main:
             memory.exporter = collector.memory
         checkpointed.append(collector)
     else:
@@ -192,14 +205,63 @@ def build_training(
             )
         )  # fmt: skip
     loggables = [c for c in callbacks if hasattr(c, "scalar_logs")]
+    callbacks.append(BackPropStepsTerminator(bp_steps=total))
+    alike = list(callbacks)  # the same on every rank: collectives walk these in one order
+    if main:
+        callbacks += _writing_callbacks(
+            recipe, run=run, networks=networks, spaces=spaces, device=device, collector=collector,
+            checkpointed=checkpointed, loggables=loggables, terminal_log=terminal_log,
+            progress=progress, total=total, env_action_space=env_action_space, follow=follow,
+        )  # fmt: skip
+    if resume:
+        callbacks.append(CheckpointLoader(callbacks=checkpointed, run_dir=run.path))
+    stop = None
+    if distributed is not None:
+        parallel = DataParallel(
+            context=distributed, callbacks=alike, networks=[networks], seed=recipe.seed,
+            device=device,
+        )  # fmt: skip
+        callbacks.append(parallel)
+        stop = parallel.stop_request
+    trainer = Trainer(callbacks, loader)
+    return TrainingRun(
+        trainer, run, table, networks, env, collector, total,
+        stop=stop if stop is not None else trainer.shutdown_signal, follower=follower,
+        exporter=next((c for c in callbacks if isinstance(c, OnnxExporter)), None),
+    )  # fmt: skip
+
+
+def _writing_callbacks(
+    recipe: Recipe,
+    *,
+    run: RunDirectory,
+    networks: Networks,
+    spaces: Any,
+    device: torch.device,
+    collector: Any | None,
+    checkpointed: list[Callback],
+    loggables: list[Any],
+    terminal_log: bool,
+    progress: ProgressSink | None,
+    total: int,
+    env_action_space: Any,
+    follow: bool,
+) -> list[Callback]:
+    """What writes the run directory and reports: TensorBoard, checkpoints, evaluations, W&B,
+    the terminal log, progress and ONNX exports (rank 0's alone under ``torchrun``)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from emote_core.callbacks.checkpointing import Checkpointer
+    from emote_core.callbacks.logging import TensorboardLogger, TerminalLogger
+
     writer = SummaryWriter(log_dir=str(run.tensorboard))
     interval = recipe.training.log_interval
+    callbacks: list[Callback] = []
     checkpointer = Checkpointer(
         callbacks=checkpointed, run_dir=run.path,
         checkpoint_interval=recipe.training.checkpoint_interval,
     )  # fmt: skip
     callbacks += [
-        BackPropStepsTerminator(bp_steps=total),
         TensorboardLogger(
             callbacks=loggables, writer=writer, log_interval=interval,
             env_steps=env_step_counter(collector),
@@ -230,12 +292,7 @@ def build_training(
         callbacks.append(exporter)
         if collector is not None:  # requests from other threads are served during warm-up too
             collector.exporter = exporter
-    if resume:
-        callbacks.append(CheckpointLoader(callbacks=checkpointed, run_dir=run.path))
-    trainer = Trainer(callbacks, loader)
-    return TrainingRun(
-        trainer, run, table, networks, env, collector, total, follower=follower, exporter=exporter
-    )
+    return callbacks
 
 
 def _source_loaders(
@@ -309,6 +366,8 @@ def _collector(
     *,
     table_spaces: Any,
     resume: bool,
+    export: bool,
+    seed: int,
 ) -> Any:
     from emote_core.assembly.provenance import session_provenance
     from emote_core.env import GymCollector, ThreadedGymCollector
@@ -319,7 +378,7 @@ def _collector(
     from emote_core.stores.zarr_store.layout import DEFAULT_SHARD
 
     memory: Any = MemoryTableProxy(table)
-    if recipe.memory.store_episodes:
+    if export:
         acting = PolicyRecord(PolicyKind.TRAINING, str(run.path.absolute()))
         memory = MemoryExporterProxyWrapper(
             memory, target_memory_name="memory", inf_steps_per_memory_export=1_000,
@@ -329,13 +388,13 @@ def _collector(
         )  # fmt: skip
     if parts.memory_wrapper is not None:  # outermost: the table and the export see what it makes
         memory = parts.memory_wrapper(memory)
-    warmup_agent = RandomAgentProxy(action_space=env.single_action_space, seed=recipe.seed)
+    warmup_agent = RandomAgentProxy(action_space=env.single_action_space, seed=seed)
     collector_class = ThreadedGymCollector if recipe.training.threaded else GymCollector
     return collector_class(
         env=env, agent=parts.agent, memory=memory, warmup_steps=recipe.memory.warmup_steps,
         inference_steps_per_batch=recipe.training.inference_steps_per_batch,
         bp_steps_per_inference=recipe.training.bp_steps_per_inference,
-        seed=recipe.seed, warmup_agent=warmup_agent, ready_check=loader,
+        seed=seed, warmup_agent=warmup_agent, ready_check=loader,
     )  # fmt: skip
 
 

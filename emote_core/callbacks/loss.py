@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -36,6 +37,9 @@ class LossCallback(LoggingMixin, Callback, ABC):
 
     order: ClassVar[int] = Order.DEFAULT
     extra_hooks: ClassVar[tuple[str, ...]] = ("loss",)
+    gradient_hook: Callable[[Sequence[torch.Tensor]], None] | None = None
+    """Called with :attr:`parameters` after back-propagation and before clipping; under
+    ``torchrun`` it averages the gradients across ranks (``callbacks/distributed.py``)."""
 
     def __init__(
         self,
@@ -78,6 +82,8 @@ class LossCallback(LoggingMixin, Callback, ABC):
                 + "; a loss must return a scalar tensor"
             )
         loss.backward()
+        if self.gradient_hook is not None:
+            self.gradient_hook(self.parameters)
         if self.max_grad_norm is not None:
             grad_norm = nn.utils.clip_grad_norm_(self.parameters, self.max_grad_norm)
         else:  # measure only: clipping to infinity would still rescale every gradient

@@ -123,6 +123,10 @@ class ReplayMemoryCheckpoint(Callback):
             for source, pins in zip(self.sources, self.follower.read, strict=True):
                 source["shards"] = dict(pins)
 
+    def random_generators(self) -> dict[str, Any]:
+        """The table's generators (its sampling and ejection), by the table's names."""
+        return dict(self.table.random_generators())
+
     def state_dict(self) -> dict[str, Any]:
         exported = dict(self.exported)
         if self.exporter is not None:
