@@ -6,7 +6,9 @@ the package to install), and the errors an object store raises (no credentials, 
 endpoint that does not answer) become one-line :class:`~emote_core.errors.StorageError`\\ s that
 name the URL.
 
-Configuration is the backend's own: for S3, the AWS variables (``AWS_ACCESS_KEY_ID``,
+Listings are never cached (``use_listings_cache=False`` for the backends that cache them):
+other processes add shards and commits, and a reader must see them. Configuration is the
+backend's own: for S3, the AWS variables (``AWS_ACCESS_KEY_ID``,
 ``AWS_SECRET_ACCESS_KEY``, ``AWS_PROFILE``, ``AWS_ENDPOINT_URL`` for S3-compatible servers);
 for any backend, fsspec's configuration (``FSSPEC_<PROTOCOL>_<KWARG>`` variables or
 ``~/.config/fsspec/*.json``). emote adds defaults for S3: botocore makes at most 3 attempts
@@ -26,6 +28,8 @@ from typing import Any
 from emote_core.errors import EmoteError, StorageError
 
 S3_SCHEMES = ("s3", "s3a")
+_LISTING_CACHES = (*S3_SCHEMES, "gs", "gcs", "az", "abfs", "abfss")
+"""Backends that cache directory listings unless told not to."""
 _S3_RETRIES = {"total_max_attempts": 3, "mode": "standard"}
 _S3_CONNECT_TIMEOUT = 3.0
 
@@ -74,17 +78,20 @@ def storage_options(url: str) -> dict[str, Any]:
         StorageError: As :func:`check_backend`.
     """
     check_backend(url)
-    if scheme(url) not in S3_SCHEMES:
-        return {}
+    protocol = scheme(url)
+    # Other processes add shards and commits: a listing cached by this one would hide them.
+    options: dict[str, Any] = {"use_listings_cache": False} if protocol in _LISTING_CACHES else {}
+    if protocol not in S3_SCHEMES:
+        return options
     import fsspec.config
 
     configured = {key for proto in S3_SCHEMES for key in fsspec.config.conf.get(proto, {})}
     if "config_kwargs" in configured:
-        return {}
+        return options
     config: dict[str, Any] = {"connect_timeout": _S3_CONNECT_TIMEOUT}
     if not ({"AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE"} & set(os.environ)):
         config["retries"] = dict(_S3_RETRIES)
-    return {"config_kwargs": config}
+    return {**options, "config_kwargs": config}
 
 
 def filesystem(url: str) -> tuple[Any, str]:

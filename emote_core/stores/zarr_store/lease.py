@@ -168,13 +168,19 @@ class ShardLease:
                 with fs.open(self._path(self.generation), "xb") as file:
                     file.write(json.dumps(holder_record(self.token)).encode())
             except FileExistsError:
-                raise StorageError(
-                    f"another writer took the lease of shard '{self.shard}' of store "
-                    f"'{self.url}' at the same moment; write to another shard"
-                ) from None
+                raise self._raced() from None
+            if self._generations()[-1] != self.generation:  # a later one was made meanwhile
+                fs.rm_file(self._path(self.generation))
+                raise self._raced()
             for older in generations:  # the stale holders' files: best effort
                 with contextlib.suppress(FileNotFoundError):
                     fs.rm_file(self._path(older))
+
+    def _raced(self) -> StorageError:
+        return StorageError(
+            f"another writer took the lease of shard '{self.shard}' of store '{self.url}' at "
+            "the same moment; write to another shard"
+        )
 
     def _read_remote(self, generation: int) -> dict[str, Any]:
         fs, _ = self._folder()
