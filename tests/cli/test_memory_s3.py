@@ -108,18 +108,26 @@ def test_verify_names_a_chunk_deleted_or_garbled_in_the_bucket(
     fs.invalidate_cache()
     chunks = sorted(key for key in fs.find(prefix) if "/c/" in key)
     actions = next(key for key in chunks if "/actions/" in key)
+    intact = fs.cat_file(actions)
     fs.pipe_file(actions, b"not blosc at all")
     report = run(runner, "memory", "verify", store, code=ExitCode.ERROR)
     assert report["ok"] is False
     assert [(e["shard"], e["id"]) for e in report["damaged_episodes"]] == [
         ("main", 0), ("main", 1), ("main", 2)
     ]  # fmt: skip
-    assert any("shard 'main'" in p and "column 'actions' rows 0:" in p for p in report["problems"])
+    assert any(
+        p.startswith("shard 'main': column 'actions' rows 0:")
+        and "unreadable in shards/main/columns/actions/c/0/0" in p
+        for p in report["problems"]
+    ), report["problems"]
 
+    fs.pipe_file(actions, intact)
+    assert run(runner, "memory", "verify", store)["ok"] is True
     rewards = next(key for key in chunks if "/rewards/" in key)
-    fs.rm_file(rewards)  # a missing chunk reads as fill values: its checksums fail
+    fs.rm_file(rewards)  # a lost object reads as fill values: the checksums fail
     line = one_error_line(runner, "memory", "verify", store)
-    assert "shard 'main'" in line and "ids [0, 1, 2]" in line and store in line
+    assert f"store '{store}' is damaged: shard 'main': 3 damaged episodes" in line
+    assert "ids [0, 1, 2]; chunk files missing: shards/main/columns/rewards/c/0/0" in line
 
 
 @pytest.mark.parametrize(

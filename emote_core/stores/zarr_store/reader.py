@@ -73,10 +73,16 @@ def read_rows(array: Any, rows: int) -> tuple[np.ndarray, np.ndarray, list[str]]
                 text = str(error).splitlines()[0] if str(error) else ""
                 name = str(array.path).rsplit("/", 1)[-1]
                 problems.append(
-                    f"column '{name}' rows {start}:{stop} unreadable ({type(error).__name__}: "
-                    f"{text})"
+                    f"column '{name}' rows {start}:{stop} unreadable in "
+                    f"{chunk_key(array, start)} ({type(error).__name__}: {text})"
                 )
         return data, bad, problems
+
+
+def chunk_key(array: Any, row: int) -> str:
+    """The store key of the chunk that holds ``row`` of a column (its only chunk across)."""
+    coords = (row // int(array.chunks[0]), *([0] * (len(array.shape) - 1)))
+    return f"{array.path}/{array.metadata.encode_chunk_key(coords)}"
 
 
 def episode_rows(
@@ -447,4 +453,11 @@ class MemoryStore:
         )
 
 
-__all__ = ["MemoryStore", "ShardView", "damaged_episodes", "episode_rows", "read_rows"]
+__all__ = [
+    "MemoryStore",
+    "ShardView",
+    "chunk_key",
+    "damaged_episodes",
+    "episode_rows",
+    "read_rows",
+]
