@@ -54,12 +54,14 @@ def check_backend(url: str) -> None:
     import fsspec
     from fsspec.registry import known_implementations
 
+    from emote_core import install_command
+
     protocol = scheme(url)
     try:
         fsspec.get_filesystem_class(protocol)
     except ImportError:
         package = str(known_implementations[protocol]["class"]).split(".", 1)[0]
-        extra = ' (or pip install "emote[s3]")' if protocol in S3_SCHEMES else ""
+        extra = f" (or {install_command('s3')})" if protocol in S3_SCHEMES else ""
         raise StorageError(
             f"'{url}' needs the {package} package for {protocol}:// URLs, which is not "
             f"installed: pip install {package}{extra}"

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from emote_core.errors import FormatError
+from emote_core.stores.locations import storage_errors
 from emote_core.stores.stored import ColumnSchema, EpisodeRecord, StoredTable
 from emote_core.stores.summary import bytes_on_disk, columns_summary, episode_summary
 from emote_core.stores.zarr_store.groups import child_names, keys_under, open_group
@@ -168,6 +169,10 @@ class MemoryStore:
         self.shards: list[ShardView] = []
         self.damaged_shards: dict[str, str] = {}
         """Shards that cannot be read at all, with one line saying why (their file)."""
+        with storage_errors(self.url):
+            self._read_shards()
+
+    def _read_shards(self) -> None:
         for name in child_names(self.root, SHARDS):
             try:
                 shard = self._shard(name)
