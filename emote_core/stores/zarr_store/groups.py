@@ -38,7 +38,11 @@ def open_group(
     try:
         with storage_errors(location):
             return zarr.open_group(  # type: ignore[arg-type]
-                location, mode=mode, attributes=attributes, storage_options=options
+                location,
+                mode=mode,
+                attributes=attributes,
+                storage_options=options,
+                zarr_format=3,  # emote's stores are Zarr v3: no probing for v2 files
             )
     except FileExistsError as error:
         raise FormatError(

@@ -169,3 +169,42 @@ def test_url_schemes_need_their_backend_and_s3_retries_are_bounded(
     assert options["config_kwargs"]["retries"] == {"total_max_attempts": 3, "mode": "standard"}
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "10")  # the user's choice stands
     assert "retries" not in storage_options("s3://bucket/x.zarr")["config_kwargs"]
+
+
+def test_writers_on_separate_shards_may_create_a_store_on_s3_at_the_same_moment(
+    kit, s3_bucket: str
+) -> None:
+    from emote_core.memory.columns import Column, VirtualColumn
+    from emote_core.memory.mappers import NextElementMapper
+    from emote_core.memory.strategies import FifoEjectionStrategy, UniformSampleStrategy
+    from emote_core.memory.table import ArrayMemoryTable
+    from emote_core.stores.zarr_store.tables import StoreAppender
+    from emote_core.stores.zarr_store.verify import verify_store
+
+    columns = [Column(s.name, s.shape, s.dtype) for s in kit.schemas]
+    columns.append(VirtualColumn("next_obs", (3,), "float32", "obs", NextElementMapper()))
+    table = ArrayMemoryTable(
+        columns=columns, maxlen=100,
+        sampler=UniformSampleStrategy(), ejector=FifoEjectionStrategy(), length_key="rewards",
+    )  # fmt: skip
+    for trial in range(2):
+        url = f"{s3_bucket}/race{trial}.zarr"
+        start = threading.Barrier(2)
+        errors: list[BaseException] = []
+
+        def write(shard: str, first: int, url: str = url, start=start, errors=errors) -> None:
+            try:
+                start.wait()
+                with StoreAppender(url, table, shard=shard) as appender:
+                    appender.append([kit.make(k) for k in range(first, first + 3)])
+            except BaseException as error:
+                errors.append(error)
+
+        threads = [threading.Thread(target=write, args=(s, f)) for s, f in (("a", 0), ("b", 50))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not errors, f"trial {trial}: {errors}"
+        assert MemoryStore(url).committed() == {"a": 3, "b": 3}
+        assert verify_store(url).ok
