@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import socket
 import time
@@ -33,7 +34,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from emote_core.errors import StorageError
-from emote_core.stores.locations import filesystem, storage_errors
+from emote_core.stores.locations import describe_error, filesystem, storage_errors
+
+log = logging.getLogger(__name__)
 
 LEASES = "leases"
 """The folder of leases inside a store (not part of the Zarr hierarchy)."""
@@ -169,8 +172,10 @@ class ShardLease:
                     file.write(json.dumps(holder_record(self.token)).encode())
             except FileExistsError:
                 raise self._raced() from None
-            if self._generations()[-1] != self.generation:  # a later one was made meanwhile
-                fs.rm_file(self._path(self.generation))
+            newest = self._generations()
+            if not newest or newest[-1] != self.generation:  # a later one was made meanwhile
+                with contextlib.suppress(FileNotFoundError):
+                    fs.rm_file(self._path(self.generation))
                 raise self._raced()
             for older in generations:  # the stale holders' files: best effort
                 with contextlib.suppress(FileNotFoundError):
@@ -232,9 +237,17 @@ class ShardLease:
             self._file.truncate()  # a lease let go of names no holder
             self._file.close()  # closing drops the flock
             self._file = None
-        elif self._read_remote(self.generation).get("token") == self.token:
-            fs, _ = self._folder()
-            fs.rm_file(self._path(self.generation))
+        else:
+            try:
+                if self._read_remote(self.generation).get("token") == self.token:
+                    fs, _ = self._folder()
+                    fs.rm_file(self._path(self.generation))
+            except Exception as error:  # unreachable now: the lease goes stale on its own
+                log.warning(
+                    "could not let go of the lease of shard '%s' of store '%s' (%s); another "
+                    "writer takes it over %.0f s after its last heartbeat",
+                    self.shard, self.url, describe_error(self.url, error) or error, self.timeout,
+                )  # fmt: skip
 
 
 def _read_json(handle: Any) -> dict[str, Any]:

@@ -208,3 +208,29 @@ def test_writers_on_separate_shards_may_create_a_store_on_s3_at_the_same_moment(
         assert not errors, f"trial {trial}: {errors}"
         assert MemoryStore(url).committed() == {"a": 3, "b": 3}
         assert verify_store(url).ok
+
+
+def test_an_endpoint_lost_mid_run_is_one_error_and_closing_still_works(
+    kit, s3_bucket: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import gc
+
+    import s3fs
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")  # a server of its own
+    s3fs.S3FileSystem.clear_instance_cache()
+    s3fs.S3FileSystem().mkdir("lost")
+    url = new_store(kit, "s3://lost/s.zarr")
+    writer = ShardWriter(url)
+    writer.append([kit.make(0)])
+    server.stop()
+    with pytest.raises(StorageError, match=r"cannot reach 's3://lost/s\.zarr': .*does not answer"):
+        writer.append([kit.make(1)])
+    writer.close()  # no exception on top of the one the caller is handling
+    assert "could not let go of the lease of shard 'main'" in caplog.text
+    s3fs.S3FileSystem.clear_instance_cache()
+    gc.collect()
