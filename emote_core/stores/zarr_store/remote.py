@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
-from emote_core.errors import FormatError
-from emote_core.stores.locations import filesystem, is_url, storage_errors
+from emote_core.errors import FormatError, StorageError
+from emote_core.stores.locations import S3_SCHEMES, filesystem, is_url, scheme, storage_errors
 from emote_core.stores.zarr_store.groups import PARTIAL_SUFFIX
 from emote_core.stores.zarr_store.lease import LEASES
 
@@ -51,6 +52,14 @@ def check_url_destination(source: str | None, destination: str, target_format: s
             raise FormatError(
                 f"destination '{destination}' is, holds or lies inside the source '{source}'; "
                 "write it elsewhere"
+            )
+    fs, path = filesystem(destination)
+    bucket = path.strip("/").split("/", 1)[0]
+    with storage_errors(destination):
+        if scheme(destination) in S3_SCHEMES and not fs.exists(bucket):
+            raise StorageError(
+                f"the bucket of '{destination}' ('{bucket}') does not exist; create it first, "
+                "or name another"
             )
     if holds_objects(destination):
         raise FormatError(
@@ -98,12 +107,12 @@ def upload_store(local: str | os.PathLike[str], url: str) -> int:
     return len(files)
 
 
-def _remove_partial(fs: object, base: str, url: str) -> None:
+def _remove_partial(fs: Any, base: str, url: str) -> None:
     """Removes what a failed upload put at ``base`` (it was empty before: checked by the caller)."""
     try:
-        fs.invalidate_cache(base)  # type: ignore[attr-defined]
-        if fs.exists(base):  # type: ignore[attr-defined]
-            fs.rm(base, recursive=True)  # type: ignore[attr-defined]
+        fs.invalidate_cache(base)
+        if fs.exists(base):
+            fs.rm(base, recursive=True)
     except Exception as error:  # the store is gone or unreachable: say what may be left
         log.warning(
             "could not remove the partial upload at '%s' (%s); remove it by hand", url, error

@@ -148,6 +148,8 @@ def test_an_upload_is_all_or_nothing_and_never_replaces(
         check_url_destination(local, url, "zarr")
     with pytest.raises(FormatError, match="inside the source"):
         check_url_destination(url, f"{url}/inner.zarr", "zarr")
+    with pytest.raises(StorageError, match=r"bucket of 's3://no-such-bucket/x\.zarr' .*not exist"):
+        check_url_destination(local, "s3://no-such-bucket/x.zarr", "zarr")
     with pytest.raises(FormatError, match="npz files to local paths"):
         check_url_destination(local, f"{s3_bucket}/x.npz", "npz")
 
