@@ -2,7 +2,9 @@
 
 :func:`convert` reads a source and writes a target under a temporary name in the destination's
 directory, renamed into place only when complete: a failure leaves no partial destination and
-no temporary files, and an existing destination is replaced only with ``force``.
+no temporary files, and an existing destination is replaced only with ``force``. A store at a
+URL (object storage has no rename) is written locally and uploaded with its root metadata last
+(:mod:`emote_core.stores.zarr_store.remote`); a URL that holds anything is never replaced.
 """
 
 from __future__ import annotations
