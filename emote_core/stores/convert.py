@@ -2,7 +2,9 @@
 
 :func:`convert` reads a source and writes a target under a temporary name in the destination's
 directory, renamed into place only when complete: a failure leaves no partial destination and
-no temporary files, and an existing destination is replaced only with ``force``.
+no temporary files, and an existing destination is replaced only with ``force``. A store at a
+URL (object storage has no rename) is written locally and uploaded with its root metadata last
+(:mod:`emote_core.stores.zarr_store.remote`); a URL that holds anything is never replaced.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from emote_core.errors import FormatError, StorageError
+from emote_core.stores.locations import is_url
 from emote_core.stores.provenance import Provenance
 from emote_core.stores.sources import (
     Progress,
@@ -199,6 +202,14 @@ def write_target(
         progress(0, len(stored.episodes))
     if target.target == "dataset":
         write(stored, text, options)
+    elif is_url(text):  # no rename on object stores: written here, uploaded root metadata last
+        from emote_core.stores.zarr_store.remote import upload_store
+
+        _check_destination(None, text, force, target.name)
+        with tempfile.TemporaryDirectory(prefix="emote-upload-") as folder:
+            local = Path(folder) / "store"
+            write(stored, str(local), options)
+            upload_store(local, text)
     else:
         _check_destination(None, text, force, target.name)
         clean_leftovers(Path(text).parent)
@@ -215,11 +226,11 @@ def _check_destination(
     """Refuses destinations that would lose data: the source itself, a place inside the source
     or holding it, and (even with ``force``) anything but a store or file of the target format.
     """
-    if "://" in destination:
-        raise FormatError(
-            f"convert writes local files and directories; '{destination}' is a URL — convert "
-            "to a local path, then copy it"
-        )
+    if is_url(destination):
+        from emote_core.stores.zarr_store.remote import check_url_destination
+
+        check_url_destination(source, destination, target_format)
+        return
     target = Path(destination)
     if source is not None and "://" not in source:
         origin, written = Path(source).resolve(), target.resolve()

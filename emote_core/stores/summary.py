@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from emote_core.stores.locations import filesystem, is_url
 from emote_core.stores.stored import ColumnSchema, StoredTable
 from emote_core.typing import EpisodeState
 
@@ -79,12 +80,11 @@ def summarize_stored(stored: StoredTable, length_key: str | None = None) -> dict
 def bytes_on_disk(location: str | os.PathLike[str]) -> int | None:
     """Total size of the files at a path or fsspec URL (``None`` when it cannot be measured)."""
     text = os.fspath(location)
-    if "://" in text:
+    if is_url(text):
         try:
-            import fsspec
-
-            filesystem, path = fsspec.core.url_to_fs(text)
-            return int(filesystem.du(path, total=True))
+            fs, path = filesystem(text)
+            fs.invalidate_cache(path)  # sizes as they are now, not as first listed
+            return int(fs.du(path, total=True))
         except Exception:  # a remote store may not support listing sizes; report unknown
             return None
     path = Path(text)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from emote_core.errors import FormatError
+from emote_core.errors import FormatError, StorageError
+from emote_core.stores.locations import filesystem, is_url, storage_errors, storage_options
 from emote_core.stores.zarr_store.layout import FORMAT_NAME
 
 
@@ -23,22 +24,62 @@ def open_group(
 
     Raises:
         FormatError: If there is no readable Zarr group there (for ``mode="r"``).
+        StorageError: If the URL's backend is not installed, or its object store cannot be
+            reached (no credentials, no bucket, no answer).
     """
     import zarr
+    from zarr.errors import NodeNotFoundError
 
     location = os.fspath(url)
+    options = None
+    if is_url(location):
+        options = storage_options(location)
+        _probe(location)
     try:
-        return zarr.open_group(location, mode=mode, attributes=attributes)  # type: ignore[arg-type]
+        with storage_errors(location):
+            return zarr.open_group(  # type: ignore[arg-type]
+                location,
+                mode=mode,
+                attributes=attributes,
+                storage_options=options,
+                zarr_format=3,  # emote's stores are Zarr v3: no probing for v2 files
+            )
     except FileExistsError as error:
         raise FormatError(
             f"'{location}' already holds data; choose another destination or allow overwriting"
         ) from error
-    except FileNotFoundError as error:
-        raise FormatError(f"no emote memory store at '{location}'") from error
+    except (FileNotFoundError, NodeNotFoundError) as error:
+        if mode in ("r", "r+"):
+            raise FormatError(
+                f"no emote memory store at '{location}'{_missing_root(location)}"
+            ) from error
+        raise StorageError(f"cannot create '{location}' ({error})") from error
     except (ValueError, KeyError, TypeError) as error:
         raise FormatError(
             f"'{location}' is not a readable Zarr store: its zarr.json is unreadable ({error})"
         ) from error
+
+
+def _probe(location: str) -> None:
+    """One request to the object store before Zarr sends many at once: credentials, endpoint
+    and bucket fail here as one error (not as many abandoned concurrent requests)."""
+    fs, path = filesystem(location)
+    with storage_errors(location):
+        fs.exists(f"{path.rstrip('/')}/zarr.json")
+
+
+def _missing_root(location: str) -> str:
+    """`` (bucket 'b' does not exist)`` when a URL's first path part (its bucket) is missing."""
+    if not is_url(location):
+        return ""
+    fs, path = filesystem(location)
+    bucket = path.strip("/").split("/", 1)[0]
+    try:
+        with storage_errors(location):
+            found = bool(bucket) and fs.exists(bucket)
+    except OSError:
+        return ""
+    return "" if found else f" (bucket '{bucket}' does not exist)"
 
 
 def is_store(url: str | os.PathLike[str]) -> bool:

@@ -7,20 +7,25 @@ lease of a dead writer is free at once and the next writer takes it over (and re
 tail the dead one may have left). Guaranteed: two processes on one machine never hold the lease
 of one shard at once; on a network file system this holds only where it implements ``flock``.
 
-**fsspec URLs** (``s3://``, ``gs://``, ``memory://``). ``<store>/leases/<shard>.json`` is created
-with the file system's exclusive create (``open(..., "xb")``: a conditional PUT on S3) and names
-its holder and a random token; the holder refreshes its ``heartbeat`` at every commit and checks,
-before each commit, that the lease still holds its token. A lease whose heartbeat is older than
-``timeout`` seconds is taken over. Guaranteed where the backend's exclusive create is atomic
-(S3 conditional writes, GCS generation preconditions, local and memory file systems): one
-holder at a time, and a holder that lost its lease (it stalled past ``timeout``) commits
-nothing more. Where it is not atomic, two writers that start within the same moment can both
-believe they hold it; give parallel writers their own shards there.
+**fsspec URLs** (``s3://``, ``gs://``, ``memory://``). Object stores have no locks and no rename,
+so a lease is a numbered file, ``<store>/leases/<shard>/<generation>.json``, made only with the
+file system's exclusive create (``open(..., "xb")``: a conditional PUT on S3), naming its holder
+and a random token. The holder of the newest generation holds the shard. A writer takes the
+shard by creating the generation after the newest one: the first generation when there is
+none, the next one when the newest holder's ``heartbeat`` is older than ``timeout`` seconds
+(it stalled or died); of two writers racing for one generation exactly one creates it. The
+holder refreshes its heartbeat at every commit and checks, before each commit, that the newest
+generation is still its own, so a holder that was taken over commits nothing more. Guaranteed
+where the backend's exclusive create is atomic (S3 conditional writes, GCS generation
+preconditions, local and memory file systems); where it is not, give parallel writers their
+own shards.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import socket
 import time
@@ -29,6 +34,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from emote_core.errors import StorageError
+from emote_core.stores.locations import describe_error, filesystem, storage_errors
+
+log = logging.getLogger(__name__)
 
 LEASES = "leases"
 """The folder of leases inside a store (not part of the Zarr hierarchy)."""
@@ -84,6 +92,8 @@ class ShardLease:
         self.previous: dict[str, Any] | None = None
         """The record of the holder this lease took over from (a dead or stalled writer)."""
         self._file: Any = None
+        self.generation = 0
+        """The number of this holder's lease file (remote leases)."""
         if self.local:
             self._acquire_local()
         else:
@@ -116,49 +126,79 @@ class ShardLease:
         handle.flush()
         self._file = handle
 
-    # Remote: exclusive create, heartbeat, token check.
+    # Remote: numbered lease files, each made with an exclusive create.
 
-    def _remote(self) -> tuple[Any, str]:
-        import fsspec
+    def _folder(self) -> tuple[Any, str]:
+        fs, root = filesystem(self.url)
+        return fs, f"{root.rstrip('/')}/{LEASES}/{self.shard}"
 
-        fs, root = fsspec.core.url_to_fs(self.url)
-        return fs, f"{root.rstrip('/')}/{LEASES}/{self.shard}.json"
+    def _generations(self) -> list[int]:
+        """The generations of this shard's lease files, oldest first, listed afresh (a cached
+        listing would hide a writer that took over since)."""
+        fs, folder = self._folder()
+        fs.invalidate_cache(folder)
+        try:
+            names = fs.ls(folder, detail=False)
+        except FileNotFoundError:
+            return []
+        found = []
+        for name in names:
+            stem = str(name).rstrip("/").rsplit("/", 1)[-1].removesuffix(".json")
+            if stem.isdigit():
+                found.append(int(stem))
+        return sorted(found)
+
+    def _path(self, generation: int) -> str:
+        return f"{self._folder()[1]}/{generation:012d}.json"
 
     def _acquire_remote(self) -> None:
-        fs, path = self._remote()
-        record = json.dumps(holder_record(self.token)).encode()
-        try:
-            with fs.open(path, "xb") as file:
-                file.write(record)
-            return
-        except FileExistsError:
-            pass
-        holder = self._read_remote()
-        age = time.time() - float(holder.get("heartbeat", 0.0))
-        if age < self.timeout:
-            raise StorageError(
-                f"shard '{self.shard}' of store '{self.url}' is being written by "
-                f"{describe(holder)} (heartbeat {age:.0f} s ago; taken over after "
-                f"{self.timeout:.0f} s); one writer per shard — wait for it, or write to "
-                "another shard (--shard NAME)"
-            )
-        self.previous = holder
-        with fs.open(path, "wb") as file:
-            file.write(record)
-        if self._read_remote().get("token") != self.token:
-            raise StorageError(
-                f"another writer took over the stale lease of shard '{self.shard}' of store "
-                f"'{self.url}' at the same moment; write to another shard"
-            )
+        fs, _ = self._folder()
+        with storage_errors(self.url):
+            generations = self._generations()
+            if generations:
+                holder = self._read_remote(generations[-1])
+                age = time.time() - float(holder.get("heartbeat", 0.0))
+                if holder and age < self.timeout:
+                    raise StorageError(
+                        f"shard '{self.shard}' of store '{self.url}' is being written by "
+                        f"{describe(holder)} (heartbeat {age:.0f} s ago; taken over after "
+                        f"{self.timeout:.0f} s); one writer per shard — wait for it, or write "
+                        "to another shard (--shard NAME)"
+                    )
+                self.previous = holder or None
+            self.generation = (generations[-1] if generations else 0) + 1
+            try:
+                with fs.open(self._path(self.generation), "xb") as file:
+                    file.write(json.dumps(holder_record(self.token)).encode())
+            except FileExistsError:
+                raise self._raced() from None
+            newest = self._generations()
+            if not newest or newest[-1] != self.generation:  # a later one was made meanwhile
+                with contextlib.suppress(FileNotFoundError):
+                    fs.rm_file(self._path(self.generation))
+                raise self._raced()
+            for older in generations:  # the stale holders' files: best effort
+                with contextlib.suppress(FileNotFoundError):
+                    fs.rm_file(self._path(older))
 
-    def _read_remote(self) -> dict[str, Any]:
-        fs, path = self._remote()
+    def _raced(self) -> StorageError:
+        return StorageError(
+            f"another writer took the lease of shard '{self.shard}' of store '{self.url}' at "
+            "the same moment; write to another shard"
+        )
+
+    def _read_remote(self, generation: int) -> dict[str, Any]:
+        fs, _ = self._folder()
         try:
-            return json.loads(fs.cat_file(path))
+            return json.loads(fs.cat_file(self._path(generation)))
         except FileNotFoundError:
             return {}
         except (ValueError, UnicodeDecodeError):
             return {"heartbeat": 0.0}  # an unreadable lease is as good as stale
+
+    def _newest_holder(self) -> dict[str, Any]:
+        generations = self._generations()
+        return self._read_remote(generations[-1]) if generations else {}
 
     def check(self, *, refresh: bool = True) -> None:
         """The lease is still ours; a remote lease also gets a fresh heartbeat (``refresh``).
@@ -172,19 +212,20 @@ class ShardLease:
             )
         if self.local:
             return  # the kernel holds a local lease for us until we let go
-        holder = self._read_remote()
-        if holder.get("token") != self.token:
-            raise StorageError(
-                f"lost the lease of shard '{self.shard}' of store '{self.url}' to "
-                f"{describe(holder)} (no heartbeat for over {self.timeout:.0f} s); nothing more "
-                "is committed by this writer"
-            )
-        if not refresh:
-            return
-        fs, path = self._remote()
-        holder["heartbeat"] = time.time()
-        with fs.open(path, "wb") as file:
-            file.write(json.dumps(holder).encode())
+        with storage_errors(self.url):
+            holder = self._newest_holder()
+            if holder.get("token") != self.token:
+                raise StorageError(
+                    f"lost the lease of shard '{self.shard}' of store '{self.url}' to "
+                    f"{describe(holder)} (no heartbeat for over {self.timeout:.0f} s); nothing "
+                    "more is committed by this writer"
+                )
+            if not refresh:
+                return
+            fs, _ = self._folder()
+            holder["heartbeat"] = time.time()
+            with fs.open(self._path(self.generation), "wb") as file:
+                file.write(json.dumps(holder).encode())
 
     def release(self) -> None:
         """Lets go of the lease (idempotent)."""
@@ -196,9 +237,17 @@ class ShardLease:
             self._file.truncate()  # a lease let go of names no holder
             self._file.close()  # closing drops the flock
             self._file = None
-        elif self._read_remote().get("token") == self.token:
-            fs, path = self._remote()
-            fs.rm_file(path)
+        else:
+            try:
+                if self._read_remote(self.generation).get("token") == self.token:
+                    fs, _ = self._folder()
+                    fs.rm_file(self._path(self.generation))
+            except Exception as error:  # unreachable now: the lease goes stale on its own
+                log.warning(
+                    "could not let go of the lease of shard '%s' of store '%s' (%s); another "
+                    "writer takes it over %.0f s after its last heartbeat",
+                    self.shard, self.url, describe_error(self.url, error) or error, self.timeout,
+                )  # fmt: skip
 
 
 def _read_json(handle: Any) -> dict[str, Any]:

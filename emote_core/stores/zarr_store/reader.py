@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from emote_core.errors import FormatError
+from emote_core.stores.locations import storage_errors
 from emote_core.stores.stored import ColumnSchema, EpisodeRecord, StoredTable
 from emote_core.stores.summary import bytes_on_disk, columns_summary, episode_summary
 from emote_core.stores.zarr_store.commits import shard_commit
@@ -75,9 +76,16 @@ def read_rows(array: Any, rows: int, *, start: int = 0) -> tuple[np.ndarray, np.
                 text = str(error).splitlines()[0] if str(error) else ""
                 name = str(array.path).rsplit("/", 1)[-1]
                 problems.append(
-                    f"column '{name}' rows {low}:{stop} unreadable ({type(error).__name__}: {text})"
+                    f"column '{name}' rows {low}:{stop} unreadable in "
+                    f"{chunk_key(array, low)} ({type(error).__name__}: {text})"
                 )
         return data, bad, problems
+
+
+def chunk_key(array: Any, row: int) -> str:
+    """The store key of the chunk that holds ``row`` of a column (its only chunk across)."""
+    coords = (row // int(array.chunks[0]), *([0] * (len(array.shape) - 1)))
+    return f"{array.path}/{array.metadata.encode_chunk_key(coords)}"
 
 
 def episode_rows(
@@ -169,6 +177,10 @@ class MemoryStore:
         self.shards: list[ShardView] = []
         self.damaged_shards: dict[str, str] = {}
         """Shards that cannot be read at all, with one line saying why (their file)."""
+        with storage_errors(self.url):
+            self._read_shards()
+
+    def _read_shards(self) -> None:
         for name in child_names(self.root, SHARDS):
             try:
                 shard = self._shard(name)
@@ -444,4 +456,11 @@ class MemoryStore:
         )
 
 
-__all__ = ["MemoryStore", "ShardView", "damaged_episodes", "episode_rows", "read_rows"]
+__all__ = [
+    "MemoryStore",
+    "ShardView",
+    "chunk_key",
+    "damaged_episodes",
+    "episode_rows",
+    "read_rows",
+]

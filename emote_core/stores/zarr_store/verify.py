@@ -16,7 +16,9 @@ from emote_core.stores.zarr_store.layout import COLUMNS, SHARDS, TABLE_CHECKSUM,
 from emote_core.stores.zarr_store.reader import (
     MemoryStore,
     ShardView,
+    chunk_key,
     damaged_episodes,
+    episode_rows,
     read_rows,
 )
 
@@ -148,10 +150,38 @@ def _verify_shard(store: MemoryStore, shard: ShardView, report: VerifyReport) ->
         )
     if damaged.any():
         ids = [int(table["id"][k]) for k in np.flatnonzero(damaged)[:10]]
+        missing = _missing_chunks(store, shard, np.flatnonzero(damaged))
         report.problems.append(
             f"{where}: {int(damaged.sum())} damaged episodes (checksum mismatch or unreadable "
             f"chunks), ids {ids}{' ...' if damaged.sum() > 10 else ''}"
+            + (f"; chunk files missing: {', '.join(missing[:3])}" if missing else "")
+            + (f" (and {len(missing) - 3} more)" if len(missing) > 3 else "")
         )
+
+
+def _missing_chunks(store: MemoryStore, shard: ShardView, indices: np.ndarray) -> list[str]:
+    """The chunk files, holding rows of episodes ``indices``, that are not in the store (a lost
+    object reads as fill values; Zarr also leaves chunks of fill values unwritten, so a missing
+    chunk is named only where the episodes it holds fail their checksums)."""
+    from zarr.core.sync import sync
+
+    missing = []
+    for column in store.columns:
+        try:
+            array = shard.group[f"{COLUMNS}/{column.name}"]
+        except Exception:  # reported as unreadable metadata already
+            continue
+        starts, stops = episode_rows(column.rows, shard.table, indices)
+        step = int(array.chunks[0])
+        chunks = sorted(
+            {c for a, b in zip(starts.tolist(), stops.tolist(), strict=True)
+             for c in range(a // step, (b - 1) // step + 1) if b > a}
+        )  # fmt: skip
+        for chunk in chunks:
+            key = chunk_key(array, chunk * step)
+            if not sync(store.root.store.exists(key)):
+                missing.append(key)
+    return missing
 
 
 __all__ = ["VerifyReport", "verify_store"]

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from emote_core.errors import FormatError, SchemaError
+from emote_core.stores.locations import storage_errors
 from emote_core.stores.provenance import ENV_ID, PROVENANCE, Provenance, with_session
 from emote_core.stores.stored import ColumnSchema, EpisodeRecord
 from emote_core.stores.summary import reward_column
@@ -315,6 +316,10 @@ class ShardWriter:
         if not episodes:
             return
         batch = _Batch(self.columns, self.length_key, episodes)
+        with storage_errors(self.url):  # an object store that fails mid-run: one line
+            self._append(batch, episodes)
+
+    def _append(self, batch: _Batch, episodes: Sequence[EpisodeRecord]) -> None:
         self.lease.check()
         rows = dict(self.commit["rows"])
         first_episode = int(self.commit["episodes"])
