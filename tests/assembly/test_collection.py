@@ -96,7 +96,7 @@ def test_without_a_published_policy_a_follower_waits_or_refuses(
 ) -> None:
     recipe = load_recipe("sac_hit_the_middle")
     store = tmp_path / "h.zarr"
-    with pytest.raises(ConfigurationError, match="no policy is published at .*latest.onnx"):
+    with pytest.raises(ConfigurationError, match=r"no policy is published at .*latest\.onnx"):
         collect_to_store(recipe, str(store), episodes=1, policy=str(tmp_path), follow_policy=True,
                          wait_for_policy=False)  # fmt: skip
     caplog.set_level(logging.INFO, logger="emote_core")
