@@ -53,6 +53,7 @@ def collect_on_workers(
             metrics["env steps"] = progress.env_steps
             done, total = progress.episodes, episodes
         metrics["return"] = progress.recent_return
+        metrics["policy step"] = progress.training_step
         metrics["deaths"] = progress.deaths or None
         display.update(done, total, metrics=metrics)
 

@@ -98,6 +98,8 @@ class ScaleProgress:
     running: int
     deaths: int
     restarts: int
+    training_step: int | None = None
+    """The newest training step of a followed policy that a running worker acts with."""
 
 
 class RayCollection:
@@ -345,6 +347,7 @@ class RayCollection:
         progress = [run.progress for run in self.runs if run.progress is not None]
         returns = [p.recent_return for p in progress if p.recent_return is not None]
         entries = [run.entry() for run in self.runs]
+        steps = [p.training_step for p in progress if p.training_step is not None]
         ended = [run.summary for run in self.runs if run.summary is not None]
         return ScaleProgress(
             env_steps=sum(entry["env_steps"] for entry in entries),
@@ -358,6 +361,7 @@ class RayCollection:
             running=sum(run.status == "running" for run in self.runs),
             deaths=len(self.deaths),
             restarts=sum(run.task.restart > 0 for run in self.runs),
+            training_step=max(steps, default=None),
         )
 
     def _summary(self, seconds: float) -> dict[str, Any]:

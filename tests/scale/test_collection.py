@@ -180,3 +180,23 @@ def test_the_driver_and_the_lease_refuse_two_writers_on_one_shard(
         ray.get(second.run.remote(), timeout=60)
     first.stop.remote()
     assert ray.get(first_run, timeout=60)["interrupted"] is True
+
+
+def test_stopping_every_worker_commits_what_finished(
+    local_ray: None, runner: CliRunner, tmp_path: Path
+) -> None:
+    store = tmp_path / "h.zarr"
+    collection = RayCollection(
+        load_recipe("sac_hit_the_middle"), str(store), workers=2, steps=10**9, flush_seconds=0.1
+    )
+    collection.on_progress = lambda progress: None
+    collection.should_stop = lambda: all(  # type: ignore[method-assign]
+        run.progress is not None and run.progress.committed_episodes for run in collection.runs
+    )
+    summary = collection.run()  # what a Ctrl-C of `emote collect --workers` does, too
+    assert summary["interrupted"] is True
+    assert [w["status"] for w in summary["workers"]] == ["stopped", "stopped"]
+    assert all(w["episodes"] > 0 for w in summary["workers"])
+    assert summary["deaths"] == [] and summary["lost_workers"] == []
+    assert summary["store_totals"]["episodes"] == summary["episodes"]
+    assert verify(runner, store)["episodes"] == summary["episodes"]
