@@ -17,26 +17,28 @@ run fails with an error, is lost for good, and the others go on.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from emote_core.assembly.collection import FLUSH_SECONDS, CollectionProgress, store_totals
+from emote_core.assembly.collection import FLUSH_SECONDS, store_totals
 from emote_core.recipes.schema import Recipe
 from emote_core.scale.ray_setup import connect, require_ray
 from emote_core.scale.workers import (
     CollectorWorker,
+    WorkerRun,
     WorkerTask,
     shard_name,
     split_budget,
     worker_seed,
 )
 
-__all__ = ["DEFAULT_MAX_RESTARTS", "RayCollection", "ScaleProgress", "WorkerRun"]
+__all__ = ["DEFAULT_MAX_RESTARTS", "RayCollection", "ScaleProgress"]
 
 log = logging.getLogger(__name__)
 
@@ -46,45 +48,6 @@ RESTART_DELAY_S = 1.0
 """Seconds between a worker's death and its restart."""
 _POLL_S = 0.25  # how often the driver looks at its workers
 _STOP_GRACE_S = 60.0  # how long stopped workers get to commit before they are killed
-
-
-@dataclass
-class WorkerRun:
-    """One run of one worker: its task, actor and outcome."""
-
-    task: WorkerTask
-    actor: Any = None
-    result: Any = None  # the ObjectRef of the run's summary
-    pid: int | None = None
-    progress: CollectionProgress | None = None
-    started: float = field(default_factory=time.monotonic)
-    status: str = "running"  # running, finished, stopped, died, failed
-    summary: dict[str, Any] | None = None
-    error: str | None = None
-
-    def entry(self) -> dict[str, Any]:
-        """This run in the ``workers`` list of the summary."""
-        progress = self.progress
-        found = self.summary or {}
-        env_steps = found.get("env_steps", progress.env_steps if progress else 0)
-        seconds = found.get("seconds", time.monotonic() - self.started)
-        entry = {
-            "worker": self.task.worker,
-            "restart": self.task.restart,
-            "shard": self.task.shard,
-            "seed": self.task.seed,
-            "status": self.status,
-            "episodes": found.get("episodes", 0),
-            "transitions": found.get("transitions", 0),
-            "env_steps": env_steps,
-            "seconds": seconds,
-            "env_steps_per_second": env_steps / seconds if seconds else None,
-        }
-        if "policy_training_steps" in found:
-            entry["policy_training_steps"] = found["policy_training_steps"]
-        if self.error is not None:
-            entry["error"] = self.error
-        return entry
 
 
 @dataclass(frozen=True)
@@ -201,19 +164,23 @@ class RayCollection:
         ``lost_workers``, ``interrupted``). A Ctrl-C stops every worker, which commit what
         finished, and ends with the summary (``interrupted``: true)."""
         ray = require_ray()
-        started_here = connect(self.address, num_cpus=max(self.workers, os.cpu_count() or 1))
-        begun = time.perf_counter()
-        try:
-            for index, share in enumerate(self.shares):
-                if share > 0:
-                    self.start_run(self._task(index, 0, share))
-            self._supervise(ray)
-            return self._summary(time.perf_counter() - begun)
-        finally:
-            for run in self.runs:
-                ray.kill(run.actor, no_restart=True)  # every run has ended: frees its CPU
-            if started_here:
-                ray.shutdown()
+        # Ray prints what it hears of dead workers on stdout, which belongs to the command (a
+        # --json document): while Ray runs here, its messages go to stderr.
+        with contextlib.redirect_stdout(sys.stderr):
+            cpus = max(self.workers, os.cpu_count() or 1)
+            started_here = connect(self.address, num_cpus=cpus)
+            begun = time.perf_counter()
+            try:
+                for index, share in enumerate(self.shares):
+                    if share > 0:
+                        self.start_run(self._task(index, 0, share))
+                self._supervise(ray)
+                return self._summary(time.perf_counter() - begun)
+            finally:
+                for run in self.runs:
+                    ray.kill(run.actor, no_restart=True)  # every run has ended: frees its CPU
+                if started_here:
+                    ray.shutdown()
 
     def _task(self, worker: int, restart: int, budget: int) -> WorkerTask:
         return WorkerTask(
@@ -232,13 +199,16 @@ class RayCollection:
                 live = [run for run in self.runs if run.status == "running"]
                 if not live and not self._pending:
                     return
-                asked = {run.actor.progress.remote(): run for run in live}
-                ready, _ = ray.wait([run.result for run in live], num_returns=len(live),
-                                    timeout=_POLL_S)  # fmt: skip
-                for run in live:
-                    if run.result in ready:
-                        self._finish(ray, run)
-                self._gather_progress(ray, asked)
+                if live:
+                    asked = {run.actor.progress.remote(): run for run in live}
+                    ready, _ = ray.wait([run.result for run in live], num_returns=len(live),
+                                        timeout=_POLL_S)  # fmt: skip
+                    for run in live:
+                        if run.result in ready:
+                            self._finish(ray, run)
+                    self._gather_progress(ray, asked)
+                else:  # only restarts waiting for their delay
+                    time.sleep(_POLL_S)
                 self._restart_due()
                 if self.on_progress is not None:
                     self.on_progress(self.totals())
@@ -303,7 +273,7 @@ class RayCollection:
                         task.worker, task.shard, run.error, retry.shard)  # fmt: skip
             return
         self.lost.append(task.worker)
-        log.error("worker %d (shard %s) is lost for good: %s", task.worker, task.shard, run.error)
+        log.warning("worker %d (shard %s) is lost for good: %s", task.worker, task.shard, run.error)
 
     def _done(self, worker: int) -> int:
         """What the runs of ``worker`` have committed, in the budget's unit."""

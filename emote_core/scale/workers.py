@@ -20,7 +20,14 @@ import numpy as np
 from emote_core.assembly.collection import FLUSH_SECONDS, CollectionProgress, collect_to_store
 from emote_core.recipes.schema import Recipe
 
-__all__ = ["CollectorWorker", "WorkerTask", "shard_name", "split_budget", "worker_seed"]
+__all__ = [
+    "CollectorWorker",
+    "WorkerRun",
+    "WorkerTask",
+    "shard_name",
+    "split_budget",
+    "worker_seed",
+]
 
 _SEED_BITS = 31  # environment seeds stay small non-negative integers
 
@@ -62,6 +69,44 @@ class WorkerTask:
     seed: int
     episodes: int | None
     steps: int | None
+
+
+@dataclasses.dataclass
+class WorkerRun:
+    """One run of one worker: its task, actor and outcome."""
+
+    task: WorkerTask
+    actor: Any = None
+    result: Any = None  # the ObjectRef of the run's summary
+    progress: CollectionProgress | None = None
+    started: float = dataclasses.field(default_factory=time.monotonic)
+    status: str = "running"  # running, finished, stopped, died, failed
+    summary: dict[str, Any] | None = None
+    error: str | None = None
+
+    def entry(self) -> dict[str, Any]:
+        """This run in the ``workers`` list of the summary."""
+        progress = self.progress
+        found = self.summary or {}
+        env_steps = found.get("env_steps", progress.env_steps if progress else 0)
+        seconds = found.get("seconds", time.monotonic() - self.started)
+        entry = {
+            "worker": self.task.worker,
+            "restart": self.task.restart,
+            "shard": self.task.shard,
+            "seed": self.task.seed,
+            "status": self.status,
+            "episodes": found.get("episodes", 0),
+            "transitions": found.get("transitions", 0),
+            "env_steps": env_steps,
+            "seconds": seconds,
+            "env_steps_per_second": env_steps / seconds if seconds else None,
+        }
+        if "policy_training_steps" in found:
+            entry["policy_training_steps"] = found["policy_training_steps"]
+        if self.error is not None:
+            entry["error"] = self.error
+        return entry
 
 
 class CollectorWorker:

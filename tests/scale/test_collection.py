@@ -149,7 +149,8 @@ def test_without_restarts_a_killed_worker_is_lost_and_the_command_fails(
     assert killed[0], "worker 0 finished before it could be killed"
     assert summary["lost_workers"] == [0]
     assert [(d["worker"], d["restarted_as"]) for d in summary["deaths"]] == [(0, None)]
-    assert "1 of 2 workers lost for good (worker 0" in result.stderr
+    [error] = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert error.startswith("error: 1 of 2 workers lost for good (worker 0")
     assert summary["store_totals"]["episodes"] == summary["episodes"]
     verify(runner, store)
 
