@@ -3,7 +3,8 @@ local instance whose workers can import emote.
 
 ``ray.init(address=...)`` waits a long time for a cluster that is not there, so an address is
 first checked with a plain TCP connection (:data:`CONNECT_TIMEOUT_S`): an unreachable one fails
-within seconds with one line saying how to start a cluster.
+within seconds with one line saying how to start a cluster. An address that answers but is not
+a Ray cluster fails after about :data:`GCS_WAIT_S` seconds of Ray's own retries.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from emote_core.errors import ConfigurationError, EmoteError
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
+    "GCS_WAIT_S",
     "ClusterError",
     "address_endpoint",
     "check_reachable",
@@ -29,6 +31,9 @@ log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 3.0
 """Seconds to wait for a TCP connection to a Ray address before calling it unreachable."""
+GCS_WAIT_S = 5
+"""Seconds ``ray.init`` tries to reach a cluster's GCS (``RAY_gcs_server_port_wait_time_s``)."""
+_GCS_WAIT_VARIABLE = "RAY_gcs_server_port_wait_time_s"
 _GCS_PORT = 6379  # a cluster's address without a port: `ray start --head`'s default
 _CLIENT_PORT = 10001  # a ray:// address without a port: the Ray client server's default
 _INSTALL = "pip install 'emote[ray]'"
@@ -123,6 +128,9 @@ def connect(address: str | None, *, num_cpus: int) -> bool:
         )
         return True
     check_reachable(address)
+    # Something that accepts connections but is no Ray (a proxy, another service) would keep
+    # ray.init retrying for about 20 s; Ray's own setting bounds it, unless the user set it.
+    os.environ.setdefault(_GCS_WAIT_VARIABLE, str(GCS_WAIT_S))
     try:
         ray.init(address=address, log_to_driver=False)
     except (ConnectionError, RuntimeError, TimeoutError) as error:
