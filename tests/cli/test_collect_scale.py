@@ -37,7 +37,6 @@ def test_options_of_workers_need_workers(runner: CliRunner, in_tmp: Path) -> Non
 
 
 def test_an_unreachable_ray_address_fails_in_seconds(runner: CliRunner, in_tmp: Path) -> None:
-    pytest.importorskip("ray")
     started = time.monotonic()
     result = runner.invoke(app, [*COLLECT, "--workers", "2", "--ray-address", "127.0.0.1:1"])
     assert time.monotonic() - started < 15

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import ray
 from typer.testing import CliRunner
 
 from emote_cli.app import app
@@ -20,8 +21,6 @@ from emote_core.errors import ConfigurationError
 from emote_core.recipes import load_recipe
 from emote_core.scale.collection import RayCollection, ScaleProgress
 from emote_core.scale.workers import CollectorWorker, WorkerTask, split_budget, worker_seed
-
-ray = pytest.importorskip("ray")
 
 EPISODE = 30  # HitTheMiddle episodes are always 30 steps
 
