@@ -82,9 +82,13 @@ def collect(
         ),
     ] = None,
     max_restarts: Annotated[
-        int,
-        typer.Option("--max-restarts", min=0, help="With --workers: restarts allowed per worker."),
-    ] = 3,
+        int | None,
+        typer.Option(
+            "--max-restarts",
+            min=0,
+            help="With --workers: restarts allowed per worker [default: 3].",
+        ),
+    ] = None,
     json_output: JsonOption = False,
     quiet: QuietOption = False,
     debug: DebugOption = False,
@@ -112,8 +116,9 @@ def collect(
                   ExitCode.USAGE)  # fmt: skip
         if no_wait and not follow_policy:
             abort("--no-wait goes with --follow-policy", ExitCode.USAGE)
-        if workers is None and ray_address is not None:
-            abort("--ray-address goes with --workers N", ExitCode.USAGE)
+        if workers is None and (ray_address is not None or max_restarts is not None):
+            option = "--ray-address" if ray_address is not None else "--max-restarts"
+            abort(f"{option} goes with --workers N", ExitCode.USAGE)
         if workers is not None and shard != "main":
             abort("--shard names the shard of one collector; --workers N writes shards w0, w1, "
                   "...", ExitCode.USAGE)  # fmt: skip
@@ -127,9 +132,11 @@ def collect(
                    "device": device, "follow_policy": follow_policy}  # fmt: skip
         if workers is not None:
             from emote_cli.collect_workers import collect_on_workers
+            from emote_core.scale.collection import DEFAULT_MAX_RESTARTS
 
+            restarts = DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts
             collect_on_workers(loaded, out, display, workers=workers, address=ray_address,
-                               max_restarts=max_restarts, json_output=json_output,
+                               max_restarts=restarts, json_output=json_output,
                                **options)  # fmt: skip
             return
         from emote_core.assembly.collection import CollectionProgress, collect_to_store

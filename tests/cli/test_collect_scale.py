@@ -32,6 +32,8 @@ def test_options_of_workers_need_workers(runner: CliRunner, in_tmp: Path) -> Non
     result = runner.invoke(app, [*COLLECT, "--ray-address", "auto", "--json"])
     assert result.exit_code == 2
     assert json.loads(result.stdout)["error"] == "--ray-address goes with --workers N"
+    result = runner.invoke(app, [*COLLECT, "--max-restarts", "1"])
+    assert result.exit_code == 2 and "--max-restarts goes with --workers N" in result.stderr
     result = runner.invoke(app, [*COLLECT, "--workers", "2", "--shard", "mine"])
     assert result.exit_code == 2 and "--workers N writes shards w0, w1" in result.stderr
 
