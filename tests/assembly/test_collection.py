@@ -4,55 +4,25 @@ ones between episodes, keeps its policy when a published file is refused."""
 from __future__ import annotations
 
 import logging
-import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from emote_cli.app import app
 from emote_core.assembly.collection import CollectionProgress, collect_to_store
-from emote_core.assembly.published_policy import published_policy_path
 from emote_core.errors import ConfigurationError
 from emote_core.recipes import load_recipe
 from emote_core.stores.zarr_store import MemoryStore
 
 
-@pytest.fixture(scope="module")
-def policies(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
-    """The policies of a tiny sac_hit_the_middle run at training steps 30 and 60, exported."""
-    folder = tmp_path_factory.mktemp("policies")
-    run_dir = folder / "htm"
-    runner = CliRunner(env={"COLUMNS": "200"})
-    result = runner.invoke(
-        app,
-        ["train", "sac_hit_the_middle", "--steps", "60", "--run-dir", str(run_dir),
-         "--set", "training.checkpoint_interval=30", "--json", "-q"],
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    exported = {}
-    for step in (30, 60):
-        out = folder / f"policy_{step}.onnx"
-        checkpoint = run_dir / "checkpoints" / f"checkpoint_{step}.tar"
-        result = runner.invoke(app, ["export", "onnx", str(checkpoint), "--out", str(out), "-q"])
-        assert result.exit_code == 0, result.output
-        exported[step] = out
-    return exported
-
-
-def publish(data: bytes, run_dir: Path) -> None:
-    """What a learner does: write next to the published file, then rename over it."""
-    path = published_policy_path(run_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(".latest.onnx.tmp")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)
-
-
 def test_a_follower_switches_to_each_newly_published_policy_and_keeps_its_own_on_a_bad_file(
-    policies: dict[int, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+    exported_policies: dict[int, Path],
+    publish_policy: Callable[[bytes, Path], None],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    policies, publish = exported_policies, publish_policy
     run_dir = tmp_path / "run"
     publish(policies[30].read_bytes(), run_dir)
     seen: list[int | None] = []

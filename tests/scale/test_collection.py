@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,25 +75,23 @@ def test_two_workers_write_one_store_that_verifies(
 
 
 def _killer(collection: RayCollection, how: str, *, after_commit: bool) -> list[int]:
-    """Wraps ``collection.totals`` (called at every poll) to kill worker 0's first run once it
-    steps (or once it has committed something: ``after_commit``)."""
+    """Wraps ``collection.totals`` (called at every poll) to kill worker 0's first run at the
+    first poll (or once it has committed something: ``after_commit``); returns what it had
+    committed then, once killed."""
     original = collection.totals
     killed: list[int] = []
 
     def totals() -> ScaleProgress:
         first = collection.runs[0]
         progress = first.progress
-        if (
-            not killed
-            and progress is not None
-            and (progress.committed_episodes or not after_commit)
-        ):
+        committed = progress.committed_episodes if progress is not None else 0
+        if not killed and first.status == "running" and (committed or not after_commit):
             if how == "sigkill":
                 pid = ray.get(first.actor.pid.remote())
                 os.kill(pid, signal.SIGKILL)
             else:
                 ray.kill(first.actor)
-            killed.append(progress.committed_episodes)
+            killed.append(committed)
         return original()
 
     collection.totals = totals  # type: ignore[method-assign]
@@ -145,7 +143,7 @@ def test_without_restarts_a_killed_worker_is_lost_and_the_command_fails(
     )  # fmt: skip
     assert result.exit_code == 1, result.output
     summary = json.loads(result.stdout)
-    assert killed[0], "worker 0 finished before it could be killed"
+    assert killed[0] == [0]  # killed at the first poll, before it finished
     assert summary["lost_workers"] == [0]
     assert [(d["worker"], d["restarted_as"]) for d in summary["deaths"]] == [(0, None)]
     [error] = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
@@ -190,8 +188,12 @@ def test_stopping_every_worker_commits_what_finished(
         load_recipe("sac_hit_the_middle"), str(store), workers=2, steps=10**9, flush_seconds=0.1
     )
     collection.on_progress = lambda progress: None
-    collection.should_stop = lambda: all(  # type: ignore[method-assign]
-        run.progress is not None and run.progress.committed_episodes for run in collection.runs
+    deadline = time.monotonic() + 90  # the assertions below say what did not happen
+    collection.should_stop = lambda: (
+        time.monotonic() > deadline
+        or all(  # type: ignore[method-assign]
+            run.progress is not None and run.progress.committed_episodes for run in collection.runs
+        )
     )
     summary = collection.run()  # what a Ctrl-C of `emote collect --workers` does, too
     assert summary["interrupted"] is True
@@ -199,4 +201,55 @@ def test_stopping_every_worker_commits_what_finished(
     assert all(w["episodes"] > 0 for w in summary["workers"])
     assert summary["deaths"] == [] and summary["lost_workers"] == []
     assert summary["store_totals"]["episodes"] == summary["episodes"]
+    assert verify(runner, store)["episodes"] == summary["episodes"]
+
+
+def test_workers_follow_the_published_policy_and_a_restart_starts_with_the_newest(
+    local_ray: None,
+    runner: CliRunner,
+    tmp_path: Path,
+    exported_policies: dict[int, Path],
+    publish_policy: Callable[[bytes, Path], None],
+) -> None:
+    run_dir = tmp_path / "learner"
+    publish_policy(exported_policies[30].read_bytes(), run_dir)
+    store = tmp_path / "h.zarr"
+    collection = RayCollection(
+        load_recipe("sac_hit_the_middle"),
+        str(store),
+        workers=2,
+        steps=10**9,
+        policy=str(run_dir),
+        follow_policy=True,
+        restart_delay=0.2,
+        flush_seconds=0.2,
+    )
+    killed: list[bool] = []
+
+    def on_progress(progress: ScaleProgress) -> None:
+        first = collection.runs[0]
+        if not killed and first.progress is not None and first.progress.committed_episodes:
+            # The learner publishes a newer policy, then worker 0 dies before it switches.
+            publish_policy(exported_policies[60].read_bytes(), run_dir)
+            ray.kill(first.actor)
+            killed.append(True)
+
+    deadline = time.monotonic() + 90  # the assertions below say what did not happen
+
+    def should_stop() -> bool:  # every run of a worker alive acts with the newest policy
+        live = [run for run in collection.runs if run.status == "running"]
+        return time.monotonic() > deadline or (
+            len(collection.runs) == 3
+            and all(run.progress is not None and run.progress.training_step == 60 for run in live)
+        )
+
+    collection.on_progress = on_progress
+    collection.should_stop = should_stop  # type: ignore[method-assign]
+    summary = collection.run()
+    runs = {entry["shard"]: entry for entry in summary["workers"]}
+    assert set(runs) == {"w0", "w1", "w0-r1"}
+    assert runs["w0-r1"]["policy_training_steps"] == [60]  # synced before it stepped
+    assert runs["w1"]["policy_training_steps"] == [30, 60]  # switched between episodes
+    assert summary["policy_training_steps"] == [30, 60]
+    assert summary["deaths"][0]["restarted_as"] == "w0-r1"
     assert verify(runner, store)["episodes"] == summary["episodes"]
