@@ -198,7 +198,7 @@ def collect_to_store(
         raise
     if agent is None:  # stopped while waiting for a first policy: nothing to write
         env.close()
-        summary = _summary(out, shard, policy, 0, 0, 0, 0.0, count_store)
+        summary = _summary(out, shard, policy, 0, 0, 0, 0.0, count_store=False)
         summary["policy_training_steps"] = []
         return CollectionResult(summary, interrupted=True)
     record = session_provenance(recipe, policy=acting, num_envs=env.num_envs, command=command)
