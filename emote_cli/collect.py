@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from typing import Annotated, Any
 
 import typer
@@ -25,45 +24,6 @@ from emote_cli.progress import ProgressDisplay
 __all__ = ["collect"]
 
 log = logging.getLogger(__name__)
-
-_FLUSH_BYTES = 16 << 20  # commit pending episodes in batches of about this many bytes
-_FLUSH_SECONDS = 10.0  # or at least this often, so a stopped run loses little
-_STEPS_PER_CALL = 64  # vector steps per collector call with --steps
-_RECENT_EPISODES = 20  # the shown return is the mean of this many recent episodes
-
-
-class _Batches:
-    """Completed episodes waiting to be committed to the store in one append."""
-
-    def __init__(self, appender: Any) -> None:
-        self.appender = appender
-        self.pending: list[tuple[int, dict[str, Any], Any]] = []
-        self.bytes = 0
-        self.flushed_at = time.perf_counter()
-        self.episodes = 0
-        self.transitions = 0
-        self.recent_returns: deque[float] = deque(maxlen=_RECENT_EPISODES)
-
-    def add(self, identity: int, sequence: dict[str, Any], end_state: Any) -> None:
-        self.pending.append((identity, sequence, end_state))
-        self.bytes += sum(value.nbytes for value in sequence.values())
-        self.recent_returns.append(float(sequence["rewards"].sum()))
-
-    def recent_return(self) -> float | None:
-        if not self.recent_returns:
-            return None
-        return sum(self.recent_returns) / len(self.recent_returns)
-
-    def due(self) -> bool:
-        waited = time.perf_counter() - self.flushed_at
-        return bool(self.pending) and (self.bytes >= _FLUSH_BYTES or waited > _FLUSH_SECONDS)
-
-    def flush(self) -> None:
-        batch, self.pending, self.bytes = self.pending, [], 0
-        self.appender.append(batch)
-        self.episodes += len(batch)
-        self.transitions += sum(len(episode[1]["rewards"]) for episode in batch)
-        self.flushed_at = time.perf_counter()
 
 
 def collect(
@@ -91,6 +51,44 @@ def collect(
         str, typer.Option("--shard", help="Store shard to write (one per parallel collector).")
     ] = "main",
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda[:n].")] = "cpu",
+    follow_policy: Annotated[
+        bool,
+        typer.Option(
+            "--follow-policy",
+            help="Act with the policy the run --policy RUN_DIR publishes (exports/latest.onnx), "
+            "switching to each newer one between episodes.",
+        ),
+    ] = False,
+    no_wait: Annotated[
+        bool,
+        typer.Option(
+            "--no-wait", help="With --follow-policy: fail at once when no policy is published yet."
+        ),
+    ] = False,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            min=1,
+            help="Collect with this many Ray workers, each writing its own shard (w0, w1, ...).",
+        ),
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address",
+            help="The Ray cluster for --workers: auto, HOST:PORT or ray://HOST:PORT (default: "
+            "a local Ray).",
+        ),
+    ] = None,
+    max_restarts: Annotated[
+        int | None,
+        typer.Option(
+            "--max-restarts",
+            min=0,
+            help="With --workers: restarts allowed per worker [default: 3].",
+        ),
+    ] = None,
     json_output: JsonOption = False,
     quiet: QuietOption = False,
     debug: DebugOption = False,
@@ -100,6 +98,10 @@ def collect(
     Episodes are committed in batches as they finish, so a stopped run keeps what it committed.
     Only whole episodes are stored: the steps of episodes still running when collection stops
     are dropped (the summary says how many). The summary ends with the store's new totals.
+
+    With --workers N, Ray workers collect together, each with its own shard and seed.
+
+    A dead worker loses only what it had not committed and restarts on a new shard.
     """
     setup_logging(quiet=quiet, debug=debug)
     unit = "env step" if steps is not None else "episode"
@@ -109,120 +111,81 @@ def collect(
     ):
         if (episodes is None) == (steps is None):
             abort("pass exactly one of --episodes N or --steps N", ExitCode.USAGE)
+        if follow_policy and policy == "random":
+            abort("--follow-policy needs --policy RUN_DIR, the run that publishes the policy",
+                  ExitCode.USAGE)  # fmt: skip
+        if no_wait and not follow_policy:
+            abort("--no-wait goes with --follow-policy", ExitCode.USAGE)
+        if workers is None and (ray_address is not None or max_restarts is not None):
+            option = "--ray-address" if ray_address is not None else "--max-restarts"
+            abort(f"{option} goes with --workers N", ExitCode.USAGE)
+        if workers is not None and shard != "main":
+            abort("--shard names the shard of one collector; --workers N writes shards w0, w1, "
+                  "...", ExitCode.USAGE)  # fmt: skip
         display.status(f"loading {recipe}")  # before the heavy imports: alive at once
-        from emote_core.assembly.builders import make_env
-        from emote_core.assembly.compatibility import check_collect_store, collect_agent
-        from emote_core.assembly.provenance import session_provenance
-        from emote_core.env import BatchGymCollector
-        from emote_core.memory import DictObsMemoryTable
         from emote_core.recipes import load_recipe
-        from emote_core.stores.zarr_store.tables import StoreAppender
-        from emote_core.utils.devices import resolve_device
 
         loaded = load_recipe(recipe, [f"seed={seed}"] if seed is not None else [])
-        chosen = resolve_device(device)  # checked even when the policy runs without torch
-        env = make_env(loaded, num_envs=envs)
-        spaces = env.spaces
-        try:  # the store and the policy must fit the env before it steps or anything is written
-            check_collect_store(out, loaded, spaces)
-            agent, acting = collect_agent(policy, loaded, env, chosen)
-        except BaseException:
-            env.close()
-            raise
-        record = session_provenance(loaded, policy=acting, num_envs=env.num_envs)
-        # The table only gives the store its columns: episodes go from the collector to the store.
-        schema = DictObsMemoryTable(spaces=spaces, maxlen=1_000)
-        appender = StoreAppender(
-            out, schema, spaces=spaces.to_json(), shard=shard, provenance=record
-        )
-        batches = _Batches(appender)
+        if follow_policy:
+            _published_or_wait(policy, no_wait=no_wait)
+        options = {"episodes": episodes, "steps": steps, "policy": policy, "num_envs": envs,
+                   "device": device, "follow_policy": follow_policy}  # fmt: skip
+        if workers is not None:
+            from emote_cli.collect_workers import collect_on_workers
+            from emote_core.scale.collection import DEFAULT_MAX_RESTARTS
 
-        def finished(identity: int, sequence: dict[str, Any], end_state: Any) -> None:
-            # Pending episodes held as the store keeps them: frame stacks as single frames.
-            batches.add(identity, dict(schema.stored_sequence(sequence)), end_state)
+            restarts = DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts
+            collect_on_workers(loaded, out, display, workers=workers, address=ray_address,
+                               max_restarts=restarts, json_output=json_output,
+                               **options)  # fmt: skip
+            return
+        from emote_core.assembly.collection import CollectionProgress, collect_to_store
 
-        collector = BatchGymCollector(env=env, agent=agent, on_episode=finished, seed=loaded.seed)
-
-        def show(env_steps: int, *, force: bool = False) -> None:
-            completed, recent = collector.completed_episodes, batches.recent_return()
+        def show(progress: CollectionProgress) -> None:
+            force = progress.phase != "running"
             if steps is not None:
-                metrics = {"episodes": completed, "return": recent}
-                display.update(env_steps, steps, metrics=metrics, force=force)
+                metrics = {"episodes": progress.episodes, "return": progress.recent_return}
+                shown, total = progress.env_steps, steps
             else:
-                metrics = {"env steps": env_steps, "return": recent}
-                display.update(completed, episodes, metrics=metrics, force=force)
+                metrics = {"env steps": progress.env_steps, "return": progress.recent_return}
+                shown, total = progress.episodes, episodes
+            metrics["policy step"] = progress.training_step
+            display.update(shown, total, metrics=metrics, force=force)
 
-        started = time.perf_counter()
-        env_steps = 0
-        interrupted = False
-        try:
-            show(env_steps, force=True)
-            while (
-                (episodes is not None and collector.completed_episodes < episodes)
-                or (steps is not None and env_steps < steps)
-            ):  # fmt: skip
-                # --steps: whole chunks of vector steps; --episodes: one at a time, to stop on time.
-                vector_steps = 1
-                if steps is not None:
-                    vector_steps = min(_STEPS_PER_CALL, -(-(steps - env_steps) // env.num_envs))
-                env_steps += collector.collect(vector_steps)
-                if batches.due():
-                    batches.flush()
-                show(env_steps)
-        except KeyboardInterrupt:
-            interrupted = True
-        finally:
-            collector.cut()  # the episodes finished since the last cut
-            try:
-                batches.flush()
-            finally:
-                appender.close()
-                env.close()
-        show(env_steps, force=True)  # with the returns of the episodes the last cut handed out
+        result = collect_to_store(loaded, out, shard=shard, on_progress=show, **options)
         display.close()
-        seconds = time.perf_counter() - started
-        summary = {
-            "store": out,
-            "shard": shard,
-            "episodes": batches.episodes,
-            "transitions": batches.transitions,
-            "env_steps": env_steps,
-            # Stores hold whole episodes: the steps of episodes still running at the end are
-            # not committed.
-            "dropped_steps": env_steps - batches.transitions,
-            "store_totals": _store_totals(out),
-            "seconds": seconds,
-            "env_steps_per_second": env_steps / seconds if seconds else None,
-            "policy": policy,
-        }
+        summary = result.summary
         if json_output:
             emit_json(summary)
         else:
-            stdout_console().print(
-                _describe(summary), markup=False, highlight=False, soft_wrap=True
-            )
-        if interrupted:
+            stdout_console().print(describe(summary), markup=False, highlight=False, soft_wrap=True)
+        if result.interrupted:
             abort(
-                f"interrupted after {env_steps} env steps; the {batches.episodes} episodes "
-                f"committed to {out} are kept",
+                f"interrupted after {summary['env_steps']} env steps; the {summary['episodes']} "
+                f"episodes committed to {out} are kept",
                 ExitCode.INTERRUPTED,
             )
 
 
-def _store_totals(out: str) -> dict[str, int] | None:
-    """The store's episodes and transitions over all its shards, after this collect's commits."""
-    from emote_core.errors import EmoteError
-    from emote_core.stores.zarr_store import MemoryStore
+def _published_or_wait(run_dir: str, *, no_wait: bool) -> None:
+    """With ``--no-wait``, refuses a run that has published no policy; else says it waits."""
+    from emote_core.assembly.published_policy import published_policy_path
+    from emote_core.errors import ConfigurationError
 
-    try:
-        store = MemoryStore(out)
-        return {"episodes": store.episode_count, "transitions": store.transition_count}
-    except (EmoteError, OSError) as error:  # what was committed stays committed
-        log.warning("could not count what %s holds now: %s", out, error)
-        return None
+    path = published_policy_path(run_dir)
+    if path.exists():
+        return
+    if no_wait:
+        raise ConfigurationError(
+            f"no policy is published at '{path}' yet; start the learner that publishes it, or "
+            "leave out --no-wait to wait for one"
+        )
+    log.info("waiting for a policy to be published at %s (Ctrl-C stops)", path)
+    while not path.exists():
+        time.sleep(1.0)
 
 
-def _describe(summary: dict[str, Any]) -> str:
+def describe(summary: dict[str, Any]) -> str:
     """The human-readable summary: what was committed, what was dropped and why, the totals."""
     lines = [
         f"committed {summary['episodes']} episodes ({summary['transitions']} transitions) of "

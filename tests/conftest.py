@@ -1,12 +1,15 @@
 """Test-wide rules and fixtures: tests marked ``gpu`` skip cleanly on machines without CUDA,
-CLI runs (``runner``) leave logging as they found it, and ``s3_bucket`` is a fresh bucket on a
-real S3-compatible server (moto's) on 127.0.0.1."""
+CLI runs (``runner``) leave logging as they found it, ``s3_bucket`` is a fresh bucket on a
+real S3-compatible server (moto's) on 127.0.0.1, and ``exported_policies`` are the ONNX policies
+of a tiny trained run for the tests of collectors that follow published policies."""
 
 from __future__ import annotations
 
 import logging
+import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -48,6 +51,45 @@ def _restore_logging() -> Iterator[None]:
     root.setLevel(level)
     for name, emote_level in emote_levels.items():
         logging.getLogger(name).setLevel(emote_level)
+
+
+@pytest.fixture(scope="session")
+def exported_policies(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    """The policies of a tiny sac_hit_the_middle run at training steps 30 and 60, exported."""
+    from emote_cli.app import app
+
+    folder = tmp_path_factory.mktemp("policies")
+    run_dir = folder / "htm"
+    runner = CliRunner(env={"COLUMNS": "200"})
+    result = runner.invoke(
+        app,
+        ["train", "sac_hit_the_middle", "--steps", "60", "--run-dir", str(run_dir),
+         "--set", "training.checkpoint_interval=30", "--json", "-q"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    exported = {}
+    for step in (30, 60):
+        out = folder / f"policy_{step}.onnx"
+        checkpoint = run_dir / "checkpoints" / f"checkpoint_{step}.tar"
+        result = runner.invoke(app, ["export", "onnx", str(checkpoint), "--out", str(out), "-q"])
+        assert result.exit_code == 0, result.output
+        exported[step] = out
+    return exported
+
+
+@pytest.fixture
+def publish_policy() -> Callable[[bytes, Path], None]:
+    """Publishes a policy file's bytes in a run directory as a learner does: written next to
+    ``exports/latest.onnx``, then renamed over it."""
+
+    def publish(data: bytes, run_dir: Path) -> None:
+        path = run_dir / "exports" / "latest.onnx"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(".latest.onnx.tmp")
+        temporary.write_bytes(data)
+        os.replace(temporary, path)
+
+    return publish
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

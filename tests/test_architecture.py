@@ -36,6 +36,7 @@ RANKS: dict[str, int] = {
     "recipes": 9,
     "runs": 10,
     "assembly": 11,
+    "scale": 12,
 }
 STRING_REFERENCE = re.compile(r"emote_core(?:\.[a-z_]+)+")
 

@@ -311,6 +311,33 @@ def _onnx_env_id(recipe_toml: str) -> str | None:
     return found if isinstance(found, str) else None
 
 
+def onnx_collect_agent(
+    path: str | os.PathLike[str], recipe: Recipe, spaces: MDPSpace, *, seed: int | None
+) -> tuple[Any, PolicyRecord]:
+    """An ONNX policy file as a sampling agent, checked against the environment's spaces.
+
+    Args:
+        path: The ``.onnx`` file.
+        recipe: The collect's recipe (its ``env.id`` names the environment).
+        spaces: The environment's spaces.
+        seed: Seeds the agent's noise.
+
+    Raises:
+        ConfigurationError: If the file is missing or does not fit the environment.
+        FormatError: If it is not a loadable emote policy export.
+    """
+    from emote_core.onnx.agent import OnnxAgentProxy
+
+    policy = os.fspath(path)
+    agent = OnnxAgentProxy(policy, deterministic=False, seed=seed)
+    metadata = agent.metadata
+    trained_on = _onnx_env_id(metadata.recipe_toml)
+    check_policy_fits(
+        policy, trained_on, metadata.observation_space, metadata.action_space, spaces, recipe
+    )
+    return agent, PolicyRecord.of_file(PolicyKind.ONNX, policy)
+
+
 def collect_agent(
     policy: str, recipe: Recipe, env: Any, device: torch.device
 ) -> tuple[Any, PolicyRecord]:
@@ -326,7 +353,7 @@ def collect_agent(
         ConfigurationError: If the policy does not fit the environment (:func:`check_policy_fits`).
         CheckpointError: If a checkpoint does not load.
     """
-    from emote_core.onnx.agent import OnnxAgentProxy, is_onnx_file
+    from emote_core.onnx.agent import is_onnx_file
     from emote_core.proxies import RandomAgentProxy
 
     spaces = env.spaces
@@ -334,13 +361,7 @@ def collect_agent(
         agent = RandomAgentProxy(action_space=env.single_action_space, seed=recipe.seed)
         return agent, PolicyRecord(PolicyKind.RANDOM)
     if is_onnx_file(policy):  # onnxruntime alone, sampling actions
-        onnx_agent = OnnxAgentProxy(policy, deterministic=False, seed=recipe.seed)
-        metadata = onnx_agent.metadata
-        trained_on = _onnx_env_id(metadata.recipe_toml)
-        check_policy_fits(
-            policy, trained_on, metadata.observation_space, metadata.action_space, spaces, recipe
-        )
-        return onnx_agent, PolicyRecord.of_file(PolicyKind.ONNX, policy)
+        return onnx_collect_agent(policy, recipe, spaces, seed=recipe.seed)
     trained, _, agent, trained_spaces, checkpoint = load_trained_agent(
         Path(policy), device=device, deterministic=False
     )
@@ -360,5 +381,6 @@ __all__ = [
     "check_training_stores",
     "collect_agent",
     "held_by_store",
+    "onnx_collect_agent",
     "open_source_stores",
 ]

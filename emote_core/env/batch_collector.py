@@ -142,6 +142,12 @@ class BatchGymCollector:
         self.env_steps += steps * self.env.num_envs
         return steps * self.env.num_envs
 
+    def switch_agent(self, agent: Any) -> None:
+        """Acts with ``agent`` from the next vector step on (call it between :meth:`collect`
+        calls: a step is never taken half by one agent and half by another)."""
+        self.agent = agent
+        self._act_batch = getattr(agent, "act_batch", None)
+
     def collect_episodes(self, count: int) -> int:
         """Steps until ``count`` more episodes have finished (a few more may finish with them).
 

@@ -1,0 +1,317 @@
+"""One collector: a recipe's vector environment played by a policy, its episodes committed to
+one shard of a store.
+
+:func:`collect_to_store` is what ``emote collect`` runs in its own process and what each Ray
+worker of ``emote collect --workers N`` runs (:mod:`emote_core.scale`). Finished episodes are
+committed in batches (about :data:`FLUSH_BYTES`, or every :data:`FLUSH_SECONDS`), so a collector
+that is stopped or killed loses at most its uncommitted tail; the steps of episodes still
+running at the end are never committed (a store keeps whole episodes).
+
+With ``follow_policy`` the policy is the one the run ``policy`` publishes
+(:class:`~emote_core.assembly.published_policy.PublishedPolicy`). The collector switches to a
+newly published one at a vector step boundary, once at least one episode has finished since the
+last switch: never during a forward pass, and the slots whose episodes are still running carry
+on under the new policy.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from emote_core.recipes.schema import Recipe
+
+__all__ = [
+    "FLUSH_BYTES",
+    "FLUSH_SECONDS",
+    "CollectionProgress",
+    "CollectionResult",
+    "collect_to_store",
+    "store_totals",
+]
+
+log = logging.getLogger(__name__)
+
+FLUSH_BYTES = 16 << 20
+"""Pending episodes are committed in batches of about this many bytes..."""
+FLUSH_SECONDS = 10.0
+"""...or at least this often, so that a stopped or killed collector loses little."""
+_STEPS_PER_CALL = 64  # vector steps per collector call with a step budget
+_RECENT_EPISODES = 20  # the shown return is the mean of this many recent episodes
+
+
+@dataclass(frozen=True)
+class CollectionProgress:
+    """Where a collector stands.
+
+    Attributes:
+        env_steps: Environment steps taken.
+        episodes: Episodes finished (committed or pending).
+        committed_episodes: Episodes committed to the store.
+        committed_transitions: Their transitions.
+        recent_return: The mean return of the last few finished episodes.
+        training_step: The training step of the followed policy in use (``None`` otherwise).
+        phase: ``"start"``, ``"running"`` or ``"end"``.
+    """
+
+    env_steps: int
+    episodes: int
+    committed_episodes: int
+    committed_transitions: int
+    recent_return: float | None
+    training_step: int | None
+    phase: str
+
+
+@dataclass
+class CollectionResult:
+    """What a collector did: the summary ``emote collect --json`` prints, and how it ended.
+
+    Attributes:
+        summary: ``store``, ``shard``, ``episodes``, ``transitions``, ``env_steps``,
+            ``dropped_steps``, ``store_totals``, ``seconds``, ``env_steps_per_second``,
+            ``policy``; with a followed policy also ``policy_training_steps``.
+        interrupted: Stopped by Ctrl-C or the stop flag before the budget was spent.
+    """
+
+    summary: dict[str, Any]
+    interrupted: bool
+
+
+class _Batches:
+    """Completed episodes waiting to be committed to the store in one append."""
+
+    def __init__(self, appender: Any, flush_seconds: float) -> None:
+        self.appender = appender
+        self.flush_seconds = flush_seconds
+        self.pending: list[tuple[int, dict[str, Any], Any]] = []
+        self.bytes = 0
+        self.flushed_at = time.perf_counter()
+        self.episodes = 0
+        self.transitions = 0
+        self.recent_returns: deque[float] = deque(maxlen=_RECENT_EPISODES)
+
+    def add(self, identity: int, sequence: dict[str, Any], end_state: Any) -> None:
+        self.pending.append((identity, sequence, end_state))
+        self.bytes += sum(value.nbytes for value in sequence.values())
+        self.recent_returns.append(float(sequence["rewards"].sum()))
+
+    def recent_return(self) -> float | None:
+        if not self.recent_returns:
+            return None
+        return sum(self.recent_returns) / len(self.recent_returns)
+
+    def due(self) -> bool:
+        waited = time.perf_counter() - self.flushed_at
+        return bool(self.pending) and (self.bytes >= FLUSH_BYTES or waited > self.flush_seconds)
+
+    def flush(self) -> None:
+        batch, self.pending, self.bytes = self.pending, [], 0
+        self.appender.append(batch)
+        self.episodes += len(batch)
+        self.transitions += sum(len(episode[1]["rewards"]) for episode in batch)
+        self.flushed_at = time.perf_counter()
+
+
+def collect_to_store(
+    recipe: Recipe,
+    out: str,
+    *,
+    episodes: int | None = None,
+    steps: int | None = None,
+    policy: str = "random",
+    shard: str = "main",
+    num_envs: int | None = None,
+    device: str = "cpu",
+    follow_policy: bool = False,
+    wait_for_policy: bool = True,
+    on_progress: Callable[[CollectionProgress], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    command: Sequence[str] | None = None,
+    count_store: bool = True,
+    flush_seconds: float = FLUSH_SECONDS,
+) -> CollectionResult:
+    """Collects ``episodes`` episodes or ``steps`` env steps into shard ``shard`` of ``out``.
+
+    The store and the policy are checked against the environment before it steps or anything
+    is written. Ctrl-C (``KeyboardInterrupt``) or ``should_stop()`` ends collection early; what
+    finished is committed either way.
+
+    Args:
+        recipe: The resolved recipe (its ``seed`` seeds the environments and the policy).
+        out: The store, created or appended to.
+        episodes: Collect this many episodes (exactly one of ``episodes`` and ``steps``).
+        steps: Collect this many env steps.
+        policy: ``"random"``, a checkpoint file or run directory, or an ``.onnx`` file; with
+            ``follow_policy``, the run directory that publishes the policy.
+        shard: The store shard this collector writes (one writer per shard).
+        num_envs: Environments stepped together (the recipe's by default).
+        device: ``auto``, ``cpu`` or ``cuda[:n]``: where a checkpoint's networks act.
+        follow_policy: Act with the policy the run ``policy`` publishes, reloading newer ones.
+        wait_for_policy: With ``follow_policy``, wait for a first policy when none is published
+            yet (else refuse at once).
+        on_progress: Called after every collector call and at the start and end.
+        should_stop: Asked after every collector call; ``True`` ends collection.
+        command: The command line for the store's provenance (``sys.argv`` by default).
+        count_store: Read the store's totals over all shards for the summary at the end.
+        flush_seconds: Commit finished episodes at least this often.
+
+    Returns:
+        The summary and whether collection was cut short.
+
+    Raises:
+        ConfigurationError: If neither or both budgets are given, or the store or policy does
+            not fit the environment.
+        EmoteError: If the store cannot be written.
+    """
+    from emote_core.assembly.builders import make_env
+    from emote_core.assembly.compatibility import check_collect_store, collect_agent
+    from emote_core.assembly.provenance import session_provenance
+    from emote_core.assembly.published_policy import PublishedPolicy
+    from emote_core.env import BatchGymCollector
+    from emote_core.errors import ConfigurationError
+    from emote_core.memory import DictObsMemoryTable
+    from emote_core.stores.zarr_store.tables import StoreAppender
+    from emote_core.utils.devices import resolve_device
+
+    if (episodes is None) == (steps is None):
+        raise ConfigurationError("collect needs exactly one budget: episodes or env steps")
+    stop = should_stop or (lambda: False)
+    chosen = resolve_device(device)  # checked even when the policy runs without torch
+    env = make_env(recipe, num_envs=num_envs)
+    spaces = env.spaces
+    follower: PublishedPolicy | None = None
+    try:  # the store and the policy must fit the env before it steps or anything is written
+        check_collect_store(out, recipe, spaces)
+        if follow_policy:
+            follower = PublishedPolicy(policy, recipe, spaces, seed=recipe.seed)
+            agent = follower.first(wait=wait_for_policy, should_stop=stop)
+            acting = follower.record
+        else:
+            agent, acting = collect_agent(policy, recipe, env, chosen)
+    except BaseException:
+        env.close()
+        raise
+    if agent is None:  # stopped while waiting for a first policy: nothing to write
+        env.close()
+        summary = _summary(out, shard, policy, 0, 0, 0, 0.0, count_store=False)
+        summary["policy_training_steps"] = []
+        return CollectionResult(summary, interrupted=True)
+    record = session_provenance(recipe, policy=acting, num_envs=env.num_envs, command=command)
+    # The table only gives the store its columns: episodes go from the collector to the store.
+    schema = DictObsMemoryTable(spaces=spaces, maxlen=1_000)
+    try:
+        appender = StoreAppender(
+            out, schema, spaces=spaces.to_json(), shard=shard, provenance=record
+        )
+    except BaseException:
+        env.close()
+        raise
+    batches = _Batches(appender, flush_seconds)
+
+    def finished(identity: int, sequence: dict[str, Any], end_state: Any) -> None:
+        # Pending episodes held as the store keeps them: frame stacks as single frames.
+        batches.add(identity, dict(schema.stored_sequence(sequence)), end_state)
+
+    collector = BatchGymCollector(env=env, agent=agent, on_episode=finished, seed=recipe.seed)
+
+    def report(phase: str) -> None:
+        if on_progress is not None:
+            on_progress(
+                CollectionProgress(
+                    env_steps=env_steps,
+                    episodes=collector.completed_episodes,
+                    committed_episodes=batches.episodes,
+                    committed_transitions=batches.transitions,
+                    recent_return=batches.recent_return(),
+                    training_step=follower.training_step if follower is not None else None,
+                    phase=phase,
+                )
+            )
+
+    started = time.perf_counter()
+    env_steps = 0
+    interrupted = False
+    switched_at = 0  # completed episodes at the last policy switch
+    try:
+        report("start")
+        while (
+            (episodes is not None and collector.completed_episodes < episodes)
+            or (steps is not None and env_steps < steps)
+        ):  # fmt: skip
+            if stop():
+                interrupted = True
+                break
+            # Steps: whole chunks of vector steps; episodes: one at a time, to stop on time.
+            vector_steps = 1
+            if steps is not None:
+                vector_steps = min(_STEPS_PER_CALL, -(-(steps - env_steps) // env.num_envs))
+            env_steps += collector.collect(vector_steps)
+            if follower is not None and collector.completed_episodes > switched_at:
+                newer = follower.poll()
+                if newer is not None:
+                    collector.switch_agent(newer)
+                    switched_at = collector.completed_episodes
+            if batches.due():
+                batches.flush()
+            report("running")
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        collector.cut()  # the episodes finished since the last cut
+        try:
+            batches.flush()
+        finally:
+            appender.close()
+            env.close()
+    report("end")  # with the returns of the episodes the last cut handed out
+    seconds = time.perf_counter() - started
+    summary = _summary(
+        out, shard, policy, batches.episodes, batches.transitions, env_steps, seconds, count_store
+    )
+    if follower is not None:
+        summary["policy_training_steps"] = list(follower.training_steps)
+    return CollectionResult(summary, interrupted=interrupted)
+
+
+def _summary(
+    out: str,
+    shard: str,
+    policy: str,
+    episodes: int,
+    transitions: int,
+    env_steps: int,
+    seconds: float,
+    count_store: bool,
+) -> dict[str, Any]:
+    return {
+        "store": out,
+        "shard": shard,
+        "episodes": episodes,
+        "transitions": transitions,
+        "env_steps": env_steps,
+        # Stores hold whole episodes: the steps of episodes still running at the end are not
+        # committed.
+        "dropped_steps": env_steps - transitions,
+        "store_totals": store_totals(out) if count_store else None,
+        "seconds": seconds,
+        "env_steps_per_second": env_steps / seconds if seconds else None,
+        "policy": policy,
+    }
+
+
+def store_totals(out: str) -> dict[str, int] | None:
+    """The store's episodes and transitions over all its shards (``None`` if unreadable)."""
+    from emote_core.errors import EmoteError
+    from emote_core.stores.zarr_store import MemoryStore
+
+    try:
+        store = MemoryStore(out)
+        return {"episodes": store.episode_count, "transitions": store.transition_count}
+    except (EmoteError, OSError) as error:  # what was committed stays committed
+        log.warning("could not count what %s holds now: %s", out, error)
+        return None

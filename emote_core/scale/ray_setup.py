@@ -1,0 +1,142 @@
+"""Getting Ray: importing it (an optional extra), reaching a cluster without hanging, starting a
+local instance whose workers can import emote.
+
+``ray.init(address=...)`` waits a long time for a cluster that is not there, so an address is
+first checked with a plain TCP connection (:data:`CONNECT_TIMEOUT_S`): an unreachable one fails
+within seconds with one line saying how to start a cluster. An address that answers but is not
+a Ray cluster fails after about :data:`GCS_WAIT_S` seconds of Ray's own retries.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+from typing import Any
+
+from emote_core.errors import ConfigurationError, EmoteError
+
+__all__ = [
+    "CONNECT_TIMEOUT_S",
+    "GCS_WAIT_S",
+    "ClusterError",
+    "address_endpoint",
+    "check_reachable",
+    "connect",
+    "require_ray",
+]
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 3.0
+"""Seconds to wait for a TCP connection to a Ray address before calling it unreachable."""
+GCS_WAIT_S = 5
+"""Seconds ``ray.init`` tries to reach a cluster's GCS (``RAY_gcs_server_port_wait_time_s``)."""
+_GCS_WAIT_VARIABLE = "RAY_gcs_server_port_wait_time_s"
+_GCS_PORT = 6379  # a cluster's address without a port: `ray start --head`'s default
+_CLIENT_PORT = 10001  # a ray:// address without a port: the Ray client server's default
+_INSTALL = "pip install 'emote[ray]'"
+
+
+class ClusterError(EmoteError):
+    """Ray is missing, a cluster cannot be reached, or its workers were lost."""
+
+
+def require_ray() -> Any:
+    """The ``ray`` module.
+
+    Raises:
+        ClusterError: If Ray is not installed, naming the extra that installs it.
+    """
+    try:
+        import ray
+    except ImportError:
+        raise ClusterError(
+            f"collecting on several workers needs Ray, which is not installed: {_INSTALL}"
+        ) from None
+    return ray
+
+
+def address_endpoint(address: str) -> tuple[str, int] | None:
+    """The host and port that ``address`` connects to; ``None`` for ``auto`` (found by Ray).
+
+    Raises:
+        ConfigurationError: If the port is not a number.
+    """
+    if address == "auto":
+        return None
+    client = address.startswith("ray://")
+    rest = address.removeprefix("ray://").rstrip("/")
+    host, _, port = rest.rpartition(":") if ":" in rest else (rest, "", "")
+    if not port:
+        return rest, _CLIENT_PORT if client else _GCS_PORT
+    if not port.isdigit():
+        raise ConfigurationError(
+            f"Ray address '{address}' has no valid port; give HOST:PORT, ray://HOST:PORT or auto"
+        )
+    return host.strip("[]"), int(port)
+
+
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Refuses, within ``timeout`` seconds, a Ray address nothing listens on.
+
+    Raises:
+        ClusterError: If no TCP connection to the address opens in time.
+    """
+    endpoint = address_endpoint(address)
+    if endpoint is None:
+        return
+    try:
+        with socket.create_connection(endpoint, timeout=timeout):
+            pass
+    except OSError as error:
+        reason = "timed out" if isinstance(error, TimeoutError) else error.strerror or str(error)
+        raise ClusterError(
+            f"cannot reach Ray at '{address}' ({reason}); start a cluster there with "
+            "`ray start --head`, or leave out --ray-address to run a local Ray"
+        ) from None
+
+
+def connect(address: str | None, *, num_cpus: int) -> bool:
+    """Connects to the cluster at ``address``, or starts a local Ray when it is ``None``.
+
+    A Ray already initialised in this process is used as it is. A local instance gets
+    ``num_cpus`` CPUs and passes this process's ``sys.path`` to its workers, so they import
+    the same emote.
+
+    Args:
+        address: ``None``, ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``.
+        num_cpus: CPUs of a local instance.
+
+    Returns:
+        Whether this call started the connection (the caller then shuts it down).
+
+    Raises:
+        ClusterError: If Ray is missing or the address cannot be reached.
+    """
+    ray = require_ray()
+    if ray.is_initialized():
+        return False
+    if address is None:
+        path = os.pathsep.join(entry for entry in sys.path if entry)
+        ray.init(
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            log_to_driver=False,  # stdout may be a --json document; the driver reports deaths
+            runtime_env={"env_vars": {"PYTHONPATH": path}},
+        )
+        return True
+    check_reachable(address)
+    # Something that accepts connections but is no Ray (a proxy, another service) would keep
+    # ray.init retrying for about 20 s; Ray's own setting bounds it, unless the user set it.
+    os.environ.setdefault(_GCS_WAIT_VARIABLE, str(GCS_WAIT_S))
+    try:
+        ray.init(address=address, log_to_driver=False)
+    except (ConnectionError, RuntimeError, TimeoutError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ClusterError(
+            f"cannot connect to Ray at '{address}': {first}; start a cluster with "
+            "`ray start --head`, or leave out --ray-address to run a local Ray"
+        ) from None
+    return True

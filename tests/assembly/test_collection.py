@@ -1,0 +1,85 @@
+"""One collector following the policy a run publishes: it waits for the first, switches to newer
+ones between episodes, keeps its policy when a published file is refused."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from emote_core.assembly.collection import CollectionProgress, collect_to_store
+from emote_core.errors import ConfigurationError
+from emote_core.recipes import load_recipe
+from emote_core.stores.zarr_store import MemoryStore
+
+
+def test_a_follower_switches_to_each_newly_published_policy_and_keeps_its_own_on_a_bad_file(
+    exported_policies: dict[int, Path],
+    publish_policy: Callable[[bytes, Path], None],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    policies, publish = exported_policies, publish_policy
+    run_dir = tmp_path / "run"
+    publish(policies[30].read_bytes(), run_dir)
+    seen: list[int | None] = []
+    started = time.monotonic()
+    published_60 = False
+
+    def on_progress(progress: CollectionProgress) -> None:
+        nonlocal published_60
+        seen.append(progress.training_step)
+        if progress.phase == "start":
+            publish(b"not an onnx file", run_dir)  # refused, the policy in use is kept
+        elif not published_60 and time.monotonic() - started > 1.5:
+            publish(policies[60].read_bytes(), run_dir)
+            published_60 = True
+
+    def should_stop() -> bool:
+        return seen[-1] == 60 or time.monotonic() - started > 60
+
+    caplog.set_level(logging.INFO, logger="emote_core")
+    result = collect_to_store(
+        load_recipe("sac_hit_the_middle"),
+        str(tmp_path / "h.zarr"),
+        steps=10**9,
+        policy=str(run_dir),
+        follow_policy=True,
+        on_progress=on_progress,
+        should_stop=should_stop,
+        flush_seconds=0.5,
+    )
+    assert result.summary["policy_training_steps"] == [30, 60]
+    assert seen[0] == 30 and seen[-1] == 60
+    assert seen == sorted(seen)  # switched once, never back
+    refused = [r for r in caplog.records if "is refused" in r.getMessage()]
+    assert len(refused) == 1  # logged once, though the file was looked at every second
+    assert result.interrupted  # stopped by should_stop, with what finished committed
+    assert MemoryStore(tmp_path / "h.zarr").episode_count == result.summary["episodes"] > 0
+
+
+def test_without_a_published_policy_a_follower_waits_or_refuses(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    recipe = load_recipe("sac_hit_the_middle")
+    store = tmp_path / "h.zarr"
+    with pytest.raises(ConfigurationError, match=r"no policy is published at .*latest\.onnx"):
+        collect_to_store(recipe, str(store), episodes=1, policy=str(tmp_path), follow_policy=True,
+                         wait_for_policy=False)  # fmt: skip
+    caplog.set_level(logging.INFO, logger="emote_core")
+    asked: list[float] = []
+
+    def should_stop() -> bool:
+        asked.append(time.monotonic())
+        return len(asked) >= 2
+
+    result = collect_to_store(recipe, str(store), episodes=1, policy=str(tmp_path),
+                              follow_policy=True, should_stop=should_stop)  # fmt: skip
+    assert result.interrupted and result.summary["episodes"] == 0
+    assert result.summary["policy_training_steps"] == []
+    assert asked[1] - asked[0] >= 0.9  # it looked again about a second later
+    assert any("waiting for a policy" in r.getMessage() for r in caplog.records)
+    assert not store.exists()  # nothing written while waiting

@@ -1,0 +1,85 @@
+"""`emote collect` options of scale-out, refused with one line before anything starts: worker
+counts, Ray addresses, a missing Ray, following a run that has published no policy yet."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from emote_cli.app import app
+from emote_core.scale.ray_setup import address_endpoint
+
+COLLECT = ["collect", "sac_hit_the_middle", "--out", "h.zarr", "--episodes", "2"]
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error: ")]
+
+
+def test_zero_workers_is_a_usage_error(runner: CliRunner, in_tmp: Path) -> None:
+    result = runner.invoke(app, [*COLLECT, "--workers", "0"])
+    assert result.exit_code == 2
+    assert "--workers" in result.output
+    assert not (in_tmp / "h.zarr").exists()
+
+
+def test_options_of_workers_need_workers(runner: CliRunner, in_tmp: Path) -> None:
+    result = runner.invoke(app, [*COLLECT, "--ray-address", "auto", "--json"])
+    assert result.exit_code == 2
+    assert json.loads(result.stdout)["error"] == "--ray-address goes with --workers N"
+    result = runner.invoke(app, [*COLLECT, "--max-restarts", "1"])
+    assert result.exit_code == 2 and "--max-restarts goes with --workers N" in result.stderr
+    result = runner.invoke(app, [*COLLECT, "--workers", "2", "--shard", "mine"])
+    assert result.exit_code == 2 and "--workers N writes shards w0, w1" in result.stderr
+
+
+def test_an_unreachable_ray_address_fails_in_seconds(runner: CliRunner, in_tmp: Path) -> None:
+    started = time.monotonic()
+    result = runner.invoke(app, [*COLLECT, "--workers", "2", "--ray-address", "127.0.0.1:1"])
+    assert time.monotonic() - started < 15
+    assert result.exit_code == 1, result.output
+    [line] = error_lines(result.stderr)
+    assert line.startswith("error: cannot reach Ray at '127.0.0.1:1'")
+    assert "ray start --head" in line
+    assert not (in_tmp / "h.zarr").exists()
+
+
+def test_ray_addresses_name_their_endpoint() -> None:
+    assert address_endpoint("auto") is None
+    assert address_endpoint("10.0.0.2:6380") == ("10.0.0.2", 6380)
+    assert address_endpoint("ray://head") == ("head", 10001)
+    assert address_endpoint("head") == ("head", 6379)
+
+
+def test_without_ray_the_error_names_the_extra(
+    runner: CliRunner, in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as if not installed
+    result = runner.invoke(app, [*COLLECT, "--workers", "2"])
+    assert result.exit_code == 1, result.output
+    assert error_lines(result.stderr) == [
+        "error: collecting on several workers needs Ray, which is not installed: "
+        "pip install 'emote[ray]'"
+    ]
+
+
+def test_follow_policy_without_a_published_policy_and_no_wait_fails(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    (in_tmp / "run").mkdir()
+    result = runner.invoke(
+        app, [*COLLECT, "--policy", "run", "--follow-policy", "--no-wait", "--json"]
+    )
+    assert result.exit_code == 1, result.output
+    message = json.loads(result.stdout)["error"]
+    assert message.startswith("no policy is published at 'run/exports/latest.onnx' yet")
+    assert not (in_tmp / "h.zarr").exists()
+    result = runner.invoke(app, [*COLLECT, "--follow-policy"])
+    assert result.exit_code == 2 and "--follow-policy needs --policy RUN_DIR" in result.stderr
+    result = runner.invoke(app, [*COLLECT, "--no-wait"])
+    assert result.exit_code == 2 and "--no-wait goes with --follow-policy" in result.stderr

@@ -1,0 +1,255 @@
+"""Collection on Ray workers: one store from many shards, deaths and restarts, one writer per
+shard. One local Ray instance serves the whole module (starting one costs seconds)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+from typer.testing import CliRunner
+
+from emote_cli.app import app
+from emote_core.errors import ConfigurationError
+from emote_core.recipes import load_recipe
+from emote_core.scale.collection import RayCollection, ScaleProgress
+from emote_core.scale.workers import CollectorWorker, WorkerTask, split_budget, worker_seed
+
+EPISODE = 30  # HitTheMiddle episodes are always 30 steps
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    path = os.pathsep.join(entry for entry in sys.path if entry)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": path}},
+    )
+    yield
+    ray.shutdown()
+
+
+def verify(runner: CliRunner, store: Path) -> dict[str, Any]:
+    result = runner.invoke(app, ["memory", "verify", str(store), "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_seeds_and_budgets_are_split_reproducibly() -> None:
+    assert split_budget(10, 3) == [4, 3, 3] and split_budget(1, 2) == [1, 0]
+    seeds = {worker_seed(7, worker, restart) for worker in range(4) for restart in range(3)}
+    assert len(seeds) == 12  # distinct per worker and restart
+    assert worker_seed(7, 1, 0) == worker_seed(7, 1, 0) != worker_seed(8, 1, 0)
+
+
+def test_two_workers_write_one_store_that_verifies(
+    local_ray: None, runner: CliRunner, tmp_path: Path
+) -> None:
+    store = tmp_path / "h.zarr"
+    result = runner.invoke(
+        app,
+        ["collect", "sac_hit_the_middle", "--out", str(store), "--episodes", "9", "--workers", "2",
+         "--seed", "3", "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    workers = summary["workers"]
+    assert [(w["shard"], w["status"]) for w in workers] == [("w0", "finished"), ("w1", "finished")]
+    assert [w["episodes"] for w in workers] == [5, 4]  # the budget split
+    assert workers[0]["seed"] != workers[1]["seed"]
+    assert summary["episodes"] == 9 == sum(w["episodes"] for w in workers)
+    assert summary["store_totals"] == {"episodes": 9, "transitions": 9 * EPISODE}
+    assert summary["deaths"] == [] and summary["lost_workers"] == []
+    checked = verify(runner, store)
+    assert checked["episodes"] == 9
+
+
+def _killer(collection: RayCollection, how: str, *, after_commit: bool) -> list[int]:
+    """Wraps ``collection.totals`` (called at every poll) to kill worker 0's first run at the
+    first poll (or once it has committed something: ``after_commit``); returns what it had
+    committed then, once killed."""
+    original = collection.totals
+    killed: list[int] = []
+
+    def totals() -> ScaleProgress:
+        first = collection.runs[0]
+        progress = first.progress
+        committed = progress.committed_episodes if progress is not None else 0
+        if not killed and first.status == "running" and (committed or not after_commit):
+            if how == "sigkill":
+                pid = ray.get(first.actor.pid.remote())
+                os.kill(pid, signal.SIGKILL)
+            else:
+                ray.kill(first.actor)
+            killed.append(committed)
+        return original()
+
+    collection.totals = totals  # type: ignore[method-assign]
+    return killed
+
+
+def test_a_killed_worker_loses_only_its_tail_and_restarts_on_a_new_shard(
+    local_ray: None, runner: CliRunner, tmp_path: Path
+) -> None:
+    store = tmp_path / "h.zarr"
+    recipe = load_recipe("sac_hit_the_middle", ["seed=5"])
+    collection = RayCollection(
+        recipe, str(store), workers=2, episodes=600, restart_delay=0.2, flush_seconds=0.1
+    )
+    killed = _killer(collection, "sigkill", after_commit=True)
+    collection.on_progress = lambda progress: None  # totals() runs at every poll
+    summary = collection.run()
+    assert killed, "worker 0 finished before it could be killed"
+    death = summary["deaths"][0]
+    assert (death["worker"], death["shard"], death["status"]) == (0, "w0", "died")
+    assert death["restarted_as"] == "w0-r1" and summary["restarts"] == 1
+    shards = {w["shard"]: w for w in summary["workers"]}
+    assert set(shards) == {"w0", "w1", "w0-r1"}
+    assert shards["w0"]["episodes"] >= killed[0]  # what it committed before dying stays
+    assert shards["w0-r1"]["status"] == "finished" and shards["w1"]["status"] == "finished"
+    # The restart collected what w0 had not committed: the budget is met in committed episodes.
+    assert shards["w0"]["episodes"] + shards["w0-r1"]["episodes"] == 300
+    assert summary["episodes"] == 600 == summary["store_totals"]["episodes"]
+    assert summary["lost_workers"] == []
+    assert verify(runner, store)["episodes"] == 600
+
+
+def test_without_restarts_a_killed_worker_is_lost_and_the_command_fails(
+    local_ray: None, runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    killed: list[list[int]] = []
+    original = RayCollection.run
+
+    def run_with_kill(self: RayCollection) -> dict[str, Any]:
+        killed.append(_killer(self, "ray.kill", after_commit=False))
+        return original(self)
+
+    monkeypatch.setattr(RayCollection, "run", run_with_kill)
+    store = tmp_path / "h.zarr"
+    result = runner.invoke(
+        app,
+        ["collect", "sac_hit_the_middle", "--out", str(store), "--episodes", "400",
+         "--workers", "2", "--max-restarts", "0", "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    summary = json.loads(result.stdout)
+    assert killed[0] == [0]  # killed at the first poll, before it finished
+    assert summary["lost_workers"] == [0]
+    assert [(d["worker"], d["restarted_as"]) for d in summary["deaths"]] == [(0, None)]
+    [error] = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert error.startswith("error: 1 of 2 workers lost for good (worker 0")
+    assert summary["store_totals"]["episodes"] == summary["episodes"]
+    verify(runner, store)
+
+
+def test_the_driver_and_the_lease_refuse_two_writers_on_one_shard(
+    local_ray: None, tmp_path: Path
+) -> None:
+    store = str(tmp_path / "h.zarr")
+    recipe = load_recipe("sac_hit_the_middle")
+    collection = RayCollection(recipe, store, workers=1, episodes=1)
+    task = WorkerTask(worker=0, restart=0, shard="same", seed=1, episodes=None, steps=10**8)
+    collection._shards.add(task.shard)
+    with pytest.raises(ConfigurationError, match="shard 'same' was already given"):
+        collection.start_run(task)
+
+    # Past the driver, the shard's lease refuses the second writer.
+    remote = ray.remote(num_cpus=1, max_concurrency=3)(CollectorWorker)
+    options = {"policy": "random", "num_envs": None, "device": "cpu", "follow_policy": False,
+               "command": ["test"]}  # fmt: skip
+    first = remote.remote(recipe, store, task, **options)
+    first_run = first.run.remote()
+    deadline = time.monotonic() + 60
+    while ray.get(first.progress.remote()) is None:  # it holds the lease once it steps
+        assert time.monotonic() < deadline, "the first writer never started"
+        time.sleep(0.1)
+    second = remote.remote(recipe, store, task, **options)
+    with pytest.raises(ray.exceptions.RayTaskError, match="being written by"):
+        ray.get(second.run.remote(), timeout=60)
+    first.stop.remote()
+    assert ray.get(first_run, timeout=60)["interrupted"] is True
+
+
+def test_stopping_every_worker_commits_what_finished(
+    local_ray: None, runner: CliRunner, tmp_path: Path
+) -> None:
+    store = tmp_path / "h.zarr"
+    collection = RayCollection(
+        load_recipe("sac_hit_the_middle"), str(store), workers=2, steps=10**9, flush_seconds=0.1
+    )
+    collection.on_progress = lambda progress: None
+    deadline = time.monotonic() + 90  # the assertions below say what did not happen
+    collection.should_stop = lambda: (
+        time.monotonic() > deadline
+        or all(  # type: ignore[method-assign]
+            run.progress is not None and run.progress.committed_episodes for run in collection.runs
+        )
+    )
+    summary = collection.run()  # what a Ctrl-C of `emote collect --workers` does, too
+    assert summary["interrupted"] is True
+    assert [w["status"] for w in summary["workers"]] == ["stopped", "stopped"]
+    assert all(w["episodes"] > 0 for w in summary["workers"])
+    assert summary["deaths"] == [] and summary["lost_workers"] == []
+    assert summary["store_totals"]["episodes"] == summary["episodes"]
+    assert verify(runner, store)["episodes"] == summary["episodes"]
+
+
+def test_workers_follow_the_published_policy_and_a_restart_starts_with_the_newest(
+    local_ray: None,
+    runner: CliRunner,
+    tmp_path: Path,
+    exported_policies: dict[int, Path],
+    publish_policy: Callable[[bytes, Path], None],
+) -> None:
+    run_dir = tmp_path / "learner"
+    publish_policy(exported_policies[30].read_bytes(), run_dir)
+    store = tmp_path / "h.zarr"
+    collection = RayCollection(
+        load_recipe("sac_hit_the_middle"),
+        str(store),
+        workers=2,
+        steps=10**9,
+        policy=str(run_dir),
+        follow_policy=True,
+        restart_delay=0.2,
+        flush_seconds=0.2,
+    )
+    killed: list[bool] = []
+
+    def on_progress(progress: ScaleProgress) -> None:
+        first = collection.runs[0]
+        if not killed and first.progress is not None and first.progress.committed_episodes:
+            # The learner publishes a newer policy, then worker 0 dies before it switches.
+            publish_policy(exported_policies[60].read_bytes(), run_dir)
+            ray.kill(first.actor)
+            killed.append(True)
+
+    deadline = time.monotonic() + 90  # the assertions below say what did not happen
+
+    def should_stop() -> bool:  # every run of a worker alive acts with the newest policy
+        live = [run for run in collection.runs if run.status == "running"]
+        return time.monotonic() > deadline or (
+            len(collection.runs) == 3
+            and all(run.progress is not None and run.progress.training_step == 60 for run in live)
+        )
+
+    collection.on_progress = on_progress
+    collection.should_stop = should_stop  # type: ignore[method-assign]
+    summary = collection.run()
+    runs = {entry["shard"]: entry for entry in summary["workers"]}
+    assert set(runs) == {"w0", "w1", "w0-r1"}
+    assert runs["w0-r1"]["policy_training_steps"] == [60]  # synced before it stepped
+    assert runs["w1"]["policy_training_steps"] == [30, 60]  # switched between episodes
+    assert summary["policy_training_steps"] == [30, 60]
+    assert summary["deaths"][0]["restarted_as"] == "w0-r1"
+    assert verify(runner, store)["episodes"] == summary["episodes"]
