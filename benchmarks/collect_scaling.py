@@ -12,17 +12,25 @@ table shows:
   last one's end, Ray's and the workers' start-up left out), per worker, and the efficiency
   ``(steps/s of N workers / N) / steps/s of 1 worker``.
 
-Run: ``python benchmarks/collect_scaling.py [--max-workers N] [--steps-per-worker S]``.
+``--launcher processes`` starts the N workers as plain OS processes instead of Ray actors (each
+runs the same one-process collector on its own shard ``p<i>`` of one store; for machines without
+Ray), and adds bare gymnasium stepping in N processes at once: the machine's own scaling ceiling.
+
+Run: ``python benchmarks/collect_scaling.py [--max-workers N] [--steps-per-worker S]
+[--launcher ray|processes]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -84,13 +92,75 @@ def ray_rates(
     return float(summary["collecting_env_steps_per_second"]), float(np.mean(each))
 
 
+def _process_worker(job: tuple[str | None, str, str, int, int], barrier: Any, results: Any) -> None:
+    """One process of ``--launcher processes``: bare stepping (``recipe`` None: ``env_id``) or
+    the one-process collector on its own shard, started with the others at the barrier."""
+    recipe_name, env_id, out, steps, num_envs = job
+    recipe = load_recipe(recipe_name) if recipe_name else None
+    barrier.wait()
+    if recipe is None:
+        rate = bare_vector_rate(env_id, num_envs, steps)
+    else:
+        shard = os.path.basename(out)
+        result = collect_to_store(
+            recipe, os.path.dirname(out), steps=steps, num_envs=num_envs, shard=shard,
+            count_store=False,
+        )  # fmt: skip
+        rate = float(result.summary["env_steps_per_second"])
+    ended = time.time()  # the stepping (or the collector's loop) began steps / rate before
+    results.put((ended - steps / rate, ended, steps, rate))
+
+
+def process_rates(
+    recipe_name: str | None, env_id: str, workers: int, num_envs: int, steps: int, folder: Path
+) -> tuple[float, float]:
+    """Env steps/s of ``workers`` processes together (from the first one's first step to the
+    last one's end: imports and env creation left out), and the mean of each one's own rate."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(workers), context.Queue()
+    store = str(folder / f"processes{workers}.zarr")
+    jobs = [(recipe_name, env_id, f"{store}/p{index}", steps, num_envs) for index in range(workers)]
+    processes = [
+        context.Process(target=_process_worker, args=(job, barrier, results)) for job in jobs
+    ]
+    for process in processes:
+        process.start()
+    ends = [results.get(timeout=3_600) for _ in processes]
+    for process in processes:
+        process.join()
+        if process.exitcode:
+            raise RuntimeError(f"a worker process failed with exit code {process.exitcode}")
+    span = max(end for _, end, _, _ in ends) - min(start for start, _, _, _ in ends)
+    total = sum(count for _, _, count, _ in ends)
+    return total / span, float(np.mean([rate for *_, rate in ends]))
+
+
+def _scaling_table(rates: Callable[[int], tuple[float, float]], most: int) -> None:
+    print("  workers  env steps/s  per worker  efficiency")
+    base = None
+    for workers in worker_counts(most):
+        total, each = rates(workers)
+        base = base or total
+        print(f"  {workers:7d}  {total:11.0f}  {each:10.0f}  {total / workers / base:10.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--steps-per-worker", type=int, default=200_000)
     parser.add_argument("--envs", type=int, default=8, help="vector env slots per worker")
     parser.add_argument("--recipes", nargs="+", default=list(RECIPES))
+    parser.add_argument("--launcher", choices=("ray", "processes"), default="ray")
     args = parser.parse_args()
+    print(
+        f"{os.cpu_count()} cores; {args.envs} envs per worker; {args.steps_per_worker} env steps "
+        f"per worker; random policy; workers as {args.launcher}"
+    )
+    if args.launcher == "processes":
+        _main_processes(args)
+        return
 
     import ray
 
@@ -102,10 +172,6 @@ def main() -> None:
         log_to_driver=False,
         runtime_env={"env_vars": {"PYTHONPATH": path}},
     )
-    print(
-        f"{os.cpu_count()} cores; {args.envs} envs per worker; {args.steps_per_worker} env steps "
-        "per worker; random policy"
-    )
     try:
         for recipe_name in args.recipes:
             env_id = load_recipe(recipe_name).env.id
@@ -116,17 +182,36 @@ def main() -> None:
                 print(f"\n{recipe_name} ({env_id})")
                 print(f"  bare gymnasium make_vec(sync, {args.envs}): {bare:10.0f} env steps/s")
                 print(f"  emote collect, one process:          {one:10.0f} env steps/s")
-                print("  workers  env steps/s  per worker  efficiency")
-                base = None
-                for workers in worker_counts(args.max_workers):
-                    total, each = ray_rates(
-                        recipe_name, workers, args.envs, args.steps_per_worker, folder
-                    )
-                    base = base or total
-                    efficiency = total / workers / base
-                    print(f"  {workers:7d}  {total:11.0f}  {each:10.0f}  {efficiency:10.2f}")
+                _scaling_table(
+                    lambda workers, name=recipe_name, folder=folder: ray_rates(
+                        name, workers, args.envs, args.steps_per_worker, folder
+                    ),
+                    args.max_workers,
+                )
     finally:
         ray.shutdown()
+
+
+def _main_processes(args: argparse.Namespace) -> None:
+    for recipe_name in args.recipes:
+        env_id = load_recipe(recipe_name).env.id
+        with tempfile.TemporaryDirectory() as temporary:
+            for title, name in (
+                (f"bare gymnasium make_vec(sync, {args.envs}) in N processes", None),
+                ("emote collect, N processes into one store", recipe_name),
+            ):
+                print(f"\n{recipe_name} ({env_id}): {title}")
+                rates = functools.partial(
+                    _process_rates_of, name, env_id, args.envs, args.steps_per_worker,
+                    Path(temporary),
+                )  # fmt: skip
+                _scaling_table(rates, args.max_workers)
+
+
+def _process_rates_of(
+    recipe_name: str | None, env_id: str, num_envs: int, steps: int, folder: Path, workers: int
+) -> tuple[float, float]:
+    return process_rates(recipe_name, env_id, workers, num_envs, steps, folder)
 
 
 if __name__ == "__main__":

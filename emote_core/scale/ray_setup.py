@@ -36,7 +36,6 @@ GCS_WAIT_S = 5
 _GCS_WAIT_VARIABLE = "RAY_gcs_server_port_wait_time_s"
 _GCS_PORT = 6379  # a cluster's address without a port: `ray start --head`'s default
 _CLIENT_PORT = 10001  # a ray:// address without a port: the Ray client server's default
-_INSTALL = "pip install 'emote[ray]'"
 
 
 class ClusterError(EmoteError):
@@ -52,8 +51,11 @@ def require_ray() -> Any:
     try:
         import ray
     except ImportError:
+        from emote_core import install_command
+
         raise ClusterError(
-            f"collecting on several workers needs Ray, which is not installed: {_INSTALL}"
+            "collecting on several workers needs Ray, which is not installed: "
+            + install_command("ray")
         ) from None
     return ray
 

@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from emote_cli.app import app
+from emote_core import install_command
 from emote_core.scale.ray_setup import address_endpoint
 
 COLLECT = ["collect", "sac_hit_the_middle", "--out", "h.zarr", "--episodes", "2"]
@@ -64,8 +65,9 @@ def test_without_ray_the_error_names_the_extra(
     assert result.exit_code == 1, result.output
     assert error_lines(result.stderr) == [
         "error: collecting on several workers needs Ray, which is not installed: "
-        "pip install 'emote[ray]'"
+        + install_command("ray")
     ]
+    assert "[ray]" in install_command("ray")
 
 
 def test_follow_policy_without_a_published_policy_and_no_wait_fails(
