@@ -5,6 +5,7 @@ ways, train from the bucket; and the one-line errors of URLs that cannot be reac
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -94,6 +95,43 @@ def test_collect_inspect_verify_convert_and_train_on_s3(
     assert trained["steps"] == 3
     began = json.loads((tmp_path / "r" / "run.json").read_text())["starts"][0]
     assert began["memory"] == [store]  # the URL as given, not made into a local path
+
+
+def test_a_learner_follows_a_store_on_s3_that_another_writer_appends_to(
+    runner: CliRunner, s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from emote_core.stores.zarr_store import MemoryStore, ShardWriter
+
+    monkeypatch.chdir(tmp_path)
+    store = f"{s3_bucket}/follow.zarr"
+    run(runner, "collect", "sac_hit_the_middle", "--out", store, "--episodes", "2")
+    run(runner, "collect", "sac_hit_the_middle", "--out", "more.zarr", "--episodes", "6",
+        "--seed", "7")  # fmt: skip
+    episodes = list(MemoryStore("more.zarr").episodes())
+    started = tmp_path / "run" / "tensorboard"
+
+    def remote_collector() -> None:  # commits to its own shard once the learner trains
+        deadline = time.monotonic() + 120
+        while not any(started.glob("events.*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with ShardWriter(store, shard="remote") as writer:
+            for k in range(0, len(episodes), 2):
+                writer.append(episodes[k : k + 2])
+                time.sleep(0.3)
+
+    writer = threading.Thread(target=remote_collector, daemon=True)
+    writer.start()
+    trained = run(runner, "train", "sac_hit_the_middle", "--memory", store, "--follow",
+                  "--no-live", "--steps", "150", "--run-dir", "run", "--threads", "1",
+                  "--set", "memory.warmup_steps=200", "--set", "memory.batch_size=16",
+                  "--set", "memory.follow_interval=5", "--set", "memory.follow_min_seconds=0",
+                  "--set", "eval.interval=0", "-q")  # fmt: skip
+    writer.join(60)
+    followed = trained["follow"]
+    assert followed["read"] == [{"main": 2, "remote": 6}]  # every episode, none twice
+    assert followed["table_transitions"] == 8 * EPISODE
+    assert run(runner, "memory", "verify", store)["episodes"] == 8
+    assert run(runner, "memory", "convert", store, "all.npz", "--to", "npz")["episodes"] == 8
 
 
 def test_verify_names_a_chunk_deleted_or_garbled_in_the_bucket(
