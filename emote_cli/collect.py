@@ -137,7 +137,7 @@ def collect(
             restarts = DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts
             collect_on_workers(loaded, out, display, workers=workers, address=ray_address,
                                max_restarts=restarts, json_output=json_output,
-                               **options)  # fmt: skip
+                               wait_for_policy=not no_wait, **options)  # fmt: skip
             return
         from emote_core.assembly.collection import CollectionProgress, collect_to_store
 

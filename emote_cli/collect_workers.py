@@ -36,7 +36,8 @@ def collect_on_workers(
         json_output: Print the summary as the command's JSON document.
         episodes: The episode budget of all workers together.
         steps: The env-step budget of all workers together.
-        **options: ``policy``, ``num_envs``, ``device``, ``follow_policy``.
+        **options: ``policy``, ``num_envs``, ``device``, ``follow_policy``,
+            ``wait_for_policy``.
     """
     from emote_core.scale.collection import RayCollection, ScaleProgress
     from emote_core.scale.ray_setup import require_ray

@@ -3,10 +3,12 @@ changes.
 
 A learner publishes by writing the new file next to the old one and renaming it over
 ``latest.onnx`` (``os.replace``), so the path always names a whole file: either the old one or
-the new one. :class:`PublishedPolicy` looks at the path's ``stat`` (modification time in ns,
-size, inode) at most once a :data:`POLL_INTERVAL_S` and loads the file only when that changed,
-as an :class:`~emote_core.onnx.agent.OnnxAgentProxy` checked against the environment's spaces.
-A file that does not load or does not fit is logged once and the policy in use is kept.
+the new one. :class:`PublishedFile` looks at the path's ``stat`` (modification time in ns,
+size, inode) at most once a :data:`POLL_INTERVAL_S` and loads the file only when that changed;
+a file that does not load is logged once and the one in use is kept. :class:`PublishedPolicy`
+loads it as an :class:`~emote_core.onnx.agent.OnnxAgentProxy` checked against the environment's
+spaces; the driver of ``emote collect --workers`` loads its bytes to relay them to its workers
+(:mod:`emote_core.scale.policy_relay`).
 """
 
 from __future__ import annotations
@@ -16,25 +18,31 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from emote_core.assembly.compatibility import onnx_collect_agent
 from emote_core.errors import ConfigurationError, EmoteError
+from emote_core.onnx.publishing import LATEST_POLICY
 from emote_core.recipes.schema import Recipe
 from emote_core.runs import RunDirectory
 from emote_core.spaces import MDPSpace
 from emote_core.stores.provenance import PolicyRecord
 
-__all__ = ["LATEST_POLICY", "POLL_INTERVAL_S", "PublishedPolicy", "published_policy_path"]
+__all__ = [
+    "LATEST_POLICY",
+    "POLL_INTERVAL_S",
+    "PublishedFile",
+    "PublishedPolicy",
+    "published_policy_path",
+]
 
 log = logging.getLogger(__name__)
 
-LATEST_POLICY = "latest.onnx"
-"""The file name a learner publishes its newest policy under, in the run's ``exports/``."""
 POLL_INTERVAL_S = 1.0
 """The most often the published file's ``stat`` is looked at."""
 
 Signature = tuple[int, int, int]
+T = TypeVar("T")
 
 
 def published_policy_path(run_dir: str | os.PathLike[str]) -> Path:
@@ -48,6 +56,87 @@ def _signature(path: Path) -> Signature | None:
     except FileNotFoundError:
         return None
     return (found.st_mtime_ns, found.st_size, found.st_ino)
+
+
+class PublishedFile(Generic[T]):
+    """A published file, loaded again whenever it is replaced.
+
+    Args:
+        path: The file (``RUN_DIR/exports/latest.onnx``).
+        load: Loads the file at the path it is given; an :class:`~emote_core.errors.EmoteError`
+            refuses it (logged once; the file in use is kept).
+        poll_interval: The most often the file's ``stat`` is looked at, in seconds.
+    """
+
+    def __init__(
+        self, path: Path, load: Callable[[Path], T], *, poll_interval: float = POLL_INTERVAL_S
+    ) -> None:
+        self.path = path
+        self.load = load
+        self.poll_interval = poll_interval
+        self._loaded: Signature | None = None
+        self._refused: Signature | None = None
+        self._looked_at = float("-inf")
+
+    def first(self, *, wait: bool, should_stop: Callable[[], bool] | None = None) -> T | None:
+        """What is published now; without a loadable file, waits for one (``wait``) or refuses.
+
+        Args:
+            wait: Wait (with a message on stderr) until a loadable file is published.
+            should_stop: Asked about once a second while waiting; ``True`` ends the wait.
+
+        Returns:
+            What ``load`` returned, or ``None`` when ``should_stop`` ended the wait.
+
+        Raises:
+            ConfigurationError: Without ``wait``, if no file is published yet.
+            EmoteError: Without ``wait``, if the published file does not load.
+        """
+        if not wait:
+            if _signature(self.path) is None:
+                raise ConfigurationError(
+                    f"no policy is published at '{self.path}' yet; start the learner that "
+                    "publishes it, or leave out --no-wait to wait for one"
+                )
+            self._looked_at = time.monotonic()
+            self._loaded = _signature(self.path)
+            return self.load(self.path)
+        told = False
+        while True:
+            found = self.poll(force=True)
+            if found is not None:
+                return found
+            if not told:
+                log.info("waiting for a policy to be published at %s (Ctrl-C stops)", self.path)
+                told = True
+            if should_stop is not None and should_stop():
+                return None
+            time.sleep(self.poll_interval)
+
+    def poll(self, *, force: bool = False) -> T | None:
+        """The newly published file, loaded, if it changed since it was last looked at.
+
+        Looks at the file at most once a ``poll_interval`` (unless ``force``); a file that does
+        not load is logged once and ``None`` returned, so the one in use is kept.
+
+        Returns:
+            What ``load`` returned, or ``None`` when there is nothing new to switch to.
+        """
+        now = time.monotonic()
+        if not force and now - self._looked_at < self.poll_interval:
+            return None
+        self._looked_at = now
+        signature = _signature(self.path)
+        if signature is None or signature in (self._loaded, self._refused):
+            return None
+        try:
+            found = self.load(self.path)
+        except EmoteError as error:
+            self._refused = signature
+            log.warning("kept the policy in use: the published %s is refused: %s", self.path, error)
+            return None
+        self._loaded = signature
+        return found
 
 
 class PublishedPolicy:
@@ -74,14 +163,11 @@ class PublishedPolicy:
         self.recipe = recipe
         self.spaces = spaces
         self.seed = seed
-        self.poll_interval = poll_interval
         self.training_steps: list[int] = []
         """The training step of every policy acted with, in the order they were loaded."""
         self.record: PolicyRecord | None = None
         """The first policy loaded (what the store's provenance names)."""
-        self._loaded: Signature | None = None
-        self._refused: Signature | None = None
-        self._looked_at = float("-inf")
+        self._file = PublishedFile(self.path, self._load, poll_interval=poll_interval)
 
     @property
     def training_step(self) -> int | None:
@@ -89,68 +175,22 @@ class PublishedPolicy:
         return self.training_steps[-1] if self.training_steps else None
 
     def first(self, *, wait: bool, should_stop: Callable[[], bool] | None = None) -> Any | None:
-        """The policy published now; without one, waits for it (``wait``) or refuses.
-
-        Args:
-            wait: Wait (with a message on stderr) until a loadable policy is published.
-            should_stop: Asked about once a second while waiting; ``True`` ends the wait.
-
-        Returns:
-            The agent, or ``None`` when ``should_stop`` ended the wait.
+        """The agent of the policy published now (:meth:`PublishedFile.first`).
 
         Raises:
             ConfigurationError: Without ``wait``, if no policy is published yet.
             EmoteError: Without ``wait``, if the published file does not load or fit.
         """
-        if not wait:
-            if _signature(self.path) is None:
-                raise ConfigurationError(
-                    f"no policy is published at '{self.path}' yet; start the learner that "
-                    "publishes it, or leave out --no-wait to wait for one"
-                )
-            self._looked_at = time.monotonic()
-            self._loaded = _signature(self.path)
-            return self._load()
-        told = False
-        while True:
-            agent = self.poll(force=True)
-            if agent is not None:
-                return agent
-            if not told:
-                log.info("waiting for a policy to be published at %s (Ctrl-C stops)", self.path)
-                told = True
-            if should_stop is not None and should_stop():
-                return None
-            time.sleep(self.poll_interval)
+        return self._file.first(wait=wait, should_stop=should_stop)
 
     def poll(self, *, force: bool = False) -> Any | None:
-        """A newly published policy, if the file changed since it was last looked at.
+        """The agent of a newly published policy, or ``None`` (:meth:`PublishedFile.poll`): a
+        file that does not load or fit is logged once, and the policy in use kept."""
+        return self._file.poll(force=force)
 
-        Looks at the file at most once a ``poll_interval`` (unless ``force``); a file that does
-        not load or fit is logged once and ``None`` returned, so the policy in use is kept.
-
-        Returns:
-            The new agent, or ``None`` when there is none to switch to.
-        """
-        now = time.monotonic()
-        if not force and now - self._looked_at < self.poll_interval:
-            return None
-        self._looked_at = now
-        signature = _signature(self.path)
-        if signature is None or signature in (self._loaded, self._refused):
-            return None
-        try:
-            agent = self._load()
-        except EmoteError as error:
-            self._refused = signature
-            log.warning("kept the policy in use: the published %s is refused: %s", self.path, error)
-            return None
-        self._loaded = signature
-        return agent
-
-    def _load(self) -> Any:
+    def _load(self, path: Path) -> Any:
         agent, record = onnx_collect_agent(
-            self.path, self.recipe, self.spaces, seed=self.seed + len(self.training_steps)
+            path, self.recipe, self.spaces, seed=self.seed + len(self.training_steps)
         )
         step = int(agent.metadata.training_step)
         if self.record is None:

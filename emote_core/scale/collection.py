@@ -10,9 +10,13 @@ had not committed. As RLlib does with failed env runners, the driver restarts it
 ``restart_delay`` seconds, on a new shard (``w0-r1``: the dead run's shard is left as it
 committed it) with a new seed and the rest of its budget, counted in what its earlier runs
 committed (so a restarted worker collects again what was lost). It acts with the current policy:
-the same file, or with ``follow_policy`` the newest published one, loaded before it steps.
+the same file, or with ``follow_policy`` the newest published one, given before it steps.
 Each worker is restarted at most ``max_restarts`` times; a worker that dies once more, or whose
 run fails with an error, is lost for good, and the others go on.
+
+With ``follow_policy`` the driver alone reads the learner's run directory (the workers may run
+on machines that cannot see it): it waits for a first published policy before it starts any
+worker, then relays every newly published one through Ray (:mod:`emote_core.scale.policy_relay`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 
 from emote_core.assembly.collection import FLUSH_SECONDS, store_totals
 from emote_core.recipes.schema import Recipe
+from emote_core.scale.policy_relay import PolicyRelay
 from emote_core.scale.ray_setup import connect, require_ray
 from emote_core.scale.workers import (
     CollectorWorker,
@@ -77,7 +82,10 @@ class RayCollection:
         policy: As for :func:`~emote_core.assembly.collection.collect_to_store`.
         num_envs: Environments each worker steps together.
         device: Where a checkpoint's networks act.
-        follow_policy: Follow the policy the run ``policy`` publishes.
+        follow_policy: Follow the policy the run ``policy`` publishes (read here, relayed to
+            the workers).
+        wait_for_policy: With ``follow_policy``, wait for a first policy when none is published
+            yet (else refuse at once).
         address: The Ray cluster (``None``: a local Ray with one CPU per worker).
         max_restarts: Restarts allowed per worker.
         restart_delay: Seconds between a death and the restart.
@@ -99,6 +107,7 @@ class RayCollection:
         num_envs: int | None = None,
         device: str = "cpu",
         follow_policy: bool = False,
+        wait_for_policy: bool = True,
         address: str | None = None,
         max_restarts: int = DEFAULT_MAX_RESTARTS,
         restart_delay: float = RESTART_DELAY_S,
@@ -125,6 +134,8 @@ class RayCollection:
             "follow_policy": follow_policy,
             "flush_seconds": flush_seconds,
         }
+        self.relay = PolicyRelay(self.policy) if follow_policy else None
+        self.wait_for_policy = wait_for_policy
         self.address = address
         self.max_restarts = max_restarts
         self.restart_delay = restart_delay
@@ -150,11 +161,13 @@ class RayCollection:
         self._shards.add(task.shard)
         if self._remote is None:
             ray = require_ray()
-            self._remote = ray.remote(num_cpus=1, max_restarts=0, max_concurrency=3)(
+            # run() on one thread; progress(), stop() and offer_policy() answered meanwhile
+            self._remote = ray.remote(num_cpus=1, max_restarts=0, max_concurrency=4)(
                 CollectorWorker
             )
+        newest = self.relay.newest() if self.relay is not None else {}  # acted with at once
         actor = self._remote.remote(self.recipe, self.out, task, policy=self.policy,
-                              command=self.command, **self.options)  # fmt: skip
+                                    command=self.command, **self.options, **newest)  # fmt: skip
         run = WorkerRun(task, actor=actor, result=actor.run.remote())
         self.runs.append(run)
         return run
@@ -164,6 +177,12 @@ class RayCollection:
         ``lost_workers``, ``interrupted``). A Ctrl-C stops every worker, which commit what
         finished, and ends with the summary (``interrupted``: true)."""
         ray = require_ray()
+        first = None
+        if self.relay is not None:  # no worker starts before there is a policy to act with
+            first = self.relay.first(wait=self.wait_for_policy, should_stop=self.should_stop)
+            if first is None:
+                self.stopping = True
+                return self._summary(0.0)
         # Ray prints what it hears of dead workers on stdout, which belongs to the command (a
         # --json document): while Ray runs here, its messages go to stderr.
         with contextlib.redirect_stdout(sys.stderr):
@@ -171,6 +190,8 @@ class RayCollection:
             started_here = connect(self.address, num_cpus=cpus)
             begun = time.perf_counter()
             try:
+                if self.relay is not None and first is not None:
+                    self.relay.share(ray, first, [])
                 for index, share in enumerate(self.shares):
                     if share > 0:
                         self.start_run(self._task(index, 0, share))
@@ -209,7 +230,8 @@ class RayCollection:
                     self._gather_progress(ray, asked)
                 else:  # only restarts waiting for their delay
                     time.sleep(_POLL_S)
-                self._restart_due()
+                self._restart_due(ray)
+                self._relay_newer(ray)
                 if self.on_progress is not None:
                     self.on_progress(self.totals())
                 if not self.stopping and self.should_stop():
@@ -305,12 +327,24 @@ class RayCollection:
             if found is not None:
                 asked[ref].progress = found
 
-    def _restart_due(self) -> None:
+    def _restart_due(self, ray: Any) -> None:
         now = time.monotonic()
         due = [task for at, task in self._pending if at <= now]
         self._pending = [(at, task) for at, task in self._pending if at > now]
+        if due:  # a restart acts with what is published now
+            self._relay_newer(ray, force=True)
         for task in due:
             self.start_run(task)
+
+    def _relay_newer(self, ray: Any, *, force: bool = False) -> None:
+        """Relays a newly published policy to the running workers (and those started later)."""
+        if self.relay is None or self.stopping:
+            return
+        newer = self.relay.poll(force=force)
+        if newer is not None:
+            self.relay.share(
+                ray, newer, [run.actor for run in self.runs if run.status == "running"]
+            )
 
     def totals(self) -> ScaleProgress:
         """The workers' progress together (dead runs as they last reported)."""

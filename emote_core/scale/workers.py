@@ -4,6 +4,10 @@ A worker is a Ray actor running :func:`~emote_core.assembly.collection.collect_t
 own vector environment and its own shard. It answers :meth:`CollectorWorker.progress` and
 :meth:`CollectorWorker.stop` while it collects (a threaded actor), so the driver can show
 progress and stop it, after which it commits what finished and returns its summary.
+
+A worker following a published policy never reads the learner's run directory, which may be on
+another machine: the driver relays each policy through Ray (:mod:`emote_core.scale.policy_relay`)
+and the worker's collector follows the worker's own mirror of that run.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import numpy as np
 
 from emote_core.assembly.collection import FLUSH_SECONDS, CollectionProgress, collect_to_store
 from emote_core.recipes.schema import Recipe
+from emote_core.scale.policy_relay import PolicyMirror
 
 __all__ = [
     "CollectorWorker",
@@ -116,12 +121,17 @@ class CollectorWorker:
         recipe: The resolved recipe; its seed is replaced by the task's.
         out: The store.
         task: The shard, seed and budget.
-        policy: As for :func:`~emote_core.assembly.collection.collect_to_store`.
+        policy: As for :func:`~emote_core.assembly.collection.collect_to_store`; with
+            ``follow_policy``, the learner's run directory as the driver names it (never read
+            here).
         num_envs: Environments stepped together.
         device: Where a checkpoint's networks act.
-        follow_policy: Follow the policy the run ``policy`` publishes.
+        follow_policy: Follow the policy the driver relays (:meth:`offer_policy`).
         command: The driver's command line, for the store's provenance.
         flush_seconds: Commit finished episodes at least this often.
+        policy_data: With ``follow_policy``, the newest published policy's bytes, acted with
+            from the first step.
+        policy_version: Their version (offers of this version or older are ignored).
     """
 
     def __init__(
@@ -136,6 +146,8 @@ class CollectorWorker:
         follow_policy: bool,
         command: Sequence[str],
         flush_seconds: float = FLUSH_SECONDS,
+        policy_data: bytes | None = None,
+        policy_version: int = 1,
     ) -> None:
         self.recipe = dataclasses.replace(recipe, seed=task.seed)
         self.out = out
@@ -150,6 +162,12 @@ class CollectorWorker:
         }
         self._stop = threading.Event()
         self._progress: CollectionProgress | None = None
+        self.mirror: PolicyMirror | None = None
+        if follow_policy:  # the collector follows the mirror, which the driver keeps current
+            self.mirror = PolicyMirror()
+            self.options["policy"] = str(self.mirror.run_dir)
+            if policy_data is not None:
+                self.mirror.publish(policy_data, policy_version)
 
     def pid(self) -> int:
         """The worker's process id."""
@@ -157,19 +175,24 @@ class CollectorWorker:
 
     def run(self) -> dict[str, Any]:
         """Collects the task's budget (or until stopped) and returns the summary, with
-        ``interrupted`` and the wall-clock ``started_at`` and ``ended_at`` added."""
-        result = collect_to_store(
-            self.recipe,
-            self.out,
-            episodes=self.task.episodes,
-            steps=self.task.steps,
-            shard=self.task.shard,
-            wait_for_policy=True,
-            on_progress=self._report,
-            should_stop=self._stop.is_set,
-            count_store=False,
-            **self.options,
-        )
+        ``interrupted`` and the wall-clock ``started_at`` and ``ended_at`` added (its
+        ``policy``: the worker's mirror of a followed run)."""
+        try:
+            result = collect_to_store(
+                self.recipe,
+                self.out,
+                episodes=self.task.episodes,
+                steps=self.task.steps,
+                shard=self.task.shard,
+                wait_for_policy=True,
+                on_progress=self._report,
+                should_stop=self._stop.is_set,
+                count_store=False,
+                **self.options,
+            )
+        finally:
+            if self.mirror is not None:
+                self.mirror.close()
         ended = time.time()  # the stepping began `seconds` before (set-up left out)
         return {
             **result.summary,
@@ -184,6 +207,20 @@ class CollectorWorker:
     def progress(self) -> CollectionProgress | None:
         """Where the run stands (``None`` before it started)."""
         return self._progress
+
+    def offer_policy(self, data: bytes, version: int) -> bool:
+        """Publishes a newer policy in the worker's mirror; the collector switches to it after
+        an episode has ended, or refuses it (logged) if it does not fit the environment.
+
+        Args:
+            data: The ONNX file's bytes.
+            version: Their version, increasing with each policy the driver relays.
+
+        Returns:
+            Whether it was taken (not when this version or a newer one is here, or the run
+            has ended).
+        """
+        return self.mirror is not None and self.mirror.publish(data, version)
 
     def stop(self) -> None:
         """Asks the run to end after the current collector call, committing what finished."""

@@ -4,6 +4,7 @@ shard. One local Ray instance serves the whole module (starting one costs second
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
@@ -17,7 +18,7 @@ import ray
 from typer.testing import CliRunner
 
 from emote_cli.app import app
-from emote_core.errors import ConfigurationError
+from emote_core.errors import ConfigurationError, FormatError
 from emote_core.recipes import load_recipe
 from emote_core.scale.collection import RayCollection, ScaleProgress
 from emote_core.scale.workers import CollectorWorker, WorkerTask, split_budget, worker_seed
@@ -253,3 +254,137 @@ def test_workers_follow_the_published_policy_and_a_restart_starts_with_the_newes
     assert summary["policy_training_steps"] == [30, 60]
     assert summary["deaths"][0]["restarted_as"] == "w0-r1"
     assert verify(runner, store)["episodes"] == summary["episodes"]
+
+
+def _following(
+    store: Path, run_dir: Path, workers: int, learner: Callable[[RayCollection], None]
+) -> RayCollection:
+    """A collection following ``run_dir`` until every running worker acts with the policy of
+    training step 60; ``learner`` is called with the collection at every poll."""
+    collection = RayCollection(load_recipe("sac_hit_the_middle"), str(store), workers=workers,
+                               steps=10**9, policy=str(run_dir), follow_policy=True,
+                               flush_seconds=0.2)  # fmt: skip
+    deadline = time.monotonic() + 90  # the assertions below say what did not happen
+
+    def should_stop() -> bool:
+        live = [run for run in collection.runs if run.status == "running"]
+        return time.monotonic() > deadline or all(
+            run.progress is not None and run.progress.training_step == 60 for run in live
+        )
+
+    collection.on_progress = lambda progress: learner(collection)
+    collection.should_stop = should_stop  # type: ignore[method-assign]
+    return collection
+
+
+def _acting_with(collection: RayCollection, step: int) -> bool:
+    return all(run.progress is not None and run.progress.training_step == step
+               for run in collection.runs)  # fmt: skip
+
+
+def test_workers_act_with_policies_the_driver_relays_without_reading_its_run_directory(
+    local_ray: None,
+    runner: CliRunner,
+    tmp_path: Path,
+    exported_policies: dict[int, Path],
+    publish_policy: Callable[[bytes, Path], None],
+) -> None:
+    run_dir = tmp_path / "learner"
+    publish_policy(exported_policies[30].read_bytes(), run_dir)
+    moved: list[Path] = []
+
+    def learner(collection: RayCollection) -> None:
+        assert collection.relay is not None
+        if collection.relay.training_steps == [30] and _acting_with(collection, 30):
+            publish_policy(exported_policies[60].read_bytes(), run_dir)
+        elif collection.relay.training_steps == [30, 60] and not moved:
+            # The driver has read it: from now on the learner's run directory is not there
+            # for anyone, as it is not on the workers' machines of a cluster.
+            moved.append(run_dir.rename(tmp_path / "elsewhere"))
+
+    store = tmp_path / "h.zarr"
+    summary = _following(store, run_dir, 2, learner).run()
+    assert moved, "the driver never relayed the policy of training step 60"
+    assert [w["policy_training_steps"] for w in summary["workers"]] == [[30, 60], [30, 60]]
+    assert summary["policy_training_steps"] == [30, 60] and summary["policy"] == str(run_dir)
+    assert verify(runner, store)["episodes"] == summary["episodes"] > 0
+
+
+def test_the_workers_follow_their_own_mirror_and_remove_it(
+    local_ray: None,
+    tmp_path: Path,
+    exported_policies: dict[int, Path],
+    publish_policy: Callable[[bytes, Path], None],
+) -> None:
+    run_dir = tmp_path / "learner"
+    publish_policy(exported_policies[30].read_bytes(), run_dir)
+    collection = RayCollection(load_recipe("sac_hit_the_middle"), str(tmp_path / "h.zarr"),
+                               workers=2, episodes=2, policy=str(run_dir),
+                               follow_policy=True)  # fmt: skip
+    summary = collection.run()
+    assert [w["status"] for w in summary["workers"]] == ["finished", "finished"]
+    mirrors = [Path(run.summary["policy"]) for run in collection.runs if run.summary]
+    assert len(set(mirrors)) == 2  # one each, in the worker's temporary folder
+    for mirror in mirrors:
+        assert mirror.name.startswith("emote-policy-") and run_dir not in mirror.parents
+        assert not mirror.exists()  # removed when the worker's run ended
+
+
+def test_a_broken_published_file_is_logged_once_and_the_workers_keep_their_policy(
+    local_ray: None,
+    tmp_path: Path,
+    exported_policies: dict[int, Path],
+    publish_policy: Callable[[bytes, Path], None],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    run_dir = tmp_path / "learner"
+    publish_policy(exported_policies[30].read_bytes(), run_dir)
+    broken_at: list[float] = []
+
+    def learner(collection: RayCollection) -> None:
+        if not broken_at and _acting_with(collection, 30):
+            publish_policy(b"not an onnx file", run_dir)
+            broken_at.append(time.monotonic())
+        elif len(broken_at) == 1 and time.monotonic() - broken_at[0] > 2.5:  # looked at 2x
+            publish_policy(exported_policies[60].read_bytes(), run_dir)
+            broken_at.append(time.monotonic())
+
+    caplog.set_level(logging.INFO, logger="emote_core")
+    collection = _following(tmp_path / "h.zarr", run_dir, 1, learner)
+    summary = collection.run()
+    refused = [r for r in caplog.records if "is refused" in r.getMessage()]
+    assert len(refused) == 1 and "latest.onnx" in refused[0].getMessage()
+    assert collection.relay is not None and collection.relay.training_steps == [30, 60]
+    [worker] = summary["workers"]
+    assert worker["status"] == "stopped" and worker["policy_training_steps"] == [30, 60]
+
+
+def test_without_a_policy_to_relay_no_wait_refuses_before_any_worker_starts(
+    local_ray: None,
+    runner: CliRunner,
+    tmp_path: Path,
+    publish_policy: Callable[[bytes, Path], None],
+) -> None:
+    run_dir = tmp_path / "learner"
+    run_dir.mkdir()
+    store = tmp_path / "h.zarr"
+    started = time.monotonic()
+    result = runner.invoke(
+        app,
+        ["collect", "sac_hit_the_middle", "--out", str(store), "--episodes", "2", "--workers",
+         "2", "--policy", str(run_dir), "--follow-policy", "--no-wait", "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert json.loads(result.stdout)["error"].startswith("no policy is published at")
+    recipe = load_recipe("sac_hit_the_middle")
+    options: dict[str, Any] = {"workers": 2, "episodes": 2, "policy": str(run_dir),
+                               "follow_policy": True, "wait_for_policy": False}  # fmt: skip
+    collection = RayCollection(recipe, str(store), **options)
+    with pytest.raises(ConfigurationError, match="no policy is published at"):
+        collection.run()
+    publish_policy(b"not an onnx file", run_dir)
+    collection = RayCollection(recipe, str(store), **options)
+    with pytest.raises(FormatError, match="cannot load"):
+        collection.run()
+    assert time.monotonic() - started < 10
+    assert collection.runs == [] and not store.exists()
