@@ -134,7 +134,7 @@ class RayCollection:
             "follow_policy": follow_policy,
             "flush_seconds": flush_seconds,
         }
-        self.relay = PolicyRelay(self.policy) if follow_policy else None
+        self.relay = PolicyRelay(self.policy, recipe, _spaces(recipe)) if follow_policy else None
         self.wait_for_policy = wait_for_policy
         self.address = address
         self.max_restarts = max_restarts
@@ -410,3 +410,14 @@ def _absolute(path: str) -> str:
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+def _spaces(recipe: Recipe) -> Any:
+    """The spaces of the recipe's environment (made once here, then closed)."""
+    from emote_core.assembly.builders import make_env
+
+    env = make_env(recipe, num_envs=1)
+    try:
+        return env.spaces
+    finally:
+        env.close()

@@ -4,8 +4,8 @@ The driver of ``emote collect --workers N --follow-policy`` is the one process t
 learner's run directory. Its :class:`PolicyRelay` watches ``RUN_DIR/exports/latest.onnx``
 there (a :class:`~emote_core.assembly.published_policy.PublishedFile`: the file's ``stat`` at
 most once a second), reads each newly published file once and checks that it loads as an emote
-ONNX policy; a file that does not is logged once and the policy in use kept. The driver puts the
-bytes in Ray's object store and offers them to every running worker
+ONNX policy that fits the environment; a file that does not is logged once and the policy in use
+kept. The driver puts the bytes in Ray's object store and offers them to every running worker
 (:meth:`~emote_core.scale.workers.CollectorWorker.offer_policy`); a worker it starts, a restart
 included, gets the newest in its constructor, before it steps.
 
@@ -34,6 +34,8 @@ from emote_core.assembly.published_policy import (
 )
 from emote_core.errors import ConfigurationError
 from emote_core.onnx.publishing import replace_atomically
+from emote_core.recipes.schema import Recipe
+from emote_core.spaces import MDPSpace
 
 __all__ = ["PolicyMirror", "PolicyRelay", "RelayedPolicy"]
 
@@ -58,11 +60,23 @@ class PolicyRelay:
 
     Args:
         run_dir: The learner's run directory (on the driver's machine).
+        recipe: The collect's recipe: a policy must fit its environment...
+        spaces: ...whose spaces these are. A policy that does not fit is refused here, where
+            the user sees it, rather than by every worker.
         poll_interval: The most often the file's ``stat`` is looked at, in seconds.
     """
 
-    def __init__(self, run_dir: str | os.PathLike[str], *, poll_interval: float = POLL_INTERVAL_S):
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        recipe: Recipe,
+        spaces: MDPSpace,
+        *,
+        poll_interval: float = POLL_INTERVAL_S,
+    ) -> None:
         self.path = published_policy_path(run_dir)
+        self.recipe = recipe
+        self.spaces = spaces
         self.training_steps: list[int] = []
         """The training step of every policy read, in order."""
         self._file = PublishedFile(self.path, self._read, poll_interval=poll_interval)
@@ -101,7 +115,7 @@ class PolicyRelay:
         return {"policy_data": self._shared[0], "policy_version": self._shared[1]}
 
     def _read(self, path: Path) -> RelayedPolicy:
-        from emote_core.onnx.agent import OnnxAgentProxy
+        from emote_core.assembly.compatibility import onnx_collect_agent
 
         try:
             data = path.read_bytes()
@@ -111,7 +125,8 @@ class PolicyRelay:
         with tempfile.TemporaryDirectory(prefix="emote-policy-check-") as folder:
             copy = Path(folder) / path.name
             copy.write_bytes(data)
-            step = int(OnnxAgentProxy(copy).metadata.training_step)
+            agent, _ = onnx_collect_agent(copy, self.recipe, self.spaces, seed=None)
+            step = int(agent.metadata.training_step)
         self.training_steps.append(step)
         log.info("relaying the policy of training step %d from %s to the workers", step, path)
         return RelayedPolicy(data, step)
