@@ -1,13 +1,14 @@
 """The driver of ``emote collect --workers N``: N Ray actors, one shard each, one store.
 
 The budget is split across the workers (:func:`~emote_core.scale.workers.split_budget`); each
-worker gets its own seed (:func:`~emote_core.scale.workers.worker_seed`) and shard (``w0``,
-``w1``, ...). The driver never gives one shard to two runs, and the shard lease refuses a second
-writer anyway.
+worker gets its own seed (:func:`~emote_core.scale.workers.worker_seed`) and a new shard
+(``<session>-w0``, ``<session>-w1``, ...: the session is random per command, so a store that
+other commands wrote or write never hands a worker a shard with episodes of theirs). The driver
+never gives one shard to two runs, and the shard lease refuses a second writer anyway.
 
 A worker that dies (its actor killed, its process SIGKILLed, its node lost) loses only what it
 had not committed. As RLlib does with failed env runners, the driver restarts it after
-``restart_delay`` seconds, on a new shard (``w0-r1``: the dead run's shard is left as it
+``restart_delay`` seconds, on a new shard (``<session>-w0-r1``: the dead run's shard is left as it
 committed it) with a new seed and the rest of its budget, counted in what its earlier runs
 committed (so a restarted worker collects again what was lost). It acts with the current policy:
 the same file, or with ``follow_policy`` the newest published one, given before it steps.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -142,6 +144,9 @@ class RayCollection:
         self.on_progress = on_progress
         self.should_stop = should_stop or (lambda: False)
         self.command = list(sys.argv if command is None else command)
+        self.session = secrets.token_hex(3)
+        """Prefixes this command's shard names: a store that earlier or concurrent commands
+        write too never gives a worker a shard that holds others' episodes."""
         self.runs: list[WorkerRun] = []
         """Every run started, restarts included, in the order they started."""
         self.deaths: list[dict[str, Any]] = []
@@ -207,7 +212,7 @@ class RayCollection:
         return WorkerTask(
             worker=worker,
             restart=restart,
-            shard=shard_name(worker, restart),
+            shard=shard_name(worker, restart, self.session),
             seed=worker_seed(self.recipe.seed, worker, restart),
             episodes=budget if self.episodes is not None else None,
             steps=budget if self.steps is not None else None,
@@ -389,6 +394,7 @@ class RayCollection:
             "collecting_seconds": collecting,
             "collecting_env_steps_per_second": env_steps / collecting if collecting else None,
             "policy": self.policy,
+            "session": self.session,
             "worker_count": self.workers,
             "max_restarts": self.max_restarts,
             "workers": entries,

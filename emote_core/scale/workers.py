@@ -37,9 +37,11 @@ __all__ = [
 _SEED_BITS = 31  # environment seeds stay small non-negative integers
 
 
-def shard_name(worker: int, restart: int) -> str:
-    """``w3`` for worker 3; ``w3-r1`` for its first restart (a restart never reuses a shard)."""
-    return f"w{worker}" if restart == 0 else f"w{worker}-r{restart}"
+def shard_name(worker: int, restart: int, session: str = "") -> str:
+    """``<session>-w3`` for worker 3 of one ``emote collect``; ``<session>-w3-r1`` for its first
+    restart (a restart never reuses a shard, and no two commands share one)."""
+    name = f"w{worker}" if restart == 0 else f"w{worker}-r{restart}"
+    return f"{session}-{name}" if session else name
 
 
 def worker_seed(seed: int, worker: int, restart: int) -> int:

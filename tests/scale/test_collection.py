@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -65,7 +66,9 @@ def test_two_workers_write_one_store_that_verifies(
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     workers = summary["workers"]
-    assert [(w["shard"], w["status"]) for w in workers] == [("w0", "finished"), ("w1", "finished")]
+    assert [(local(summary, w["shard"]), w["status"]) for w in workers] == [
+        ("w0", "finished"), ("w1", "finished")
+    ]  # fmt: skip
     assert [w["episodes"] for w in workers] == [5, 4]  # the budget split
     assert workers[0]["seed"] != workers[1]["seed"]
     assert summary["episodes"] == 9 == sum(w["episodes"] for w in workers)
@@ -73,6 +76,43 @@ def test_two_workers_write_one_store_that_verifies(
     assert summary["deaths"] == [] and summary["lost_workers"] == []
     checked = verify(runner, store)
     assert checked["episodes"] == 9
+
+
+def local(summary: dict[str, Any], shard: str | None) -> str | None:
+    """A shard's name without the command's random session prefix (``w0``, ``w0-r1``)."""
+    if shard is None:
+        return None
+    prefix = f"{summary['session']}-"
+    assert shard.startswith(prefix), (shard, prefix)
+    return shard.removeprefix(prefix)
+
+
+@pytest.mark.slow  # about a minute: two commands' workers share the module's two CPUs
+def test_two_commands_writing_one_store_at_once_each_count_only_their_own_shards(
+    local_ray: None, runner: CliRunner, tmp_path: Path
+) -> None:
+    store = tmp_path / "h.zarr"
+    recipe = load_recipe("sac_hit_the_middle")
+    # One worker each: the module's local Ray has a CPU for two actors.
+    first = RayCollection(recipe, str(store), workers=1, episodes=10**6, flush_seconds=0.1)
+    done = threading.Event()
+    first.should_stop = done.is_set  # type: ignore[method-assign]
+    running: list[dict[str, Any]] = []
+    thread = threading.Thread(target=lambda: running.append(first.run()), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not first.totals().committed_episodes and time.monotonic() < deadline:
+        time.sleep(0.1)  # the first command's workers hold their shards and commit
+    second = RayCollection(recipe, str(store), workers=1, episodes=6).run()
+    done.set()
+    thread.join(60)
+    assert second["deaths"] == [] and second["lost_workers"] == []
+    assert second["episodes"] == 6 == sum(w["episodes"] for w in second["workers"])
+    [summary] = running
+    assert summary["deaths"] == [] and summary["session"] != second["session"]
+    mine = {w["shard"] for w in second["workers"]}
+    assert not mine & {w["shard"] for w in summary["workers"]}
+    assert verify(runner, store)["episodes"] == summary["episodes"] + 6
 
 
 def _killer(collection: RayCollection, how: str, *, after_commit: bool) -> list[int]:
@@ -112,9 +152,9 @@ def test_a_killed_worker_loses_only_its_tail_and_restarts_on_a_new_shard(
     summary = collection.run()
     assert killed, "worker 0 finished before it could be killed"
     death = summary["deaths"][0]
-    assert (death["worker"], death["shard"], death["status"]) == (0, "w0", "died")
-    assert death["restarted_as"] == "w0-r1" and summary["restarts"] == 1
-    shards = {w["shard"]: w for w in summary["workers"]}
+    assert (death["worker"], local(summary, death["shard"]), death["status"]) == (0, "w0", "died")
+    assert local(summary, death["restarted_as"]) == "w0-r1" and summary["restarts"] == 1
+    shards = {local(summary, w["shard"]): w for w in summary["workers"]}
     assert set(shards) == {"w0", "w1", "w0-r1"}
     assert shards["w0"]["episodes"] >= killed[0]  # what it committed before dying stays
     assert shards["w0-r1"]["status"] == "finished" and shards["w1"]["status"] == "finished"
@@ -247,12 +287,12 @@ def test_workers_follow_the_published_policy_and_a_restart_starts_with_the_newes
     collection.on_progress = on_progress
     collection.should_stop = should_stop  # type: ignore[method-assign]
     summary = collection.run()
-    runs = {entry["shard"]: entry for entry in summary["workers"]}
+    runs = {local(summary, entry["shard"]): entry for entry in summary["workers"]}
     assert set(runs) == {"w0", "w1", "w0-r1"}
     assert runs["w0-r1"]["policy_training_steps"] == [60]  # synced before it stepped
     assert runs["w1"]["policy_training_steps"] == [30, 60]  # switched between episodes
     assert summary["policy_training_steps"] == [30, 60]
-    assert summary["deaths"][0]["restarted_as"] == "w0-r1"
+    assert local(summary, summary["deaths"][0]["restarted_as"]) == "w0-r1"
     assert verify(runner, store)["episodes"] == summary["episodes"]
 
 
