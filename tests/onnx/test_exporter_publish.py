@@ -135,6 +135,7 @@ def test_a_failed_publication_keeps_the_old_file_and_leaves_no_temporary(
     _, exporter = make_exporter(exports, publish_interval=1)
     exporter.begin_training(bp_step=0)
     exporter.end_batch(bp_step=1)
+    (exports / "notes.txt").write_text("the user's")  # beside the published file
 
     def broken(graph, path, **kwargs):
         Path(path).write_bytes(b"half a file")
@@ -143,7 +144,8 @@ def test_a_failed_publication_keeps_the_old_file_and_leaves_no_temporary(
     monkeypatch.setattr(exporter_module, "write_policy", broken)
     with pytest.raises(ExportError):
         exporter.end_batch(bp_step=2)
-    assert [p.name for p in exports.iterdir()] == [LATEST_POLICY]
+    assert sorted(p.name for p in exports.iterdir()) == [LATEST_POLICY, "notes.txt"]
+    assert (exports / "notes.txt").read_text() == "the user's"
     assert published_step(exports / LATEST_POLICY) == 1
 
 
