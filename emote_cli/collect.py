@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from typing import Annotated, Any
 
 import typer
@@ -126,10 +125,9 @@ def collect(
         from emote_core.recipes import load_recipe
 
         loaded = load_recipe(recipe, [f"seed={seed}"] if seed is not None else [])
-        if follow_policy:
-            _published_or_wait(policy, no_wait=no_wait)
         options = {"episodes": episodes, "steps": steps, "policy": policy, "num_envs": envs,
-                   "device": device, "follow_policy": follow_policy}  # fmt: skip
+                   "device": device, "follow_policy": follow_policy,
+                   "wait_for_policy": not no_wait}  # fmt: skip
         if workers is not None:
             from emote_cli.collect_workers import collect_on_workers
             from emote_core.scale.collection import DEFAULT_MAX_RESTARTS
@@ -137,7 +135,7 @@ def collect(
             restarts = DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts
             collect_on_workers(loaded, out, display, workers=workers, address=ray_address,
                                max_restarts=restarts, json_output=json_output,
-                               wait_for_policy=not no_wait, **options)  # fmt: skip
+                               **options)  # fmt: skip
             return
         from emote_core.assembly.collection import CollectionProgress, collect_to_store
 
@@ -165,24 +163,6 @@ def collect(
                 f"episodes committed to {out} are kept",
                 ExitCode.INTERRUPTED,
             )
-
-
-def _published_or_wait(run_dir: str, *, no_wait: bool) -> None:
-    """With ``--no-wait``, refuses a run that has published no policy; else says it waits."""
-    from emote_core.assembly.published_policy import published_policy_path
-    from emote_core.errors import ConfigurationError
-
-    path = published_policy_path(run_dir)
-    if path.exists():
-        return
-    if no_wait:
-        raise ConfigurationError(
-            f"no policy is published at '{path}' yet; start the learner that publishes it, or "
-            "leave out --no-wait to wait for one"
-        )
-    log.info("waiting for a policy to be published at %s (Ctrl-C stops)", path)
-    while not path.exists():
-        time.sleep(1.0)
 
 
 def describe(summary: dict[str, Any]) -> str:
