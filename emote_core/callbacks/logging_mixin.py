@@ -53,15 +53,44 @@ class LoggingMixin:
                 f"default_window_length must be at least 1; got {default_window_length}"
             )
         self.default_window_length = default_window_length
-        self.scalar_logs: dict[str, float] = {}
+        self.scalar_logs = {}
         self.windowed_scalar: dict[str, deque[float]] = {}
         self.windowed_scalar_cumulative: dict[str, float] = {}
         self.hist_logs: dict[str, np.ndarray] = {}
         self.image_logs: dict[str, np.ndarray] = {}
         self.video_logs: dict[str, tuple[np.ndarray, int]] = {}
 
+    @property
+    def scalar_logs(self) -> dict[str, float]:
+        """The latest value of every scalar key.
+
+        Values logged as CUDA tensors are kept on the device until read here, so logging never
+        waits for the GPU (nor breaks a CUDA graph's capture); reading converts them all at once.
+        """
+        pending = self.__dict__.get("_pending_scalars")
+        scalars: dict[str, float] = self.__dict__.setdefault("_scalar_logs", {})
+        if pending:
+            for key, value in pending.items():
+                scalars[key] = _to_float(value)
+            pending.clear()
+        return scalars
+
+    @scalar_logs.setter
+    def scalar_logs(self, value: dict[str, float]) -> None:
+        self.__dict__["_scalar_logs"] = dict(value)
+        self.__dict__["_pending_scalars"] = {}
+
     def log_scalar(self, key: str, value: Loggable) -> None:
-        """Records the latest value of ``key`` (a tensor or array is reduced to its mean)."""
+        """Records the latest value of ``key`` (a tensor or array is reduced to its mean).
+
+        A CUDA tensor is reduced on the device and converted when :attr:`scalar_logs` is read.
+        """
+        if isinstance(value, torch.Tensor) and value.device.type != "cpu":
+            self.__dict__.setdefault("_pending_scalars", {})[key] = value.detach().float().mean()
+            return
+        pending = self.__dict__.get("_pending_scalars")
+        if pending:
+            pending.pop(key, None)
         self.scalar_logs[key] = _to_float(value)
 
     def log_windowed_scalar(self, key: str, value: Loggable | Iterable[float]) -> None:
