@@ -97,6 +97,11 @@ class Callback:
         order: Position within each hook relative to other callbacks (see :class:`Order`).
         extra_hooks: Names of further hooks this callback calls itself, such as ``loss``; they
             select their arguments by name like the lifecycle hooks.
+        graph_safe: Whether the batch hooks do the same GPU work every step, with no host
+            synchronisation, so that one recorded CUDA graph can replay them
+            (``training.compile = "cuda_graphs"``; see :meth:`capture_blocker`).
+        compiled_methods: Methods that ``training.compile = "compile"`` runs through
+            ``torch.compile`` (a loss's ``loss``).
 
     Args:
         name: A unique name, used for logs and checkpoints. Defaults to the class name.
@@ -107,6 +112,8 @@ class Callback:
 
     order: ClassVar[int] = Order.DEFAULT
     extra_hooks: ClassVar[tuple[str, ...]] = ()
+    graph_safe: ClassVar[bool] = False
+    compiled_methods: ClassVar[tuple[str, ...]] = ()
     _hook_plans: ClassVar[dict[str, _HookPlan]] = {}
 
     def __init__(
@@ -201,6 +208,14 @@ class Callback:
         """
 
     # Calling hooks.
+
+    def capture_blocker(self) -> str | None:
+        """Why this callback's batch hooks cannot be recorded once in a CUDA graph and replayed
+        (``None``: they can). Classes declare ``graph_safe = True`` when their update is the same
+        every step; subclasses add the settings that break it (a learning-rate schedule, say)."""
+        if type(self).graph_safe:
+            return None
+        return "it does not declare its update safe to record in a CUDA graph (graph_safe)"
 
     def overrides(self, hook: str) -> bool:
         """Whether this callback's class implements ``hook`` (base no-ops are skipped)."""

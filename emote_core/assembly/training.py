@@ -146,6 +146,7 @@ def build_training(
     loader = MemoryLoader(
         table=table, rollout_count=recipe.memory.batch_size,
         rollout_length=recipe.memory.rollout_length,
+        batches_per_sample=recipe.memory.batches_per_sample,
     )  # fmt: skip
     follower = None
     if follow:
@@ -205,6 +206,19 @@ def build_training(
             )
         )  # fmt: skip
     loggables = [c for c in callbacks if hasattr(c, "scalar_logs")]
+    if recipe.training.compile != "none":
+        from emote_core.callbacks.compiled import compiled_training_callbacks
+
+        if distributed is not None and recipe.training.compile.endswith("cuda_graphs"):
+            raise ConfigurationError(
+                f"training.compile = '{recipe.training.compile}' cannot run under torchrun: "
+                "data-parallel averaging happens between backward and the optimizer step, "
+                "outside a recorded graph; use 'compile' or 'none'"
+            )
+        update, _ = compiled_training_callbacks(
+            parts.callbacks, mode=str(recipe.training.compile), device=device
+        )
+        callbacks = [*update, *callbacks[len(parts.callbacks) :]]
     callbacks.append(BackPropStepsTerminator(bp_steps=total))
     alike = list(callbacks)  # the same on every rank: collectives walk these in one order
     if main:

@@ -83,9 +83,12 @@ class LoggingMixin:
     def log_scalar(self, key: str, value: Loggable) -> None:
         """Records the latest value of ``key`` (a tensor or array is reduced to its mean).
 
-        A CUDA tensor is reduced on the device and converted when :attr:`scalar_logs` is read.
+        A CUDA tensor (or any tensor inside ``torch.compile``) is reduced where it is and
+        converted when :attr:`scalar_logs` is read.
         """
-        if isinstance(value, torch.Tensor) and value.device.type != "cpu":
+        if isinstance(value, torch.Tensor) and (
+            value.device.type != "cpu" or torch.compiler.is_compiling()
+        ):
             self.__dict__.setdefault("_pending_scalars", {})[key] = value.detach().float().mean()
             return
         pending = self.__dict__.get("_pending_scalars")

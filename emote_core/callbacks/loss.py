@@ -37,6 +37,7 @@ class LossCallback(LoggingMixin, Callback, ABC):
 
     order: ClassVar[int] = Order.DEFAULT
     extra_hooks: ClassVar[tuple[str, ...]] = ("loss",)
+    compiled_methods: ClassVar[tuple[str, ...]] = ("loss",)
     gradient_hook: Callable[[Sequence[torch.Tensor]], None] | None = None
     """Called with :attr:`parameters` after back-propagation and before clipping; under
     ``torchrun`` it averages the gradients across ranks (``callbacks/distributed.py``)."""
@@ -98,6 +99,18 @@ class LossCallback(LoggingMixin, Callback, ABC):
         self.log_scalar(f"training/{self.name}_gradient_norm", grad_norm)
         if self.network is not None and (self.log_per_param_weights or self.log_per_param_grads):
             self._log_parameters()
+
+    def capture_blocker(self) -> str | None:
+        """As :meth:`Callback.capture_blocker`, and not with a learning-rate schedule, a gradient
+        hook (data-parallel averaging) or per-parameter histograms, which act on the host."""
+        reason = super().capture_blocker()
+        if reason is None and self.lr_schedule is not None:
+            reason = "it steps a learning-rate schedule"
+        if reason is None and self.gradient_hook is not None:
+            reason = "a gradient hook (data-parallel averaging) runs after its backward pass"
+        if reason is None and (self.log_per_param_weights or self.log_per_param_grads):
+            reason = "it logs per-parameter histograms"
+        return reason
 
     def _log_parameters(self) -> None:
         assert self.network is not None

@@ -13,10 +13,12 @@ fills the tables before training starts, and sampling a table too early raises i
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+import torch
 
 from emote_core.errors import ConfigurationError
 
@@ -67,6 +69,11 @@ class MemoryLoader:
         size_key: The key holding the batch's sample count ``rollout_count * rollout_length``,
             inside the data group and at the top level (the trainer's ``batch_size_key``).
         data_group: The data group the batch is yielded under.
+        batches_per_sample: Batches drawn by one table sample and handed out in turn. On a GPU
+            table one large gather costs little more than a small one, so this divides the
+            per-sample host work; the last batch of a draw is ``batches_per_sample - 1`` updates
+            older than the newest data. Prioritized tables take 1 (their feedback is about the
+            most recent sample).
 
     Raises:
         ConfigurationError: If a count is not a positive integer, or a key is empty or the data
@@ -81,8 +88,13 @@ class MemoryLoader:
         rollout_length: int,
         size_key: str = "batch_size",
         data_group: str = "default",
+        batches_per_sample: int = 1,
     ) -> None:
-        for what, value in (("rollout_count", rollout_count), ("rollout_length", rollout_length)):
+        counts = (
+            ("rollout_count", rollout_count), ("rollout_length", rollout_length),
+            ("batches_per_sample", batches_per_sample),
+        )  # fmt: skip
+        for what, value in counts:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigurationError(
                     f"MemoryLoader's {what} must be a positive integer; got {value!r}"
@@ -99,6 +111,13 @@ class MemoryLoader:
         self.rollout_length = rollout_length
         self.size_key = size_key
         self.data_group = data_group
+        if batches_per_sample > 1 and getattr(table, "prioritized", False):
+            raise ConfigurationError(
+                "a prioritized table takes batches_per_sample = 1: its priorities are fed back "
+                "for the most recent sample"
+            )
+        self.batches_per_sample = batches_per_sample
+        self._drawn: deque[dict[str, Any]] = deque()
 
     @property
     def batch_size(self) -> int:
@@ -122,10 +141,39 @@ class MemoryLoader:
         Raises:
             SamplingError: The table cannot yet be sampled (empty, or no episode long enough).
         """
-        data = self.table.sample(self.rollout_count, self.rollout_length)
+        if not self._drawn:
+            if self.batches_per_sample == 1:
+                self._drawn.append(self.table.sample(self.rollout_count, self.rollout_length))
+            else:
+                self._drawn.extend(self._draw_several())
+        data = self._drawn.popleft()
         n = self.batch_size
         data[self.size_key] = n
         return {self.data_group: data, self.size_key: n}
+
+    def _draw_several(self) -> list[dict[str, Any]]:
+        """``batches_per_sample`` batches from one table sample: per-step columns split into
+        runs of ``rollout_count * rollout_length`` rows, per-window ones into ``rollout_count``
+        (observation dicts key by key)."""
+        k, count, length = self.batches_per_sample, self.rollout_count, self.rollout_length
+
+        def split(key: str, value: Any) -> list[Any]:
+            if isinstance(value, dict):
+                parts = {inner: split(f"{key}.{inner}", item) for inner, item in value.items()}
+                return [{inner: pieces[i] for inner, pieces in parts.items()} for i in range(k)]
+            rows = value.shape[0] if isinstance(value, torch.Tensor | np.ndarray) else None
+            for size in (count * length, count):
+                if rows == k * size:
+                    return [value[i * size : (i + 1) * size] for i in range(k)]
+            raise ConfigurationError(
+                f"batches_per_sample = {k}: the table's '{key}' has "
+                f"{'no rows' if rows is None else f'{rows} rows'}, neither one per step nor one "
+                "per window, so its sample cannot be split; use batches_per_sample = 1"
+            )
+
+        whole = self.table.sample(count * k, length)
+        columns = {key: split(key, value) for key, value in whole.items()}
+        return [{key: parts[i] for key, parts in columns.items()} for i in range(k)]
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         while True:

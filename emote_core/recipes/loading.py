@@ -294,6 +294,7 @@ def validate_recipe(recipe: Recipe, source: str = "recipe") -> None:
         "memory.maxlen": recipe.memory.maxlen,
         "memory.batch_size": recipe.memory.batch_size,
         "memory.rollout_length": recipe.memory.rollout_length,
+        "memory.batches_per_sample": recipe.memory.batches_per_sample,
         "training.bp_steps": recipe.training.bp_steps,
         "training.inference_steps_per_batch": recipe.training.inference_steps_per_batch,
         "training.bp_steps_per_inference": recipe.training.bp_steps_per_inference,

@@ -74,6 +74,10 @@ class MemoryConfig:
     ``priority_beta`` keeps beta constant."""
     priority_epsilon: float = 1e-6
     """Prioritized only: added to every ``|TD error|`` so that no window's chance reaches 0."""
+    batches_per_sample: int = 1
+    """Batches drawn by one sample of the table and used in turn. A GPU table gathers a large
+    sample for little more than a small one, so 8-64 cut the host's work per update (the last
+    batch of a draw then misses up to that many updates' newest data). Uniform sampling only."""
     store_episodes: bool = True
     """Append live episodes to the run's ``memory_export/`` store as they end. A resumed run
     reads its replay memory back from there; without it a resume starts with an empty memory."""
@@ -112,6 +116,19 @@ class MemoryConfig:
             )
 
 
+class CompileMode(StrEnum):
+    """How the update step runs (``training.compile``); see ``emote_core/callbacks/compiled.py``."""
+
+    NONE = "none"
+    """Eagerly, one PyTorch call at a time."""
+    COMPILE = "compile"
+    """The losses through ``torch.compile`` (CPU and CUDA)."""
+    CUDA_GRAPHS = "cuda_graphs"
+    """The whole update recorded once as a CUDA graph and replayed (CUDA; eager on a CPU)."""
+    COMPILE_CUDA_GRAPHS = "compile+cuda_graphs"
+    """Both: compiled losses inside the recorded graph."""
+
+
 @dataclass
 class TrainingConfig:
     """How long and how to train."""
@@ -132,6 +149,11 @@ class TrainingConfig:
     """Updates between ONNX exports of the policy into the run's ``exports/``; 0 exports none."""
     threaded: bool = False
     """Collect in a background thread instead of between updates."""
+    compile: CompileMode = CompileMode.NONE
+    """How the update step runs: ``"none"`` (eager), ``"compile"`` (``torch.compile`` of the
+    losses), ``"cuda_graphs"`` (the whole update replayed as one CUDA graph; on a CPU it trains
+    eagerly, with a warning) or ``"compile+cuda_graphs"``. Results equal eager training's within
+    float rounding."""
     publish_interval: int | None = None
     """Updates between publications of the policy as ``exports/latest.onnx`` (replaced
     atomically; collectors with ``--follow-policy`` load it). Unset: every 1000 updates when

@@ -219,3 +219,38 @@ def test_joint_loader_with_data_group_nests_and_keeps_yielding_into_a_trainer() 
     state = Trainer([reader, BackPropStepsTerminator(bp_steps=3)], loader).train()
     assert reader.rows == [(8, 5)] * 3
     assert state["bp_samples"] == 39
+
+
+@pytest.mark.parametrize("rollout_length", [1, 3])
+def test_several_batches_per_sample_split_one_sample_into_batches_used_in_turn(
+    rollout_length: int,
+) -> None:
+    def table() -> Any:
+        made, env = empty_table("Pendulum-v1", DictObsNStepMemoryTable)
+        add_episodes(made, env, 3, seed=0)
+        return made
+
+    one_draw = table().sample(4 * 8, rollout_length)
+    loader = MemoryLoader(
+        table=table(), rollout_count=8, rollout_length=rollout_length, batches_per_sample=4
+    )
+    batches = [group["default"] for group in islice(loader, 5)]
+    steps, windows = 8 * rollout_length, 8
+    for i, batch in enumerate(batches[:4]):
+        assert batch["batch_size"] == steps
+        assert np.array_equal(batch["actions"], one_draw["actions"][i * steps : (i + 1) * steps])
+        for key in ("observation", "next_observation"):
+            rows = steps if len(one_draw[key]["obs"]) == 4 * steps else windows
+            expected = one_draw[key]["obs"][i * rows : (i + 1) * rows]
+            assert np.array_equal(batch[key]["obs"], expected), key
+    assert not np.array_equal(batches[4]["actions"], batches[0]["actions"])  # a second draw
+
+
+def test_several_batches_per_sample_are_refused_for_a_prioritized_table() -> None:
+    from emote_core.memory.strategies import PrioritizedSampleStrategy
+
+    env = gym.make("Pendulum-v1")
+    spaces = MDPSpace.from_gymnasium(env.observation_space, env.action_space)
+    table = DictObsMemoryTable(spaces=spaces, maxlen=1000, sampler=PrioritizedSampleStrategy())
+    with pytest.raises(ConfigurationError, match="prioritized table takes batches_per_sample = 1"):
+        MemoryLoader(table=table, rollout_count=8, rollout_length=1, batches_per_sample=2)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -46,6 +46,8 @@ class QLoss(TdErrorPublisher, LossCallback):
         data_group: The data group read.
         **kwargs: Passed to :class:`~emote_core.callbacks.loss.LossCallback`.
     """
+
+    graph_safe: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -109,6 +111,8 @@ class PolicyLoss(LossCallback):
         data_group: The data group read.
         **kwargs: Passed to :class:`~emote_core.callbacks.loss.LossCallback`.
     """
+
+    graph_safe: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -202,6 +206,8 @@ class AlphaLoss(LossCallback):
             ``action_dim``/``max_alpha`` is not positive.
     """
 
+    graph_safe: ClassVar[bool] = True
+
     def __init__(
         self,
         *,
@@ -252,6 +258,13 @@ class AlphaLoss(LossCallback):
         self.max_ln_alpha = math.log(max_alpha) if max_alpha is not None else None
         self.observation_keys = key_list(observation_keys)
         self.reuse_policy_log_probs = reuse_policy_log_probs
+
+    def capture_blocker(self) -> str | None:
+        """As :meth:`LossCallback.capture_blocker`, and not with a target-entropy schedule."""
+        reason = super().capture_blocker()
+        if reason is None and isinstance(self.target_entropy, BPStepScheduler):
+            reason = "its target entropy follows a schedule"
+        return reason
 
     @property
     def target_entropy_value(self) -> float:

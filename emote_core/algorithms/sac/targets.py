@@ -81,6 +81,8 @@ class QTarget(LoggingMixin, Callback):
     """
 
     order: ClassVar[int] = Order.TARGET
+    graph_safe: ClassVar[bool] = True
+    compiled_methods: ClassVar[tuple[str, ...]] = ("begin_batch",)
 
     def __init__(
         self,

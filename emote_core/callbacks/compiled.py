@@ -1,0 +1,379 @@
+"""Compiled training steps: ``torch.compile`` of the losses, and the whole update in a CUDA graph.
+
+Small networks leave a GPU idle: a 256x256 SAC update is a few hundred tiny kernels, and the
+time goes to launching them from Python, not to the arithmetic. Two remedies, chosen by a
+recipe's ``training.compile``:
+
+- ``"compile"``: each callback's ``compiled_methods`` (a loss's ``loss``, SAC's target) go
+  through ``torch.compile``, which fuses their element-wise work into fewer kernels. Works on
+  the CPU too.
+- ``"cuda_graphs"``: :class:`CapturedUpdate` runs the update callbacks' ``begin_batch``,
+  ``backward`` and ``end_batch`` eagerly for a few warm-up batches, then records one whole
+  update (targets, every loss's forward and backward pass, clipping, the optimizer steps, the
+  target networks' averaging) as a CUDA graph and replays it for every later batch, after
+  copying the batch into the graph's input tensors. The Python of the callbacks then runs once.
+- ``"compile+cuda_graphs"``: both.
+
+A replayed graph repeats exactly what was recorded, so only callbacks whose update is the same
+every step may be captured: a callback says so with ``graph_safe = True`` and, where it depends
+on its configuration, :meth:`~emote_core.callback.Callback.capture_blocker`. Learning-rate
+schedules, per-step Python decisions and host synchronisation (``.item()``) are what rule a
+callback out. Optimizers are switched to their ``capturable`` form, whose step counters live on
+the GPU; their checkpoints load into eager runs as usual.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import torch
+
+from emote_core.callback import Callback, Order
+from emote_core.callbacks.loss import LossCallback
+from emote_core.errors import ConfigurationError
+
+log = logging.getLogger(__name__)
+
+COMPILE_MODES = ("none", "compile", "cuda_graphs", "compile+cuda_graphs")
+"""The values of a recipe's ``training.compile``."""
+_BATCH_HOOKS = ("begin_batch", "backward", "end_batch")
+_UNSUPPORTED_HOOKS = ("begin_cycle", "end_cycle")
+
+
+def check_compile_mode(mode: str, source: str = "training.compile") -> str:
+    """``mode`` if it is one of :data:`COMPILE_MODES`."""
+    if mode not in COMPILE_MODES:
+        raise ConfigurationError(
+            f"{source} must be one of {', '.join(repr(m) for m in COMPILE_MODES)}; got {mode!r}"
+        )
+    return mode
+
+
+def compile_methods(callbacks: Iterable[Callback], **options: Any) -> int:
+    """Replaces each callback's ``compiled_methods`` by ``torch.compile`` of them, in place.
+
+    The callbacks keep their classes, names and checkpoints; only the listed methods of these
+    instances run compiled. Returns how many methods were compiled.
+    """
+    count = 0
+    for callback in callbacks:
+        for name in getattr(callback, "compiled_methods", ()):
+            method = getattr(callback, name)
+            if getattr(method, "_emote_compiled", False):
+                continue
+            compiled = torch.compile(method, **options)
+            compiled._emote_compiled = True  # type: ignore[attr-defined]
+            setattr(callback, name, compiled)
+            count += 1
+    return count
+
+
+def batch_callbacks(callbacks: Iterable[Callback]) -> list[Callback]:
+    """The callbacks among ``callbacks`` that implement a per-batch hook."""
+    return [c for c in callbacks if any(c.overrides(hook) for hook in _BATCH_HOOKS)]
+
+
+def capture_blockers(callbacks: Iterable[Callback]) -> list[str]:
+    """Why each callback that cannot be captured in a CUDA graph cannot (empty: all can)."""
+    reasons = []
+    for callback in callbacks:
+        reason = callback.capture_blocker()
+        if reason is None and any(callback.overrides(h) for h in _UNSUPPORTED_HOOKS):
+            reason = "it runs on a cycle (begin_cycle/end_cycle)"
+        if reason is not None:
+            reasons.append(f"'{callback.name}' ({type(callback).__name__}): {reason}")
+    return reasons
+
+
+def _refuse_blocked(callbacks: Sequence[Callback]) -> None:
+    blocked = capture_blockers(callbacks)
+    if blocked:
+        raise ConfigurationError(
+            "cannot record the update in a CUDA graph: " + "; ".join(blocked)
+            + ". Use training.compile = 'compile' or 'none'"
+        )  # fmt: skip
+
+
+def _make_capturable(optimizer: torch.optim.Optimizer) -> None:
+    """Switches ``optimizer`` to its CUDA-graph-safe form: step counters on the parameters'
+    device, read there rather than on the host."""
+    for group in optimizer.param_groups:
+        if group.get("fused"):
+            continue
+        if "capturable" not in group:
+            raise ConfigurationError(
+                f"{type(optimizer).__name__} has no capturable form, so its step cannot be "
+                "recorded in a CUDA graph; use Adam or AdamW, or training.compile = 'compile'"
+            )
+        group["capturable"] = True
+        for parameter in group["params"]:
+            state = optimizer.state.get(parameter, {})
+            step = state.get("step")
+            if isinstance(step, torch.Tensor) and step.device != parameter.device:
+                state["step"] = step.to(device=parameter.device, dtype=torch.float32)
+
+
+def _tensor_paths(state: Mapping[str, Any]) -> list[tuple[tuple[str, ...], torch.Tensor]]:
+    """Every tensor of the state and of its data groups, with where it is."""
+    found = []
+    for key, value in state.items():
+        if isinstance(value, torch.Tensor):
+            found.append(((key,), value))
+        elif isinstance(value, Mapping):
+            for inner, item in value.items():
+                if isinstance(item, torch.Tensor):
+                    found.append(((key, inner), item))
+    return found
+
+
+def _signature(paths: Sequence[tuple[tuple[str, ...], torch.Tensor]]) -> tuple[Any, ...]:
+    return tuple((path, t.shape, t.dtype, t.device) for path, t in paths)
+
+
+class _Graph:
+    """One recorded update: its graph, input tensors, outputs and the logs it refreshes."""
+
+    def __init__(self) -> None:
+        self.graph = torch.cuda.CUDAGraph()
+        self.inputs: list[torch.Tensor] = []
+        self.result: dict[str, Any] = {}
+        self.logs: list[tuple[dict[str, torch.Tensor], str, torch.Tensor]] = []
+        self.step: Any = None
+
+
+class CapturedUpdate(Callback):
+    """Runs a block of update callbacks as one CUDA graph (see the module's notes).
+
+    The block's callbacks leave the trainer's list; this callback runs their batch hooks, in
+    their order, during the trainer's ``backward`` and forwards ``restore_state``,
+    ``begin_training`` and ``end_training`` to them. They stay what checkpoints and loggers see.
+
+    Args:
+        callbacks: The update callbacks, each ``graph_safe``.
+        device: The CUDA device they train on.
+        warmup: Eager updates before the capture (at least 1: optimizers create their state).
+        name: Unique name.
+
+    Raises:
+        ConfigurationError: If a callback cannot be captured, the device is not CUDA or an
+            optimizer has no capturable form.
+    """
+
+    order: ClassVar[int] = Order.DEFAULT
+    max_graphs: ClassVar[int] = 4
+    """Batch layouts kept recorded (a layout beyond them is run eagerly)."""
+
+    def __init__(
+        self,
+        callbacks: Sequence[Callback],
+        *,
+        device: torch.device | str,
+        warmup: int = 3,
+        name: str = "captured_update",
+    ) -> None:
+        super().__init__(name=name)
+        self.device = torch.device(device)
+        if self.device.type != "cuda":
+            raise ConfigurationError(f"CUDA graphs need a CUDA device; training is on {device}")
+        if warmup < 1:
+            raise ConfigurationError(f"{name}: warmup must be at least 1; got {warmup}")
+        self.inner = sorted(callbacks, key=lambda c: c.order)
+        _refuse_blocked(self.inner)
+        self.warmup = warmup
+        self.eager_steps = 0
+        self.replays = 0
+        self._graphs: dict[tuple[Any, ...], _Graph] = {}
+        self._stream: torch.cuda.Stream | None = None
+        self._optimizers: list[torch.optim.Optimizer] = []
+
+    # Forwarded lifecycle.
+
+    def _forward(self, hook: str, state: Mapping[str, Any]) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        for callback in self.inner:
+            if callback.overrides(hook):
+                result = callback.call_hook(hook, state)
+                if result:
+                    merged.update(result)
+        return merged
+
+    def restore_state(self, **state: Any) -> dict[str, Any]:
+        """The inner callbacks' ``restore_state``."""
+        return self._forward("restore_state", state)
+
+    def begin_training(self, **state: Any) -> dict[str, Any]:
+        """The inner callbacks' ``begin_training``; then the optimizers turn capturable."""
+        result = self._forward("begin_training", state)
+        _refuse_blocked(self.inner)  # a gradient hook may have been set since
+        self._optimizers = [c.optimizer for c in self.inner if isinstance(c, LossCallback)]
+        for optimizer in self._optimizers:
+            _make_capturable(optimizer)
+        return result
+
+    def end_training(self, **state: Any) -> dict[str, Any]:
+        """The inner callbacks' ``end_training``."""
+        return self._forward("end_training", state)
+
+    # The update.
+
+    def _run_block(self, state: dict[str, Any]) -> dict[str, Any]:
+        """The inner callbacks' batch hooks, phase by phase, as the trainer would run them."""
+        merged: dict[str, Any] = {}
+        for hook in _BATCH_HOOKS:
+            for callback in self.inner:
+                if not callback.overrides(hook):
+                    continue
+                result = callback.call_hook(hook, state)
+                if result:
+                    _merge(state, result)
+                    _merge(merged, result)
+        return merged
+
+    def backward(self, **state: Any) -> dict[str, Any]:
+        """One update: eager while warming up, else the recorded graph of this batch layout."""
+        paths = _tensor_paths(state)
+        key = _signature(paths)
+        graph = self._graphs.get(key)
+        if graph is not None:
+            for target, (_, value) in zip(graph.inputs, paths, strict=True):
+                target.copy_(value, non_blocking=True)
+            graph.graph.replay()
+            self.replays += 1
+            for pending, log_key, value in graph.logs:
+                pending[log_key] = value
+            return _restamp(graph.result, graph.step, state.get("bp_step"))
+        if self.eager_steps < self.warmup or len(self._graphs) >= self.max_graphs:
+            return self._eager(state)
+        return self._capture(key, state, paths)
+
+    def _eager(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A warm-up update, on a side stream as CUDA graph capture asks."""
+        stream = self._side_stream()
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            result = self._run_block(_copy_state(state))
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        self.eager_steps += 1
+        return result
+
+    def _capture(
+        self, key: tuple[Any, ...], state: dict[str, Any],
+        paths: Sequence[tuple[tuple[str, ...], torch.Tensor]],
+    ) -> dict[str, Any]:  # fmt: skip
+        """Records this batch's update, then replays it once (capture itself computes nothing)."""
+        torch.cuda.synchronize(self.device)
+        graph = _Graph()
+        static = _copy_state(state)
+        for path, value in paths:
+            copy = value.detach().clone()
+            _set_path(static, path, copy)
+            graph.inputs.append(copy)
+        logged = [c for c in self.inner if hasattr(c, "scalar_logs")]
+        for callback in logged:
+            _ = callback.scalar_logs  # converts what was logged eagerly; pending is now empty
+        for optimizer in self._optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        pool = next(iter(self._graphs.values())).graph.pool() if self._graphs else None
+        graph.step = state.get("bp_step")
+        with torch.cuda.graph(graph.graph, pool=pool, capture_error_mode="thread_local"):
+            graph.result = self._run_block(static)
+        for callback in logged:
+            pending = callback.__dict__.setdefault("_pending_scalars", {})
+            graph.logs += [(pending, k, v) for k, v in pending.items()]
+        self._graphs[key] = graph
+        log.info(
+            "%s: recorded the update as a CUDA graph after %d eager updates (%d layouts)",
+            self.name, self.eager_steps, len(self._graphs),
+        )  # fmt: skip
+        graph.graph.replay()
+        self.replays += 1
+        return graph.result
+
+    def _side_stream(self) -> torch.cuda.Stream:
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(self.device)
+        return self._stream
+
+
+def _copy_state(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The state with its data groups copied one level deep (hooks merge into them)."""
+    return {k: dict(v) if isinstance(v, Mapping) else v for k, v in state.items()}
+
+
+def _set_path(state: dict[str, Any], path: tuple[str, ...], value: torch.Tensor) -> None:
+    if len(path) == 1:
+        state[path[0]] = value
+    else:
+        state[path[0]][path[1]] = value
+
+
+def _restamp(result: dict[str, Any], recorded: Any, now: Any) -> dict[str, Any]:
+    """``result`` with the recording's ``bp_step`` (the step its outputs are stamped with, such
+    as ``policy_log_probs_step``) replaced by this step's."""
+    if not isinstance(recorded, int) or recorded == now:
+        return result
+
+    def stamp(value: Any) -> Any:
+        return now if type(value) is int and value == recorded else value
+
+    return {
+        k: {ik: stamp(iv) for ik, iv in v.items()} if isinstance(v, Mapping) else stamp(v)
+        for k, v in result.items()
+    }
+
+
+def _merge(target: dict[str, Any], update: Mapping[str, Any]) -> None:
+    for key, value in update.items():
+        current = target.get(key)
+        if isinstance(value, Mapping) and isinstance(current, dict):
+            current.update(value)
+        elif isinstance(value, Mapping):
+            target[key] = dict(value)
+        else:
+            target[key] = value
+
+
+def compiled_training_callbacks(
+    callbacks: Sequence[Callback], *, mode: str, device: torch.device
+) -> tuple[list[Callback], str]:
+    """The update callbacks as the trainer should run them under ``training.compile = mode``.
+
+    Returns:
+        ``(callbacks, mode)``: the list (the batch callbacks replaced by one
+        :class:`CapturedUpdate` when CUDA graphs are used) and the mode actually applied, which
+        drops ``cuda_graphs`` with a warning when training is not on a CUDA device.
+
+    Raises:
+        ConfigurationError: If the mode is unknown or a callback cannot be captured.
+    """
+    check_compile_mode(mode)
+    wants_graphs = mode.endswith("cuda_graphs")
+    if wants_graphs and device.type != "cuda":
+        applied = "compile" if mode.startswith("compile") else "none"
+        log.warning(
+            "training.compile = '%s': CUDA graphs need a CUDA device and training is on %s; "
+            "training with '%s' instead", mode, device, applied,
+        )  # fmt: skip
+        mode, wants_graphs = applied, False
+    if mode.startswith("compile"):
+        compile_methods(callbacks)
+    if not wants_graphs:
+        return list(callbacks), mode
+    block = batch_callbacks(callbacks)
+    captured = CapturedUpdate(block, device=device)
+    at = min(callbacks.index(c) for c in block)
+    rest = [c for c in callbacks if c not in block]
+    return [*rest[:at], captured, *rest[at:]], mode
+
+
+__all__ = [
+    "COMPILE_MODES",
+    "CapturedUpdate",
+    "batch_callbacks",
+    "capture_blockers",
+    "check_compile_mode",
+    "compile_methods",
+    "compiled_training_callbacks",
+]
