@@ -115,17 +115,35 @@ def _make_capturable(optimizer: torch.optim.Optimizer) -> None:
                 state["step"] = step.to(device=parameter.device, dtype=torch.float32)
 
 
-def _tensor_paths(state: Mapping[str, Any]) -> list[tuple[tuple[str, ...], torch.Tensor]]:
-    """Every tensor of the state and of its data groups, with where it is."""
+def _tensor_paths(
+    state: Mapping[str, Any], skip: set[tuple[str, ...]], prefix: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], torch.Tensor]]:
+    """Every tensor of the state, in data groups and observation dicts too, with where it is;
+    except those at ``skip`` (what the update itself puts in the state)."""
     found = []
     for key, value in state.items():
+        path = (*prefix, key)
+        if path in skip:
+            continue
         if isinstance(value, torch.Tensor):
-            found.append(((key,), value))
+            found.append((path, value))
         elif isinstance(value, Mapping):
-            for inner, item in value.items():
-                if isinstance(item, torch.Tensor):
-                    found.append(((key, inner), item))
+            found += _tensor_paths(value, skip, path)
     return found
+
+
+def _produced_paths(
+    result: Mapping[str, Any], prefix: tuple[str, ...] = ()
+) -> set[tuple[str, ...]]:
+    """Where an update's result puts values in the state (its leaves, not the groups)."""
+    paths = set()
+    for key, value in result.items():
+        path = (*prefix, key)
+        if isinstance(value, Mapping):
+            paths |= _produced_paths(value, path)
+        else:
+            paths.add(path)
+    return paths
 
 
 def _signature(paths: Sequence[tuple[tuple[str, ...], torch.Tensor]]) -> tuple[Any, ...]:
@@ -186,6 +204,7 @@ class CapturedUpdate(Callback):
         self.replays = 0
         self._graphs: dict[tuple[Any, ...], _Graph] = {}
         self._stream: torch.cuda.Stream | None = None
+        self._produced: set[tuple[str, ...]] = set()
         self._optimizers: list[torch.optim.Optimizer] = []
 
     # Forwarded lifecycle.
@@ -233,7 +252,7 @@ class CapturedUpdate(Callback):
 
     def backward(self, **state: Any) -> dict[str, Any]:
         """One update: eager while warming up, else the recorded graph of this batch layout."""
-        paths = _tensor_paths(state)
+        paths = _tensor_paths(state, self._produced)
         key = _signature(paths)
         graph = self._graphs.get(key)
         if graph is not None:
@@ -244,17 +263,20 @@ class CapturedUpdate(Callback):
             for pending, log_key, value in graph.logs:
                 pending[log_key] = value
             return _restamp(graph.result, graph.step, state.get("bp_step"))
-        if self.eager_steps < self.warmup or len(self._graphs) >= self.max_graphs:
-            return self._eager(state)
+        if self.eager_steps < self.warmup:
+            return self._warm_up(state)
+        if len(self._graphs) >= self.max_graphs:
+            return self._run_block(_copy_state(state))
         return self._capture(key, state, paths)
 
-    def _eager(self, state: dict[str, Any]) -> dict[str, Any]:
-        """A warm-up update, on a side stream as CUDA graph capture asks."""
+    def _warm_up(self, state: dict[str, Any]) -> dict[str, Any]:
+        """An eager update on a side stream, as CUDA graph capture asks of the steps before it."""
         stream = self._side_stream()
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
             result = self._run_block(_copy_state(state))
-        torch.cuda.current_stream(self.device).wait_stream(stream)
+        torch.cuda.synchronize(self.device)
+        self._produced |= _produced_paths(result)
         self.eager_steps += 1
         return result
 
@@ -275,9 +297,10 @@ class CapturedUpdate(Callback):
             _ = callback.scalar_logs  # converts what was logged eagerly; pending is now empty
         for optimizer in self._optimizers:
             optimizer.zero_grad(set_to_none=True)
-        pool = next(iter(self._graphs.values())).graph.pool() if self._graphs else None
         graph.step = state.get("bp_step")
-        with torch.cuda.graph(graph.graph, pool=pool, capture_error_mode="thread_local"):
+        # Each graph has a memory pool of its own: layouts replay in any order, and a shared
+        # pool would let one graph's temporaries overwrite what another keeps between replays.
+        with torch.cuda.graph(graph.graph, capture_error_mode="thread_local"):
             graph.result = self._run_block(static)
         for callback in logged:
             pending = callback.__dict__.setdefault("_pending_scalars", {})
@@ -298,15 +321,14 @@ class CapturedUpdate(Callback):
 
 
 def _copy_state(state: Mapping[str, Any]) -> dict[str, Any]:
-    """The state with its data groups copied one level deep (hooks merge into them)."""
-    return {k: dict(v) if isinstance(v, Mapping) else v for k, v in state.items()}
+    """The state with its dicts copied (hooks merge into data groups; inputs are swapped in)."""
+    return {k: _copy_state(v) if isinstance(v, Mapping) else v for k, v in state.items()}
 
 
 def _set_path(state: dict[str, Any], path: tuple[str, ...], value: torch.Tensor) -> None:
-    if len(path) == 1:
-        state[path[0]] = value
-    else:
-        state[path[0]][path[1]] = value
+    for key in path[:-1]:
+        state = state[key]
+    state[path[-1]] = value
 
 
 def _restamp(result: dict[str, Any], recorded: Any, now: Any) -> dict[str, Any]:
