@@ -94,7 +94,8 @@ class LoggingMixin:
         pending = self.__dict__.get("_pending_scalars")
         if pending:
             pending.pop(key, None)
-        self.scalar_logs[key] = _to_float(value)
+        # Not through the property: reading it would convert (and wait for) pending CUDA values.
+        self.__dict__.setdefault("_scalar_logs", {})[key] = _to_float(value)
 
     def log_windowed_scalar(self, key: str, value: Loggable | Iterable[float]) -> None:
         """Adds one value, or several, to ``key``'s window and cumulative sum.

@@ -63,3 +63,17 @@ def test_state_round_trips_through_state_dict_and_weights_only_load(tmp_path) ->
     assert restored.windowed_scalar_cumulative == logged.windowed_scalar_cumulative
     restored.log_windowed_scalar("short", 9.0)  # the per-key window length survived
     assert list(restored.windowed_scalar["short"]) == [5.0, 9.0]
+
+
+def test_logging_a_number_leaves_values_waiting_on_the_device_unconverted() -> None:
+    """Converting a pending CUDA value waits for the GPU (and is illegal while a CUDA graph is
+    recorded), so only reading ``scalar_logs`` converts; logging another key must not."""
+    logs = LoggingMixin()
+    waiting = torch.tensor([1.5, 2.5])
+    logs.__dict__["_pending_scalars"] = {"loss": waiting}
+    logs.log_scalar("lr", 3e-4)
+    assert logs.__dict__["_pending_scalars"] == {"loss": waiting}
+    assert logs.scalar_logs == {"loss": 2.0, "lr": pytest.approx(3e-4)}
+    assert logs.__dict__["_pending_scalars"] == {}
+    logs.log_scalar("loss", 7.0)  # a newer value replaces the pending one
+    assert logs.scalar_logs["loss"] == 7.0
