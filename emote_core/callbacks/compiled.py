@@ -100,8 +100,6 @@ def _make_capturable(optimizer: torch.optim.Optimizer) -> None:
     """Switches ``optimizer`` to its CUDA-graph-safe form: step counters on the parameters'
     device, read there rather than on the host."""
     for group in optimizer.param_groups:
-        if group.get("fused"):
-            continue
         if "capturable" not in group:
             raise ConfigurationError(
                 f"{type(optimizer).__name__} has no capturable form, so its step cannot be "
