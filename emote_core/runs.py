@@ -178,13 +178,14 @@ RESUMABLE_SETTINGS = (
     "training.checkpoint_interval",
     "training.export_interval",
     "training.publish_interval",
+    "training.compile",
     "memory.follow_interval",
     "memory.follow_min_seconds",
     "eval.",
     "logging.",
 )
 """Recipe keys (or ``section.`` prefixes) that ``--resume --set`` may change: how long the run
-goes on, how it logs, checkpoints and evaluates. Every other key shapes what the checkpoint holds
+goes on, how it logs, checkpoints and evaluates, and how its updates run (``training.compile``). Every other key shapes what the checkpoint holds
 (networks, optimisers, the environment, the memory) and stays as the run began."""
 
 

@@ -149,8 +149,10 @@ class LossCallback(LoggingMixin, Callback, ABC):
         if saved is None:
             return
         current_lrs = [group["lr"] for group in self.optimizer.param_groups]
+        capturable = [group.get("capturable") for group in self.optimizer.param_groups]
         if load_optimizer:
             self.optimizer.load_state_dict(saved)
+            _keep_capturable(self.optimizer, capturable)
             if self.lr_schedule is not None and "lr_schedule_state_dict" in state_dict:
                 self.lr_schedule.load_state_dict(state_dict["lr_schedule_state_dict"])
         groups = self.optimizer.param_groups
@@ -160,6 +162,21 @@ class LossCallback(LoggingMixin, Callback, ABC):
         else:
             for group, lr in zip(groups, current_lrs, strict=True):
                 group["lr"] = lr
+
+
+def _keep_capturable(optimizer: torch.optim.Optimizer, capturable: list[bool | None]) -> None:
+    """Keeps the optimizer's own ``capturable`` flags (CUDA-graph training sets them, eager
+    training on a CPU cannot step with them) and its step counters where they then belong."""
+    for group, flag in zip(optimizer.param_groups, capturable, strict=True):
+        if flag is None or group.get("capturable") == flag:
+            continue
+        group["capturable"] = flag
+        for parameter in group["params"]:
+            state = optimizer.state.get(parameter, {})
+            step = state.get("step")
+            if isinstance(step, torch.Tensor):
+                device = parameter.device if flag or group.get("fused") else torch.device("cpu")
+                state["step"] = step.to(device=device, dtype=torch.float32)
 
 
 __all__ = ["LossCallback"]

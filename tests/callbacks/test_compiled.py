@@ -217,3 +217,18 @@ def test_replayed_logs_follow_the_latest_update_and_a_new_batch_size_records_aga
     train([captured], loader, 2)
     assert len(captured._graphs) == 2
     assert all(torch.isfinite(w).all() for w in weights(callbacks))
+
+
+def test_a_checkpoint_of_capturable_optimizers_resumes_eagerly_on_the_cpu() -> None:
+    """A CUDA-graph run saves capturable Adam groups; eager CPU training cannot step with them."""
+    trained, loader = sac("cpu")
+    train(trained, loader, 2)
+    saved = trained[1].state_dict()
+    saved["optimizer_state_dict"]["param_groups"][0]["capturable"] = True
+    resumed, loader = sac("cpu")
+    resumed[1].load_state_dict(saved)
+    group = resumed[1].optimizer.param_groups[0]
+    assert group["capturable"] is False
+    assert all(state["step"].device.type == "cpu" for state in resumed[1].optimizer.state.values())
+    train(resumed, loader, 2)  # steps without "capturable" errors
+    assert resumed[1].optimizer.state[group["params"][0]]["step"].item() == 4
