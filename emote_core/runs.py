@@ -185,8 +185,9 @@ RESUMABLE_SETTINGS = (
     "logging.",
 )
 """Recipe keys (or ``section.`` prefixes) that ``--resume --set`` may change: how long the run
-goes on, how it logs, checkpoints and evaluates, and how its updates run (``training.compile``). Every other key shapes what the checkpoint holds
-(networks, optimisers, the environment, the memory) and stays as the run began."""
+goes on, how it logs, checkpoints and evaluates, and how its updates run (``training.compile``).
+Every other key shapes what the checkpoint holds (networks, optimisers, the environment, the
+memory) and stays as the run began."""
 
 
 def resume_changes(current: Recipe, requested: Recipe, *, run_path: Path) -> dict[str, list[Any]]:
