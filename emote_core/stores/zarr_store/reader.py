@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
-import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +15,7 @@ from emote_core.errors import FormatError
 from emote_core.stores.locations import storage_errors
 from emote_core.stores.stored import ColumnSchema, EpisodeRecord, StoredTable
 from emote_core.stores.summary import bytes_on_disk, columns_summary, episode_summary
+from emote_core.stores.zarr_store.acceleration import FAST_CRC32, crc32, open_array
 from emote_core.stores.zarr_store.commits import shard_commit
 from emote_core.stores.zarr_store.groups import child_names, open_group
 from emote_core.stores.zarr_store.layout import (
@@ -105,7 +106,7 @@ def episode_rows(
 def damaged_episodes(
     columns: list[StoreColumn],
     table: dict[str, np.ndarray],
-    data: dict[str, tuple[np.ndarray, np.ndarray]],
+    data: Mapping[str, tuple[np.ndarray, np.ndarray | None]],
     indices: np.ndarray,
     *,
     row_base: Mapping[str, int] | None = None,
@@ -117,27 +118,30 @@ def damaged_episodes(
     Args:
         columns: The stored columns, in the store's order (the order checksums chain them in).
         table: The shard's committed episode table (or a run of its rows).
-        data: Each column's rows and unreadable-row mask (:func:`read_rows`).
+        data: Each column's rows and unreadable-row mask (:func:`read_rows`; ``None`` when
+            every row was read).
         indices: The episodes to check.
         row_base: Per column, the row of the column that ``data``'s first row is (0 when
             ``data`` starts at the column's first row).
     """
-    checksums = np.zeros(len(indices), dtype=np.uint32)
-    unreadable = np.zeros(len(indices), dtype=bool)
-    for column in columns:
-        values, bad = data[column.name]
-        starts, stops = episode_rows(column.rows, table, indices)
-        base = (row_base or {}).get(column.name, 0)
-        starts, stops = starts - base, stops - base
-        for j, (start, stop) in enumerate(zip(starts.tolist(), stops.tolist(), strict=True)):
-            if unreadable[j]:
-                continue
-            if stop > len(values) or bad[start:stop].any():
-                unreadable[j] = True
-                continue
-            checksums[j] = zlib.crc32(
-                memoryview(np.ascontiguousarray(values[start:stop])).cast("B"), int(checksums[j])
+    rows = [
+        (data[c.name], *episode_rows(c.rows, table, indices), (row_base or {}).get(c.name, 0))
+        for c in columns
+    ]
+    parts = 1 if FAST_CRC32 else min(len(indices), os.cpu_count() or 1, 4)
+    if parts > 1 and sum(v.nbytes for (v, _), *_ in rows) > PARALLEL_CHECKSUM_BYTES:
+        from concurrent.futures import ThreadPoolExecutor
+
+        # zlib's crc32 lets go of the GIL: spread the episodes over threads
+        bounds = np.linspace(0, len(indices), parts + 1).astype(int)
+        with ThreadPoolExecutor(parts) as pool:
+            found = list(
+                pool.map(lambda b: _checksums(rows, slice(*b)), itertools.pairwise(bounds))
             )
+        checksums = np.concatenate([f[0] for f in found])
+        unreadable = np.concatenate([f[1] for f in found])
+    else:
+        checksums, unreadable = _checksums(rows, slice(0, len(indices)))
     damaged = unreadable | (checksums != table["checksum"][indices])
     if TABLE_CHECKSUM in table:
         expected = table[TABLE_CHECKSUM]
@@ -145,6 +149,46 @@ def damaged_episodes(
         damaged[~inside] = True  # committed rows the checksum array does not reach
         damaged[inside] |= table_checksums(table, indices[inside]) != expected[indices[inside]]
     return damaged
+
+
+PARALLEL_CHECKSUM_BYTES = 16 << 20
+"""Above this many bytes, zlib's crc32 (without zlib-ng) runs on several threads."""
+
+
+def _checksums(
+    rows: list[tuple[tuple[np.ndarray, np.ndarray | None], np.ndarray, np.ndarray, int]],
+    part: slice,
+) -> tuple[np.ndarray, np.ndarray]:
+    """crc32 of each episode of ``part`` chained over the columns, and which are unreadable."""
+    count = len(range(*part.indices(len(rows[0][1])))) if rows else 0
+    checksums = np.zeros(count, dtype=np.uint32)
+    unreadable = np.zeros(count, dtype=bool)
+    for (values, bad), starts, stops, base in rows:
+        starts, stops = starts[part] - base, stops[part] - base
+        for j, (start, stop) in enumerate(zip(starts.tolist(), stops.tolist(), strict=True)):
+            if unreadable[j]:
+                continue
+            if start < 0 or stop > len(values) or (bad is not None and bad[start:stop].any()):
+                unreadable[j] = True
+                continue
+            checksums[j] = crc32(
+                memoryview(np.ascontiguousarray(values[start:stop])).cast("B"), int(checksums[j])
+            )
+    return checksums, unreadable
+
+
+async def _read_fields(group: Any, fields: list[str], count: int) -> list[Any]:
+    """The first ``count`` rows of each episode-table field of a shard, read concurrently: per
+    field its rows, its row count where it holds fewer, or the error reading it raised."""
+    import asyncio
+
+    async def read(field: str) -> np.ndarray | int:
+        array = await group._async_group.getitem(f"{EPISODES}/{field}")
+        if array.shape[0] < count:
+            return int(array.shape[0])
+        return np.asarray(await array.getitem(slice(0, count)))
+
+    return await asyncio.gather(*(read(field) for field in fields), return_exceptions=True)
 
 
 class MemoryStore:
@@ -203,31 +247,27 @@ class MemoryStore:
         if count == 0:  # nothing committed: its arrays may not even exist yet
             empty = {f: np.zeros((0, *sh), dtype) for f, (dtype, sh) in EPISODE_FIELDS.items()}
             return ShardView(name, group, commit, empty)
+        from zarr.core.sync import sync
+
+        fields = [*EPISODE_FIELDS, TABLE_CHECKSUM]
+        found = sync(_read_fields(group, fields, count))  # all at once: ~5x faster than in turn
         table = {}
-        for field in EPISODE_FIELDS:
-            try:
-                array = group[f"{EPISODES}/{field}"]
-                if array.shape[0] < count:
-                    raise FormatError(
-                        f"{where}: {path}/{EPISODES}/{field} has {array.shape[0]} rows but the "
-                        f"commit counts {count} episodes"
-                    )
-                table[field] = array[:count]
-            except FormatError:
-                raise
-            except Exception as error:  # missing or undecodable metadata or chunks
+        for field, value in zip(fields, found, strict=True):
+            if isinstance(value, np.ndarray):
+                table[field] = value
+            elif isinstance(value, int):
+                raise FormatError(
+                    f"{where}: {path}/{EPISODES}/{field} has {value} rows but the "
+                    f"commit counts {count} episodes"
+                )
+            elif field == TABLE_CHECKSUM and isinstance(value, KeyError):
+                continue  # shards written before it have none
+            else:  # missing or undecodable metadata or chunks
+                text = str(value).splitlines()[0] if str(value) else ""
                 raise FormatError(
                     f"{where}: {path}/{EPISODES}/{field} is unreadable "
-                    f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
-                ) from error
-        if TABLE_CHECKSUM in group[EPISODES]:  # shards written before it have none
-            try:
-                table[TABLE_CHECKSUM] = group[f"{EPISODES}/{TABLE_CHECKSUM}"][:count]
-            except Exception as error:
-                raise FormatError(
-                    f"{where}: {path}/{EPISODES}/{TABLE_CHECKSUM} is unreadable "
-                    f"({type(error).__name__})"
-                ) from error
+                    f"({type(value).__name__}: {text})"
+                ) from value
         return ShardView(name, group, commit, table)
 
     def check_readable(self) -> None:
@@ -307,7 +347,7 @@ class MemoryStore:
         """A column's committed rows and unreadable-row mask (nothing readable: empty)."""
         path = f"{SHARDS}/{shard.name}/{COLUMNS}/{name}"
         try:
-            array = shard.group[f"{COLUMNS}/{name}"]
+            array = open_array(shard.group, f"{COLUMNS}/{name}")
         except Exception as error:  # missing or unparseable array metadata
             problems.append(f"{path}/zarr.json is unreadable ({type(error).__name__})")
             return np.zeros(0), np.zeros(0, dtype=bool)
