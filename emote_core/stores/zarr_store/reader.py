@@ -171,9 +171,7 @@ def _checksums(
             if start < 0 or stop > len(values) or (bad is not None and bad[start:stop].any()):
                 unreadable[j] = True
                 continue
-            checksums[j] = crc32(
-                memoryview(np.ascontiguousarray(values[start:stop])).cast("B"), int(checksums[j])
-            )
+            checksums[j] = crc32(np.ascontiguousarray(values[start:stop]), int(checksums[j]))
     return checksums, unreadable
 
 
@@ -250,7 +248,7 @@ class MemoryStore:
         from zarr.core.sync import sync
 
         fields = [*EPISODE_FIELDS, TABLE_CHECKSUM]
-        found = sync(_read_fields(group, fields, count))  # all at once: ~5x faster than in turn
+        found = sync(_read_fields(group, fields, count))  # at once: ~2x faster than in turn
         table = {}
         for field, value in zip(fields, found, strict=True):
             if isinstance(value, np.ndarray):
