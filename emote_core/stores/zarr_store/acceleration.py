@@ -87,6 +87,23 @@ def open_array(group: Any, path: str) -> Any:
     return group[path]
 
 
+def uses_zarrs(array: Any) -> bool:
+    """Whether ``array`` decodes through the zarrs pipeline."""
+    pipeline = getattr(getattr(array, "_async_array", None), "codec_pipeline", None)
+    return type(pipeline).__module__.split(".")[0] == "zarrs"
+
+
+def with_default_pipeline(array: Any) -> Any:
+    """``array`` opened again with zarr's default codec pipeline: what a read that failed under
+    zarrs retries with, so that only what zarr itself cannot decode is called damage (and a
+    zarrs that does not fit the installed zarr costs speed, never data)."""
+    import zarr
+
+    default = zarr.config.defaults[0]["codec_pipeline"]["path"]
+    with zarr.config.set({"codec_pipeline.path": default}):
+        return zarr.open_array(store=array.store, path=array.path, mode="r", zarr_format=3)
+
+
 __all__ = [
     "FAST_CRC32",
     "ZARRS_PIPELINE",
@@ -95,6 +112,8 @@ __all__ = [
     "open_array",
     "reading_config",
     "reads_with_zarrs",
+    "uses_zarrs",
+    "with_default_pipeline",
     "zarrs_enabled",
     "zarrs_installed",
 ]

@@ -15,7 +15,13 @@ from emote_core.errors import FormatError
 from emote_core.stores.locations import storage_errors
 from emote_core.stores.stored import ColumnSchema, EpisodeRecord, StoredTable
 from emote_core.stores.summary import bytes_on_disk, columns_summary, episode_summary
-from emote_core.stores.zarr_store.acceleration import FAST_CRC32, crc32, open_array
+from emote_core.stores.zarr_store.acceleration import (
+    FAST_CRC32,
+    crc32,
+    open_array,
+    uses_zarrs,
+    with_default_pipeline,
+)
 from emote_core.stores.zarr_store.commits import shard_commit
 from emote_core.stores.zarr_store.groups import child_names, open_group
 from emote_core.stores.zarr_store.layout import (
@@ -62,8 +68,9 @@ def read_rows(array: Any, rows: int, *, start: int = 0) -> tuple[np.ndarray, np.
     with zarr.config.set({"threading.max_workers": os.cpu_count() or 1}):
         try:
             return array[start:rows], np.zeros(rows - start, dtype=bool), []
-        except Exception:  # a damaged chunk somewhere: find which
-            pass
+        except Exception:  # a damaged chunk somewhere: find which, with zarr's own pipeline
+            if uses_zarrs(array):
+                array = with_default_pipeline(array)
         data = np.zeros((rows - start, *array.shape[1:]), dtype=array.dtype)
         bad = np.zeros(rows - start, dtype=bool)
         problems = []

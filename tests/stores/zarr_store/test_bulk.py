@@ -310,3 +310,23 @@ def test_bulk_steps_aside_for_a_table_that_holds_episodes(kit, tmp_path):
     target.add_sequence(5, dict(kit.make(5)[1]))
     assert bulk.load_in_bulk(target, [MemoryStore(url)], [None], skip_damaged=False) is None
     assert target.episode_count == 1
+
+
+def test_a_zarrs_that_fails_to_read_costs_speed_never_data(kit, tmp_path, monkeypatch, caplog):
+    zarrs = pytest.importorskip("zarrs")
+    from emote_core.stores.zarr_store.verify import verify_store
+
+    url = str(tmp_path / "s.zarr")
+    write_shards(kit, url, {"main": [range(0, 9)]})
+
+    async def broken(*args, **kwargs):
+        raise RuntimeError("a zarrs that does not fit this zarr")
+
+    monkeypatch.setattr(zarrs.ZarrsCodecPipeline, "read", broken)
+    loaded = table()
+    with caplog.at_level(logging.WARNING):
+        assert tables.load_table(loaded, [url]) == 9
+        assert verify_store(url).ok
+    assert not caplog.records
+    for record in loaded.episodes():
+        kit.check(record)
