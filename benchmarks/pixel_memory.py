@@ -13,7 +13,7 @@ random actions). Stages, each beside a reference measured in the same run:
 - sample: batches of 256 windows of 1 from the table (stacks rebuilt from frames).
 Then the same episodes go into a table of each layout, saved, loaded back and sampled.
 
-Run: ``python benchmarks/pixel_memory.py [--transitions 5000]`` (CPU, one torch thread; CarRacing
+Run: ``python benchmarks/pixel_memory.py [--transitions 2000]`` (CPU, one torch thread; CarRacing
 needs ``gymnasium[box2d]``, which emote's default install has).
 """
 
@@ -187,7 +187,7 @@ def measure(name: str, spaces: MDPSpace, episodes: list, root: Path) -> dict[str
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--transitions", type=int, default=5_000, help="CarRacing steps to store")
+    parser.add_argument("--transitions", type=int, default=2_000, help="CarRacing steps to collect")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(1)
