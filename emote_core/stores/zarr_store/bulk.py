@@ -18,13 +18,9 @@ import numpy as np
 from emote_core.errors import FormatError, MemoryTableError
 from emote_core.stores.stored import check_schema
 from emote_core.stores.zarr_store.acceleration import open_array, reading_config
+from emote_core.stores.zarr_store.checks import damaged_episodes, episode_rows
 from emote_core.stores.zarr_store.layout import COLUMNS, RowKind, StoreColumn
-from emote_core.stores.zarr_store.reader import (
-    MemoryStore,
-    ShardView,
-    damaged_episodes,
-    episode_rows,
-)
+from emote_core.stores.zarr_store.reader import MemoryStore, ShardView
 from emote_core.typing import EpisodeState
 
 if TYPE_CHECKING:
