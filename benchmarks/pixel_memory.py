@@ -1,12 +1,19 @@
-"""Pixel memory: bytes per transition of frame-stacked observations, stored once per frame
-(emote's layout) beside a naive layout that stores every stack whole, in RAM and on disk.
+"""Pixel memory: transitions/s at each stage of pixel observations' way through emote, and
+bytes per transition of frame-stacked observations stored once per frame (emote's layout) beside
+a naive layout that stores every stack whole, in RAM and on disk.
 
 Workload: real frames of ``emote/PixelCarRacing-v0`` (84x84 RGB ``uint8``, 3 frames stacked,
-random actions), the same episodes added to both tables and saved to an emote-memory Zarr store
-each; then each store is loaded back and sampled (batch 256, windows of 1), with the rate of each
-stage in transitions/s.
+random actions). Stages, each beside a reference measured in the same run:
+- collect: ``emote collect``'s ``collect_to_store`` (env + collection + store appends), against
+  stepping the bare environment with random actions;
+- store: the loaded table written to a new store (``save_table``), against ``np.save`` of the
+  same columns;
+- load: the collected store into a table, against ``np.load`` of the same columns (first loads
+  with both sides' files dropped from the page cache, and repeat loads);
+- sample: batches of 256 windows of 1 from the table (stacks rebuilt from frames).
+Then the same episodes go into a table of each layout, saved, loaded back and sampled.
 
-Run: ``python benchmarks/pixel_memory.py [--transitions 5000]`` (CPU, one torch thread; CarRacing
+Run: ``python benchmarks/pixel_memory.py [--transitions 2000]`` (CPU, one torch thread; CarRacing
 needs ``gymnasium[box2d]``, which emote's default install has).
 """
 
@@ -21,12 +28,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from store_bench import drop_cached
 
 from emote_core.assembly.builders import make_env
 from emote_core.env import PIXEL_CAR_RACING_ID
 from emote_core.memory import DictObsMemoryTable
+from emote_core.memory.frame_stacks import FRAME_PREFIX, stack_frames
 from emote_core.recipes import load_recipe
 from emote_core.spaces import DictSpace, MDPSpace
+from emote_core.stores.zarr_store.acceleration import FAST_CRC32, zarrs_enabled
+from emote_core.stores.zarr_store.reader import MemoryStore
 from emote_core.stores.zarr_store.tables import load_table, save_table
 
 BATCH = 256
@@ -38,25 +49,100 @@ def naive(spaces: MDPSpace) -> MDPSpace:
     return MDPSpace(rewards=spaces.rewards, actions=spaces.actions, state=DictSpace(state))
 
 
-def collect(transitions: int, seed: int) -> tuple[MDPSpace, list[tuple[int, dict, object]]]:
-    """Whole episodes of random CarRacing driving, about ``transitions`` in all, as
-    ``emote collect --policy random`` plays them."""
-    from emote_core.assembly.compatibility import collect_agent
-    from emote_core.env import BatchGymCollector
+def recipe_for(seed: int):
+    return load_recipe("sac_hit_the_middle", [f'env.id="{PIXEL_CAR_RACING_ID}"', f"seed={seed}"])
 
-    recipe = load_recipe("sac_hit_the_middle", [f'env.id="{PIXEL_CAR_RACING_ID}"', f"seed={seed}"])
-    env = make_env(recipe)
-    agent, _ = collect_agent("random", recipe, env, torch.device("cpu"))
-    episodes: list[tuple[int, dict, object]] = []
-    collector = BatchGymCollector(
-        env=env, agent=agent, seed=seed, on_episode=lambda *episode: episodes.append(episode)
-    )
-    steps = 0
-    while steps < transitions:
-        steps += collector.collect(100)
-    collector.cut()
-    env.close()
-    return env.spaces, episodes
+
+def bare_steps_per_second(seed: int, steps: int = 300) -> float:
+    """The vector environment emote steps, alone: cached random actions; it resets finished
+    episodes itself."""
+    from emote_core.env import make_vector_env
+
+    vector = make_vector_env(PIXEL_CAR_RACING_ID, num_envs=1)
+    vector.reset(seed=seed)
+    vector.action_space.seed(seed)
+    actions = [vector.action_space.sample() for _ in range(steps)]
+    started = time.perf_counter()
+    for action in actions:
+        vector.step(action)
+    seconds = time.perf_counter() - started
+    vector.close()
+    return steps / seconds
+
+
+def collect(transitions: int, seed: int, store: Path) -> float:
+    """Random CarRacing driving into ``store`` as ``emote collect --policy random --steps``
+    runs it; returns the env steps per second it reports."""
+    from emote_core.assembly.collection import collect_to_store
+
+    result = collect_to_store(recipe_for(seed), str(store), steps=transitions, num_envs=1)
+    return float(result.summary["env_steps_per_second"])
+
+
+def stages(store: Path, root: Path, spaces: MDPSpace) -> tuple[dict, list]:
+    """Load, store and sample rates of the collected store, each with its reference; and the
+    episodes in the form agents see them (whole stacks)."""
+    collected = MemoryStore(store)
+    maxlen = 2 * collected.transition_count
+    episodes = list(collected.episodes())
+    transitions = sum(len(data["rewards"]) for _, data, _ in episodes)
+    names = [c.name for c in collected.columns]
+    for name in names:
+        np.save(root / f"{name}.npy", np.concatenate([data[name] for _, data, _ in episodes]))
+    npy_files = [root / f"{name}.npy" for name in names]
+    store_files = [p for p in store.rglob("*") if p.is_file()]
+
+    def numpy_load() -> float:
+        started = time.perf_counter()
+        loaded = [np.load(path) for path in npy_files]
+        del loaded
+        return time.perf_counter() - started
+
+    def store_load() -> tuple[float, DictObsMemoryTable]:
+        table = DictObsMemoryTable(spaces=spaces, maxlen=maxlen, seed=0)
+        started = time.perf_counter()
+        load_table(table, [store])
+        return time.perf_counter() - started, table
+
+    drop_cached(npy_files)
+    first_numpy = numpy_load()
+    drop_cached(store_files)
+    first, table = store_load()
+    repeat = float(np.median([store_load()[0] for _ in range(3)]))
+    repeat_numpy = float(np.median([numpy_load() for _ in range(3)]))
+
+    started = time.perf_counter()
+    save_table(table, root / "copy.zarr", spaces=spaces.to_json())
+    save_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    for name in names:
+        np.save(root / f"copy-{name}.npy", np.load(root / f"{name}.npy", mmap_mode="r"))
+    numpy_save = time.perf_counter() - started
+
+    table.sample(BATCH, 1)
+    rounds, started = 0, time.perf_counter()
+    while time.perf_counter() - started < 2.0:
+        table.sample(BATCH, 1)
+        rounds += 1
+    sample_seconds = (time.perf_counter() - started) / rounds
+    rates = {
+        "store": (transitions / save_seconds, transitions / numpy_save),
+        "load (first)": (transitions / first, transitions / first_numpy),
+        "load (repeat)": (transitions / repeat, transitions / repeat_numpy),
+        "sample": (BATCH / sample_seconds, None),
+    }
+    stacks = {key: space.frames for key, space in spaces.state.spaces.items() if space.frames > 1}
+    agent_form = [
+        (identity, _stacked(data, stacks), end) for identity, data, end in episodes
+    ]  # as agents saw them: whole stacks
+    return rates, agent_form
+
+
+def _stacked(data: dict, stacks: dict[str, int]) -> dict:
+    whole = {k: v for k, v in data.items() if not k.startswith(FRAME_PREFIX)}
+    for key, count in stacks.items():
+        whole[key] = stack_frames(data[FRAME_PREFIX + key], count)
+    return whole
 
 
 def directory_bytes(path: Path) -> int:
@@ -101,21 +187,41 @@ def measure(name: str, spaces: MDPSpace, episodes: list, root: Path) -> dict[str
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--transitions", type=int, default=5_000, help="CarRacing steps to store")
+    parser.add_argument("--transitions", type=int, default=2_000, help="CarRacing steps to collect")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    started = time.perf_counter()
-    spaces, episodes = collect(args.transitions, args.seed)
-    collect_seconds = time.perf_counter() - started
+    env = make_env(recipe_for(args.seed))
+    spaces = env.spaces
+    env.close()
+    bare = bare_steps_per_second(args.seed)
+    scratch_folder = tempfile.TemporaryDirectory()
+    root = Path(scratch_folder.name)
+    collected = collect(args.transitions, args.seed, root / "collected.zarr")
+    rates, episodes = stages(root / "collected.zarr", root, spaces)
+    rates = {"collect": (collected, bare), **rates}
     entry = spaces.state[spaces.state.keys()[0]]
     frame_bytes = int(np.prod(entry.frame_shape)) * entry.dtype.itemsize
     print(
         f"{PIXEL_CAR_RACING_ID}: {sum(len(e[1]['rewards']) for e in episodes)} transitions in "
         f"{len(episodes)} episodes, {entry.shape} {entry.dtype} = {entry.frames} frames of "
-        f"{entry.frame_shape} ({frame_bytes:,} bytes a frame); collected at "
-        f"{sum(len(e[1]['rewards']) for e in episodes) / collect_seconds:,.0f} steps/s"
+        f"{entry.frame_shape} ({frame_bytes:,} bytes a frame); zarrs pipeline "
+        f"{'on' if zarrs_enabled() else 'off (not installed)'}, zlib-ng crc32 "
+        f"{'on' if FAST_CRC32 else 'off'}"
     )
+    references = {
+        "collect": "bare env stepping, random actions",
+        "store": "np.save of the same columns",
+        "load (first)": "np.load, files dropped from the page cache",
+        "load (repeat)": "np.load, files cached",
+        "sample": "batch 256, windows of 1",
+    }
+    print(f"  {'stage':<16}{'emote tr/s':>14}{'reference tr/s':>16}  reference")
+    for stage, (ours, reference) in rates.items():
+        shown = f"{reference:>16,.0f}" if reference else f"{'-':>16}"
+        ratio = f" ({ours / reference:.2f}x)" if reference else ""
+        print(f"  {stage:<16}{ours:>14,.0f}{shown}  {references[stage]}{ratio}")
+    scratch_folder.cleanup()
     with tempfile.TemporaryDirectory() as scratch:
         rows = {
             "emote (one frame per step)": measure("frames", spaces, episodes, Path(scratch)),

@@ -3,7 +3,10 @@
 Workload: 1,000,000 transitions in 1,000-step episodes; float32 obs[32], actions[2], rewards[1]
 (random values: the worst case for compression).
 - append: batched ShardWriter appends, against writing the same columns with ``np.save``;
-- load: the whole store into an ArrayMemoryTable, against ``np.load`` of the same columns;
+- load: the whole store into an ArrayMemoryTable, against ``np.load`` of the same columns: first
+  loads (both sides' files dropped from the page cache with ``posix_fadvise(DONTNEED)`` before
+  each) and repeat loads (files cached), medians, with zarr's default codec pipeline and with
+  the zarrs pipeline where it is installed (the ``fast`` extra);
 - size on disk against the raw bytes of the columns;
 - ``emote memory inspect --json`` wall time (a fresh process, as a user runs it);
 - ``verify`` throughput in MB/s of column data checked.
@@ -13,11 +16,13 @@ Run: ``python benchmarks/store_bench.py`` (or ``nox -s bench``).
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +33,7 @@ from emote_core.memory.strategies import FifoEjectionStrategy, UniformSampleStra
 from emote_core.memory.table import ArrayMemoryTable
 from emote_core.stores.stored import ColumnSchema
 from emote_core.stores.summary import bytes_on_disk
-from emote_core.stores.zarr_store import ShardWriter, create_store, store_columns
+from emote_core.stores.zarr_store import ShardWriter, acceleration, create_store, store_columns
 from emote_core.stores.zarr_store.tables import BATCH_BYTES, load_table
 from emote_core.stores.zarr_store.verify import verify_store
 from emote_core.typing import EpisodeState
@@ -112,9 +117,13 @@ def main() -> None:
             assert target.size() == TRANSITIONS
             return seconds
 
-        first_numpy, first_load = numpy_load(), store_load()  # fresh memory, warm file cache
-        numpy_seconds = min(numpy_load() for _ in range(3))
-        load_seconds = min(store_load() for _ in range(3))
+        npy_files = [root / f"{name}.npy" for name in ("obs", "actions", "rewards")]
+        store_files = [p for p in Path(url).rglob("*") if p.is_file()]
+        loads = {}
+        for pipeline in pipelines():
+            with zarrs_switched(pipeline == "zarrs"):
+                store_load()  # warm the imports and the allocator
+                loads[pipeline] = load_figures(numpy_load, store_load, npy_files, store_files)
         checksum_share = checksum_cost(store_load)
 
         inspect_runs = []
@@ -138,11 +147,14 @@ def main() -> None:
     print(f"{'measure':<40}{'emote store':>16}{'baseline':>16}  target")
     print(f"{'append, M transitions/s':<40}{TRANSITIONS / append_seconds / 1e6:>16.2f}"
           f"{TRANSITIONS / save_seconds / 1e6:>16.2f}  >= 1 M/s (baseline: np.save)")  # fmt: skip
-    print(f"{'load into a table (first), s':<40}{first_load:>16.3f}{first_numpy:>16.3f}"
-          f"  <= 2x np.load: {first_load / first_numpy:.2f}x")  # fmt: skip
-    ratio = load_seconds / numpy_seconds
-    print(f"{'load into a table (repeat, best of 3), s':<40}{load_seconds:>16.3f}"
-          f"{numpy_seconds:>16.3f}  <= 2x np.load: {ratio:.2f}x")  # fmt: skip
+    for pipeline, (first, first_numpy, repeat, repeat_numpy) in loads.items():
+        for what, seconds, numpy_seconds in [
+            ("first", first, first_numpy),
+            ("repeat", repeat, repeat_numpy),
+        ]:
+            label = f"load ({what}, {pipeline}), s"
+            print(f"{label:<40}{seconds:>16.3f}{numpy_seconds:>16.3f}  <= 2x np.load: "
+                  f"{seconds / numpy_seconds:.2f}x")  # fmt: skip
     print(f"{'checksums while loading, share of load':<40}{checksum_share:>16.1%}{'-':>16}"
           "  <= 10% of load time")  # fmt: skip
     print(f"{'size on disk, MB':<40}{disk / 1e6:>16.1f}{raw / 1e6:>16.1f}"
@@ -153,10 +165,56 @@ def main() -> None:
           f"  ({report.bytes_checked / 1e6:.0f} MB in {report.seconds:.2f} s)")  # fmt: skip
 
 
+def pipelines() -> list[str]:
+    """The codec pipelines to measure: zarr's default, and zarrs where it is installed."""
+    return ["zarr default", *(["zarrs"] if acceleration.zarrs_installed() else [])]
+
+
+@contextmanager
+def zarrs_switched(on: bool):
+    """Stores read with the zarrs pipeline (where installed) or zarr's default one."""
+    before = os.environ.get(acceleration.ZARRS_SWITCH)
+    os.environ[acceleration.ZARRS_SWITCH] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[acceleration.ZARRS_SWITCH]
+        else:
+            os.environ[acceleration.ZARRS_SWITCH] = before
+
+
+def drop_cached(files: list[Path]) -> None:
+    """Asks the kernel to drop ``files`` from the page cache (flushed first), so the next read
+    comes from disk: a first load without root's ``drop_caches``."""
+    for path in files:
+        descriptor = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+            os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(descriptor)
+
+
+def load_figures(numpy_load, store_load, npy_files, store_files) -> tuple[float, ...]:
+    """Medians of first loads (page cache dropped before each, for np.load's files and the
+    store's alike) and of repeat loads (files cached), np.load and the store taking turns."""
+    first, first_numpy, repeat, repeat_numpy = [], [], [], []
+    for _ in range(3):
+        drop_cached(npy_files)
+        first_numpy.append(numpy_load())
+        drop_cached(store_files)
+        first.append(store_load())
+    for _ in range(5):
+        repeat_numpy.append(numpy_load())
+        repeat.append(store_load())
+    return tuple(float(np.median(x)) for x in (first, first_numpy, repeat, repeat_numpy))
+
+
 def checksum_cost(store_load) -> float:
     """The share of a load spent checking episode checksums (best of 3 loads, each timed whole
     and in ``damaged_episodes``, which the reader calls once per shard)."""
-    from emote_core.stores.zarr_store import reader
+    from emote_core.stores.zarr_store import bulk, reader
 
     check = reader.damaged_episodes
     spent = [0.0]
@@ -168,7 +226,7 @@ def checksum_cost(store_load) -> float:
         finally:
             spent[0] += time.perf_counter() - start
 
-    reader.damaged_episodes = timed
+    reader.damaged_episodes = bulk.damaged_episodes = timed
     try:
         shares = []
         for _ in range(3):
@@ -176,7 +234,7 @@ def checksum_cost(store_load) -> float:
             total = store_load()
             shares.append(spent[0] / total)
     finally:
-        reader.damaged_episodes = check
+        reader.damaged_episodes = bulk.damaged_episodes = check
     return min(shares)
 
 

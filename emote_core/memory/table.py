@@ -19,6 +19,7 @@ from emote_core.memory.columns import AnyColumn
 from emote_core.memory.schema import TableSchema
 from emote_core.memory.storage import EpisodeIndex, RingArray, RowAllocator, check_rows_fit
 from emote_core.memory.strategies.base import EjectionStrategy, SampledWindows, SampleStrategy
+from emote_core.memory.table_bulk import TableBulkFill
 from emote_core.memory.table_sampling import (
     IMPORTANCE_WEIGHTS_KEY,
     TableSampling,
@@ -59,7 +60,7 @@ class _FullQuery:
         return f"<method full of {self._table!r}>"
 
 
-class ArrayMemoryTable(TableSampling):
+class ArrayMemoryTable(TableSampling, TableBulkFill):
     """A table of whole episodes, sampled as windows that never cross an episode boundary.
 
     Args:

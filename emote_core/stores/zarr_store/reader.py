@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +14,12 @@ from emote_core.errors import FormatError
 from emote_core.stores.locations import storage_errors
 from emote_core.stores.stored import ColumnSchema, EpisodeRecord, StoredTable
 from emote_core.stores.summary import bytes_on_disk, columns_summary, episode_summary
+from emote_core.stores.zarr_store.acceleration import (
+    open_array,
+    uses_zarrs,
+    with_default_pipeline,
+)
+from emote_core.stores.zarr_store.checks import damaged_episodes, episode_rows
 from emote_core.stores.zarr_store.commits import shard_commit
 from emote_core.stores.zarr_store.groups import child_names, open_group
 from emote_core.stores.zarr_store.layout import (
@@ -27,7 +32,6 @@ from emote_core.stores.zarr_store.layout import (
     RowKind,
     StoreColumn,
     check_format,
-    table_checksums,
 )
 from emote_core.typing import EpisodeState
 
@@ -61,8 +65,9 @@ def read_rows(array: Any, rows: int, *, start: int = 0) -> tuple[np.ndarray, np.
     with zarr.config.set({"threading.max_workers": os.cpu_count() or 1}):
         try:
             return array[start:rows], np.zeros(rows - start, dtype=bool), []
-        except Exception:  # a damaged chunk somewhere: find which
-            pass
+        except Exception:  # a damaged chunk somewhere: find which, with zarr's own pipeline
+            if uses_zarrs(array):
+                array = with_default_pipeline(array)
         data = np.zeros((rows - start, *array.shape[1:]), dtype=array.dtype)
         bad = np.zeros(rows - start, dtype=bool)
         problems = []
@@ -88,63 +93,18 @@ def chunk_key(array: Any, row: int) -> str:
     return f"{array.path}/{array.metadata.encode_chunk_key(coords)}"
 
 
-def episode_rows(
-    rows: str, table: dict[str, np.ndarray], indices: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(starts, stops)`` of episodes ``indices`` in a column holding ``rows`` per episode."""
-    lengths = table["length"][indices].astype(np.int64)
-    if rows == RowKind.EPISODE:
-        return indices, indices + 1
-    if rows == RowKind.OBSERVATIONS:
-        starts = table["offset"][indices, 1] if len(indices) else np.zeros(0, dtype=np.int64)
-        return starts, starts + lengths + 1
-    starts = table["offset"][indices, 0] if len(indices) else np.zeros(0, dtype=np.int64)
-    return starts, starts + lengths
+async def _read_fields(group: Any, fields: list[str], count: int) -> list[Any]:
+    """The first ``count`` rows of each episode-table field of a shard, read concurrently: per
+    field its rows, its row count where it holds fewer, or the error reading it raised."""
+    import asyncio
 
+    async def read(field: str) -> np.ndarray | int:
+        array = await group._async_group.getitem(f"{EPISODES}/{field}")
+        if array.shape[0] < count:
+            return int(array.shape[0])
+        return np.asarray(await array.getitem(slice(0, count)))
 
-def damaged_episodes(
-    columns: list[StoreColumn],
-    table: dict[str, np.ndarray],
-    data: dict[str, tuple[np.ndarray, np.ndarray]],
-    indices: np.ndarray,
-    *,
-    row_base: Mapping[str, int] | None = None,
-) -> np.ndarray:
-    """Which of episodes ``indices`` have unreadable rows, data that does not match their
-    checksum, or a row of the episode table (id, offsets, length, end state, return) that does
-    not match the table's checksum (where the shard has one).
-
-    Args:
-        columns: The stored columns, in the store's order (the order checksums chain them in).
-        table: The shard's committed episode table (or a run of its rows).
-        data: Each column's rows and unreadable-row mask (:func:`read_rows`).
-        indices: The episodes to check.
-        row_base: Per column, the row of the column that ``data``'s first row is (0 when
-            ``data`` starts at the column's first row).
-    """
-    checksums = np.zeros(len(indices), dtype=np.uint32)
-    unreadable = np.zeros(len(indices), dtype=bool)
-    for column in columns:
-        values, bad = data[column.name]
-        starts, stops = episode_rows(column.rows, table, indices)
-        base = (row_base or {}).get(column.name, 0)
-        starts, stops = starts - base, stops - base
-        for j, (start, stop) in enumerate(zip(starts.tolist(), stops.tolist(), strict=True)):
-            if unreadable[j]:
-                continue
-            if stop > len(values) or bad[start:stop].any():
-                unreadable[j] = True
-                continue
-            checksums[j] = zlib.crc32(
-                memoryview(np.ascontiguousarray(values[start:stop])).cast("B"), int(checksums[j])
-            )
-    damaged = unreadable | (checksums != table["checksum"][indices])
-    if TABLE_CHECKSUM in table:
-        expected = table[TABLE_CHECKSUM]
-        inside = indices < len(expected)
-        damaged[~inside] = True  # committed rows the checksum array does not reach
-        damaged[inside] |= table_checksums(table, indices[inside]) != expected[indices[inside]]
-    return damaged
+    return await asyncio.gather(*(read(field) for field in fields), return_exceptions=True)
 
 
 class MemoryStore:
@@ -203,31 +163,27 @@ class MemoryStore:
         if count == 0:  # nothing committed: its arrays may not even exist yet
             empty = {f: np.zeros((0, *sh), dtype) for f, (dtype, sh) in EPISODE_FIELDS.items()}
             return ShardView(name, group, commit, empty)
+        from zarr.core.sync import sync
+
+        fields = [*EPISODE_FIELDS, TABLE_CHECKSUM]
+        found = sync(_read_fields(group, fields, count))  # at once: ~2x faster than in turn
         table = {}
-        for field in EPISODE_FIELDS:
-            try:
-                array = group[f"{EPISODES}/{field}"]
-                if array.shape[0] < count:
-                    raise FormatError(
-                        f"{where}: {path}/{EPISODES}/{field} has {array.shape[0]} rows but the "
-                        f"commit counts {count} episodes"
-                    )
-                table[field] = array[:count]
-            except FormatError:
-                raise
-            except Exception as error:  # missing or undecodable metadata or chunks
+        for field, value in zip(fields, found, strict=True):
+            if isinstance(value, np.ndarray):
+                table[field] = value
+            elif isinstance(value, int):
+                raise FormatError(
+                    f"{where}: {path}/{EPISODES}/{field} has {value} rows but the "
+                    f"commit counts {count} episodes"
+                )
+            elif field == TABLE_CHECKSUM and isinstance(value, KeyError):
+                continue  # shards written before it have none
+            else:  # missing or undecodable metadata or chunks
+                text = str(value).splitlines()[0] if str(value) else ""
                 raise FormatError(
                     f"{where}: {path}/{EPISODES}/{field} is unreadable "
-                    f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
-                ) from error
-        if TABLE_CHECKSUM in group[EPISODES]:  # shards written before it have none
-            try:
-                table[TABLE_CHECKSUM] = group[f"{EPISODES}/{TABLE_CHECKSUM}"][:count]
-            except Exception as error:
-                raise FormatError(
-                    f"{where}: {path}/{EPISODES}/{TABLE_CHECKSUM} is unreadable "
-                    f"({type(error).__name__})"
-                ) from error
+                    f"({type(value).__name__}: {text})"
+                ) from value
         return ShardView(name, group, commit, table)
 
     def check_readable(self) -> None:
@@ -307,7 +263,7 @@ class MemoryStore:
         """A column's committed rows and unreadable-row mask (nothing readable: empty)."""
         path = f"{SHARDS}/{shard.name}/{COLUMNS}/{name}"
         try:
-            array = shard.group[f"{COLUMNS}/{name}"]
+            array = open_array(shard.group, f"{COLUMNS}/{name}")
         except Exception as error:  # missing or unparseable array metadata
             problems.append(f"{path}/zarr.json is unreadable ({type(error).__name__})")
             return np.zeros(0), np.zeros(0, dtype=bool)

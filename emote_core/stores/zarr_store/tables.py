@@ -18,6 +18,7 @@ from emote_core.stores.stored import (
     StoredTable,
     restore_stored,
 )
+from emote_core.stores.zarr_store.bulk import load_in_bulk
 from emote_core.stores.zarr_store.layout import DEFAULT_SHARD
 from emote_core.stores.zarr_store.reader import MemoryStore
 from emote_core.stores.zarr_store.writer import (
@@ -182,6 +183,8 @@ def load_table(
     table keeps its content.
 
     Every episode read is checked against its checksum (damaged chunks, flipped bytes).
+    An empty table is filled in bulk (:mod:`~emote_core.stores.zarr_store.bulk`: each column
+    decoded once, in place), a table holding episodes episode by episode; the same episodes.
 
     Args:
         table: The table to fill.
@@ -201,6 +204,9 @@ def load_table(
     per_store = list(limits) if limits is not None else [None] * len(stores)
     if len(per_store) != len(stores):
         raise ValueError(f"load_table got {len(per_store)} limits for {len(stores)} stores")
+    loaded = load_in_bulk(table, stores, per_store, skip_damaged=skip_damaged)
+    if loaded is not None:
+        return loaded
     episodes: list[EpisodeRecord] = []
     for store, limit in zip(stores, per_store, strict=True):
         episodes.extend(

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from emote_core.stores.zarr_store.acceleration import open_array
 from emote_core.stores.zarr_store.layout import COLUMNS, SHARDS, TABLE_CHECKSUM, RowKind
 from emote_core.stores.zarr_store.reader import (
     MemoryStore,
@@ -116,7 +117,7 @@ def _verify_shard(store: MemoryStore, shard: ShardView, report: VerifyReport) ->
                 f"{where}: column '{column.name}' commits {committed} rows; episodes need {rows}"
             )
         try:
-            array = shard.group[f"{COLUMNS}/{column.name}"]
+            array = open_array(shard.group, f"{COLUMNS}/{column.name}")
         except Exception as error:  # missing or unreadable array metadata
             report.problems.append(
                 f"{where}: {SHARDS}/{shard.name}/{COLUMNS}/{column.name}/zarr.json is unreadable "

@@ -1,0 +1,228 @@
+"""Loading stores into an empty table in bulk: each column of each shard decoded once, straight
+into the table's arrays where the layouts agree, and every episode checked against its checksum.
+
+The fast path of :func:`~emote_core.stores.zarr_store.tables.load_table`. It gives exactly the
+table that adding the episodes one by one gives; where it does not apply (a table that holds
+episodes, columns that do not fit, damaged episodes, unreadable chunks) it steps aside, leaving
+the table empty, and the episode-by-episode path reads the stores and says what is wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from emote_core.errors import FormatError, MemoryTableError
+from emote_core.stores.stored import check_schema
+from emote_core.stores.zarr_store.acceleration import open_array, reading_config
+from emote_core.stores.zarr_store.checks import damaged_episodes, episode_rows
+from emote_core.stores.zarr_store.layout import COLUMNS, RowKind, StoreColumn
+from emote_core.stores.zarr_store.reader import MemoryStore, ShardView
+from emote_core.typing import EpisodeState
+
+if TYPE_CHECKING:
+    from emote_core.memory.table import ArrayMemoryTable
+
+log = logging.getLogger(__name__)
+
+
+class _StepAside(Exception):
+    """The bulk path does not apply; the episode-by-episode path reads (and reports)."""
+
+
+def load_in_bulk(
+    table: ArrayMemoryTable,
+    stores: Sequence[MemoryStore],
+    limits: Sequence[Mapping[str, int] | None],
+    *,
+    skip_damaged: bool,
+) -> int | None:
+    """Fills the empty ``table`` with the newest episodes of ``stores`` that fit it, as
+    :func:`~emote_core.stores.zarr_store.tables.load_table` does.
+
+    Returns:
+        The episodes loaded, or ``None`` (the table left empty) where the bulk path does not
+        apply or found damage: the caller then reads episode by episode.
+    """
+    if table.episode_count or not stores:
+        return None
+    try:
+        plan = _plan(table, stores, limits, skip_damaged)
+    except (_StepAside, FormatError) as why:
+        log.debug("loading episode by episode: %s", why)
+        return None
+    picks, extra_rows = plan
+    store_index, shard_index, episode = picks.T
+    lengths = np.array(
+        [stores[i].shards[s].table["length"][k] for i, s, k in picks.tolist()], dtype=np.int64
+    )
+    ends = np.array(
+        [stores[i].shards[s].table["end_state"][k] for i, s, k in picks.tolist()], dtype=np.int64
+    )
+    if np.any((ends != EpisodeState.TERMINAL) & (ends != EpisodeState.INTERRUPTED)):
+        return None
+    identities = np.array(
+        [stores[i]._ids()[stores[i].shards[s].name][k] for i, s, k in picks.tolist()],
+        dtype=np.int64,
+    )
+    if len(np.unique(identities)) != len(identities):
+        log.info(
+            "episode ids repeat across stores or shards; renumbering them 0..%d", len(identities)
+        )
+        identities = np.arange(len(identities), dtype=np.int64)
+    tags = {c.name: np.empty((len(picks), *c.shape), c.dtype) for c in table.tags}
+
+    def write(destinations: dict[str, np.ndarray], starts: np.ndarray) -> None:
+        groups = np.unique(picks[:, :2], axis=0) if len(picks) else np.zeros((0, 2), int)
+        for i, s in groups.tolist():
+            positions = np.flatnonzero((store_index == i) & (shard_index == s))
+            _read_shard(
+                stores[i], stores[i].shards[s], episode[positions], positions,
+                starts, lengths, destinations, tags,
+            )  # fmt: skip
+
+    try:
+        table.fill_empty(
+            identities=identities,
+            lengths=lengths,
+            terminal=ends == EpisodeState.TERMINAL,
+            extra_rows=extra_rows,
+            tags=tags,
+            write=write,
+        )
+    except (_StepAside, MemoryTableError) as why:
+        log.debug("loading episode by episode: %s", why)
+        return None
+    except Exception as error:  # an unreadable chunk: the other path names it
+        log.debug("loading episode by episode: %s: %s", type(error).__name__, error)
+        return None
+    return len(picks)
+
+
+def _plan(
+    table: ArrayMemoryTable,
+    stores: Sequence[MemoryStore],
+    limits: Sequence[Mapping[str, int] | None],
+    skip_damaged: bool,
+) -> tuple[np.ndarray, dict[str, int]]:
+    """The ``(store, shard, episode)`` picks, oldest first, and the rows per stored column."""
+    extra_rows: dict[str, int] = {}
+    for store in stores:
+        if store.length_key != table.length_key or (store.damaged_shards and not skip_damaged):
+            raise _StepAside("length keys differ or shards are damaged")
+        check_schema(table, store.schemas(), source=store.url)
+        kinds = {column.name: column.rows for column in store.columns}
+        for column in table.stored:
+            kind = kinds.get(column.name)
+            if kind not in (RowKind.TRANSITIONS, RowKind.OBSERVATIONS):
+                raise _StepAside(f"column '{column.name}' is stored as {kind}")
+            extra = int(kind == RowKind.OBSERVATIONS)
+            if extra_rows.setdefault(column.name, extra) != extra:
+                raise _StepAside(f"stores keep column '{column.name}' differently")
+        if any(kinds.get(column.name) != RowKind.EPISODE for column in table.tags):
+            raise _StepAside("a tag column is not stored once per episode")
+    picks = []
+    for i, (store, limit) in enumerate(zip(stores, limits, strict=True)):
+        if limit is not None:
+            store._check_limits(limit)
+        order = store._order(table.maxlen, limit)
+        for s in range(len(store.shards)):  # shard by shard, as MemoryStore.episodes yields
+            picks += [(i, s, k) for k in order[order[:, 0] == s, 1].tolist()]
+    lengths = [int(stores[i].shards[s].table["length"][k]) for i, s, k in picks]
+    kept, total = 0, 0
+    for length in reversed(lengths):  # the newest that fit, as load_table keeps them
+        if total + length > table.maxlen:
+            break
+        total += length
+        kept += 1
+    chosen = np.array(picks[len(picks) - kept :], dtype=np.int64).reshape(-1, 3)
+    return chosen, extra_rows
+
+
+def _read_shard(
+    store: MemoryStore,
+    shard: ShardView,
+    indices: np.ndarray,
+    positions: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    destinations: dict[str, np.ndarray],
+    tags: dict[str, np.ndarray],
+) -> None:
+    """Reads the episodes ``indices`` of a shard into table positions ``positions``: one read
+    per column, decoded in place where the shard's rows and the table's agree, then checked.
+
+    Raises:
+        _StepAside: An episode is damaged.
+    """
+    # Runs: consecutive episodes of the shard that are consecutive in the table too.
+    breaks = np.flatnonzero((np.diff(indices) != 1) | (np.diff(positions) != 1)) + 1
+    runs = list(zip([0, *breaks.tolist()], [*breaks.tolist(), len(indices)], strict=True))
+    data: dict[str, tuple[np.ndarray, None]] = {}
+    base: dict[str, int] = {}
+    with reading_config(shard.group):
+        for column in store.columns:
+            first, stops = episode_rows(column.rows, shard.table, indices)
+            low, high = int(first.min()), int(stops.max())
+            if high > int(shard.commit["rows"].get(column.name, -1)):
+                raise _StepAside(f"column '{column.name}' commits fewer rows than its episodes")
+            array = open_array(shard.group, f"{COLUMNS}/{column.name}")
+            target = destinations.get(column.name)
+            if target is not None and column.rows == RowKind.OBSERVATIONS and len(runs) == 1:
+                at = int(starts[positions[0]])  # the same layout: decode in place
+                values = _read_into(array, low, high, target[at : at + high - low])
+            else:
+                values = _read_into(array, low, high, np.empty((high - low, *array.shape[1:]),
+                                                               dtype=array.dtype))  # fmt: skip
+                if target is not None:
+                    _place(column, values, first - low, runs, positions, starts, lengths, target)
+                elif column.name in tags:
+                    tags[column.name][positions] = values[indices - low]
+            data[column.name] = (values, None)
+            base[column.name] = low
+    damaged = damaged_episodes(store.columns, shard.table, data, indices, row_base=base)
+    if damaged.any():
+        raise _StepAside(f"shard '{shard.name}' holds {int(damaged.sum())} damaged episodes")
+
+
+def _read_into(array: Any, low: int, high: int, out: np.ndarray) -> np.ndarray:
+    """Rows ``low:high`` of a Zarr array decoded into ``out``."""
+    from zarr.core.buffer import default_buffer_prototype
+
+    if high > array.shape[0]:
+        raise _StepAside(f"{array.path} holds fewer rows than committed")
+    buffer = default_buffer_prototype().nd_buffer.from_numpy_array(out)
+    array.get_basic_selection(slice(low, high), out=buffer)
+    return out
+
+
+def _place(
+    column: StoreColumn,
+    values: np.ndarray,
+    first: np.ndarray,
+    runs: list[tuple[int, int]],
+    positions: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    target: np.ndarray,
+) -> None:
+    """Copies a shard's rows (``values``, episode ``j``'s from row ``first[j]``) to the table's
+    layout: per run, one copy; columns of N rows skip the row the table keeps after each."""
+    extra = column.extra_rows
+    for a, b in runs:
+        at, held = starts[positions[a:b]], lengths[positions[a:b]]
+        if extra:  # the table's layout: one copy per run
+            target[at[0] : at[-1] + held[-1] + 1] = values[first[a] : first[b - 1] + held[-1] + 1]
+            continue
+        # Leave out the row the table keeps after each episode: slice copies, measured 17x
+        # faster than one boolean-mask or fancy-index assignment of the run.
+        for start, source, count in zip(
+            at.tolist(), first[a:b].tolist(), held.tolist(), strict=True
+        ):
+            target[start : start + count] = values[source : source + count]
+
+
+__all__ = ["load_in_bulk"]
