@@ -160,17 +160,23 @@ def _foreach_device(device: torch.device) -> bool:
 
 
 def _one_group(grads: list[torch.Tensor]) -> bool:
-    """Whether ``grads`` are plain tensors on one foreach-capable device, of one dtype: then
-    torch's clipping functions make one group of them, in order, and use the foreach kernels."""
+    """Whether ``grads`` are plain tensors on one foreach-capable device, of one dtype, that
+    record no autograd history: then torch's functions make one group of them, in order, and
+    their ``no_grad`` changes nothing."""
     if not grads:
         return False
     device, dtype = grads[0].device, grads[0].dtype
     if not _foreach_device(device):
         return False
-    return all(
-        type(grad) is torch.Tensor and grad.dtype == dtype and grad.device == device
-        for grad in grads
-    )
+    for grad in grads:
+        if (
+            type(grad) is not torch.Tensor
+            or grad.requires_grad
+            or grad.dtype != dtype
+            or grad.device != device
+        ):
+            return False
+    return True
 
 
 def gradient_norm(grads: list[torch.Tensor]) -> torch.Tensor:
@@ -182,8 +188,7 @@ def gradient_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     """
     if not _one_group(grads):
         return nn.utils.get_total_norm(grads)
-    with torch.no_grad():
-        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
 
 
 def clip_gradients_(
@@ -194,10 +199,9 @@ def clip_gradients_(
     the norm before clipping, without the per-call grouping when the gradients form one group."""
     if not _one_group(grads):
         return nn.utils.clip_grad_norm_(parameters, max_norm)
-    with torch.no_grad():
-        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
-        coefficient = torch.clamp(float(max_norm) / (total + 1e-6), max=1.0)
-        torch._foreach_mul_(grads, coefficient)
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+    coefficient = torch.clamp(float(max_norm) / (total + 1e-6), max=1.0)
+    torch._foreach_mul_(grads, coefficient)
     return total
 
 

@@ -45,3 +45,13 @@ def test_clipping_is_torchs(dtypes: tuple[torch.dtype, ...], scale: float) -> No
     clipped = torch.linalg.vector_norm(torch.stack([g.double().norm() for g in grads]))
     assert clipped.item() <= 1.0 + 1e-5
     assert (clipped.item() < 0.9) == (scale == 0.01)
+
+
+def test_gradients_with_history_are_measured_as_torch_does() -> None:
+    """Gradients from ``backward(create_graph=True)`` record history; the norm must not."""
+    weight = nn.Parameter(torch.randn(4, 3))
+    (grad,) = torch.autograd.grad(weight.square().sum() * 3.0, weight, create_graph=True)
+    assert grad.requires_grad
+    norm = gradient_norm([grad])
+    assert torch.equal(norm, nn.utils.get_total_norm([grad]))
+    assert not norm.requires_grad
