@@ -215,7 +215,9 @@ class SyntheticMasks(Mapper):
     def map(
         self, context: SampleContext, target: RingArray | None, shape: tuple[int, ...], dtype: Any
     ) -> torch.Tensor:
-        terminal = np.repeat(context.terminal, context.sequence_length)
+        terminal = context.terminal
+        if context.sequence_length > 1:
+            terminal = np.repeat(terminal, context.sequence_length)
         values = (~(context.dones & terminal)).astype(dtype).reshape(-1, *shape)
         return context.to_device(values)
 
