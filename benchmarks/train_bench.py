@@ -182,7 +182,7 @@ def time_hand(sac: HandSac, updates: int, device: torch.device) -> float:
     for _ in range(updates):
         rows = sac.rng.integers(0, size, BATCH)
         obs, next_obs, actions, rewards, masks = (
-            torch.from_numpy(arrays[key][rows]).to(device)
+            _to_device(arrays[key][rows], device)
             for key in ("obs", "next_obs", "actions", "rewards", "masks")
         )
         with torch.no_grad():
@@ -255,6 +255,14 @@ def time_sb3(model, updates: int, device: torch.device) -> float:
     model.train(gradient_steps=updates, batch_size=BATCH)
     _synchronize(device)
     return updates / (time.perf_counter() - start)
+
+
+def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A batch array on ``device``; to CUDA through pinned memory, without a stream sync."""
+    tensor = torch.from_numpy(array)
+    if device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
 
 
 def _synchronize(device: torch.device) -> None:
