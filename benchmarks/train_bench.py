@@ -1,17 +1,23 @@
-"""SAC training throughput: emote's callbacks through the Trainer against Stable-Baselines3 SAC.
+"""SAC training throughput: emote's callbacks through the Trainer against a hand-written SAC
+update loop and Stable-Baselines3 SAC.
 
-Both sides train on the same 20k random Pendulum-v1 transitions (observation 3, action 1) with the
+All sides train on the same 20k random Pendulum-v1 transitions (observation 3, action 1) with the
 same settings: policy and twin Q networks of 256x256, batch 256, Adam at 3e-4, learned entropy
 temperature, Polyak tau 0.005, one target update per step, no gradient clipping (SB3's SAC has
 none; emote's losses get ``max_grad_norm=None``).
 
 * emote: ``QTarget``, two ``QLoss``, ``PolicyLoss`` and ``AlphaLoss`` run by the ``Trainer``, fed
   by a ``MemoryLoader`` over a filled ``DictObsMemoryTable`` (sampling included in the time).
+* hand-written: the same math in a plain torch loop over the same networks (emote's
+  ``GaussianMlpPolicy`` and ``ActionValueMlp``) and the same Adam: indices drawn with numpy from
+  flat arrays of the same transitions, twin Q, policy and temperature losses, ``lerp_`` Polyak
+  updates; no Trainer, no callbacks, no logging, no gradient-norm measurement. The engine's own
+  overhead is the gap between emote and this loop (issue 20's target: emote >= 0.95x of it).
 * SB3: ``SAC.train(gradient_steps=N, batch_size=256)`` on a filled replay buffer (its sampling
   included too).
 
-The figure is updates (gradient steps) per second; the issue's target is emote >= 1.5x SB3.
-Measurements alternate between the two sides and the median of ``--repeats`` is reported.
+The figure is updates (gradient steps) per second. Measurements alternate between the sides and
+the median of ``--repeats`` is reported.
 
 Run: ``python benchmarks/train_bench.py`` (``--device cuda`` on a GPU machine). CPU runs use one
 torch thread.
@@ -115,6 +121,99 @@ def emote_sac(episodes: list[Episode], env: gym.Env, device: torch.device, fused
     return callbacks, loader
 
 
+@dataclass
+class HandSac:
+    """The state of the hand-written SAC loop: flat transition arrays, networks, optimisers."""
+
+    arrays: dict[str, np.ndarray]
+    policy: GaussianMlpPolicy
+    q1: ActionValueMlp
+    q2: ActionValueMlp
+    q1_target: ActionValueMlp
+    q2_target: ActionValueMlp
+    ln_alpha: torch.Tensor
+    optimizers: tuple[torch.optim.Adam, ...]
+    rng: np.random.Generator
+
+
+def hand_sac(episodes: list[Episode], device: torch.device, fused_adam: bool) -> HandSac:
+    """Flat ``(N, ...)`` arrays of ``episodes``' transitions and freshly seeded networks, built as
+    :func:`emote_sac` builds its own."""
+    arrays = {
+        "obs": np.concatenate([e.observations[:-1] for e in episodes]),
+        "next_obs": np.concatenate([e.observations[1:] for e in episodes]),
+        "actions": np.concatenate([e.actions for e in episodes]),
+        "rewards": np.concatenate([e.rewards for e in episodes])[:, None],
+        "masks": np.concatenate([
+            np.r_[np.ones(len(e.rewards) - 1), 0.0 if e.end_state == EpisodeState.TERMINAL else 1.0]
+            for e in episodes
+        ]).astype(np.float32)[:, None],
+    }  # fmt: skip
+    torch.manual_seed(0)
+    policy = GaussianMlpPolicy(observation_dim=3, action_dim=1, hidden_dims=HIDDEN).to(device)
+    q1 = ActionValueMlp(observation_dim=3, action_dim=1, hidden_dims=HIDDEN).to(device)
+    q2 = ActionValueMlp(observation_dim=3, action_dim=1, hidden_dims=HIDDEN).to(device)
+    q1_target, q2_target = copy.deepcopy(q1), copy.deepcopy(q2)
+    q1_target.requires_grad_(False)
+    q2_target.requires_grad_(False)
+    ln_alpha = torch.zeros(1, device=device, requires_grad=True)
+    options = {"fused": True} if fused_adam else {}
+    optimizers = tuple(
+        torch.optim.Adam(parameters, lr=LR, **options)
+        for parameters in (q1.parameters(), q2.parameters(), policy.parameters(), [ln_alpha])
+    )
+    return HandSac(arrays, policy, q1, q2, q1_target, q2_target, ln_alpha, optimizers,
+                   np.random.default_rng(0))  # fmt: skip
+
+
+def time_hand(sac: HandSac, updates: int, device: torch.device) -> float:
+    """Updates per second of ``updates`` steps of the hand-written loop: the same math as
+    emote's QTarget, QLoss x2, PolicyLoss and AlphaLoss (gamma 0.99, tau 0.005, target entropy
+    -1, alpha at most 10)."""
+    arrays, policy, q1, q2 = sac.arrays, sac.policy, sac.q1, sac.q2
+    q1_optimizer, q2_optimizer, policy_optimizer, alpha_optimizer = sac.optimizers
+    policy_parameters = list(policy.parameters())
+    pairs = [*zip(sac.q1_target.parameters(), q1.parameters(), strict=True),
+             *zip(sac.q2_target.parameters(), q2.parameters(), strict=True)]  # fmt: skip
+    ln_alpha, gamma, tau, max_ln_alpha = sac.ln_alpha, 0.99, 0.005, float(np.log(10.0))
+    size = len(arrays["rewards"])
+    _synchronize(device)
+    start = time.perf_counter()
+    for _ in range(updates):
+        rows = sac.rng.integers(0, size, BATCH)
+        obs, next_obs, actions, rewards, masks = (
+            _to_device(arrays[key][rows], device)
+            for key in ("obs", "next_obs", "actions", "rewards", "masks")
+        )
+        with torch.no_grad():
+            next_actions, next_log_probs = policy.sample(next_obs)
+            q_next = torch.min(
+                sac.q1_target(observation=next_obs, actions=next_actions),
+                sac.q2_target(observation=next_obs, actions=next_actions),
+            )
+            q_target = rewards + gamma * masks * (q_next - ln_alpha.exp() * next_log_probs)
+        for q, optimizer in ((q1, q1_optimizer), (q2, q2_optimizer)):
+            optimizer.zero_grad(set_to_none=True)
+            (q(observation=obs, actions=actions) - q_target).square().mean().backward()
+            optimizer.step()
+        policy_optimizer.zero_grad(set_to_none=True)
+        new_actions, log_probs = policy.sample(obs)
+        q_values = torch.min(q1(observation=obs, actions=new_actions),
+                             q2(observation=obs, actions=new_actions))  # fmt: skip
+        policy_loss = (ln_alpha.detach().exp() * log_probs - q_values).mean()
+        policy_loss.backward(inputs=policy_parameters)  # no weight gradients for the Q networks
+        policy_optimizer.step()
+        alpha_optimizer.zero_grad(set_to_none=True)
+        (-(ln_alpha * (log_probs.detach() - 1.0)).mean()).backward()
+        alpha_optimizer.step()
+        with torch.no_grad():
+            ln_alpha.clamp_(max=max_ln_alpha)
+            for target, source in pairs:
+                target.lerp_(source, tau)
+    _synchronize(device)
+    return updates / (time.perf_counter() - start)
+
+
 def time_emote(callbacks, loader, updates: int, device: torch.device) -> float:
     """Updates per second of ``updates`` steps through a fresh Trainer."""
     trainer = Trainer([*callbacks, BackPropStepsTerminator(bp_steps=updates)], loader)
@@ -156,6 +255,14 @@ def time_sb3(model, updates: int, device: torch.device) -> float:
     model.train(gradient_steps=updates, batch_size=BATCH)
     _synchronize(device)
     return updates / (time.perf_counter() - start)
+
+
+def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A batch array on ``device``; to CUDA through pinned memory, without a stream sync."""
+    tensor = torch.from_numpy(array)
+    if device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
 
 
 def _synchronize(device: torch.device) -> None:
@@ -267,7 +374,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timings per side (median)")
     parser.add_argument("--transitions", type=int, default=20_000, help="replay data size")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--skip-sb3", action="store_true", help="time emote only")
+    parser.add_argument("--skip-sb3", action="store_true", help="time emote and hand-written only")
     parser.add_argument(
         "--fused-adam", action="store_true", help="fused Adam on both sides (torch >= 2.4)"
     )
@@ -279,13 +386,16 @@ def main() -> None:
     episodes, env = pendulum_episodes(args.transitions)
     callbacks, loader = emote_sac(episodes, env, device, args.fused_adam)
     time_emote(callbacks, loader, args.warmup, device)
+    hand_state = hand_sac(episodes, device, args.fused_adam)
+    time_hand(hand_state, args.warmup, device)
     model = None
     if not args.skip_sb3:
         model = sb3_sac(episodes, env, device, args.fused_adam)
         time_sb3(model, args.warmup, device)
 
-    emote_rates, sb3_rates = [], []
+    emote_rates, hand_rates, sb3_rates = [], [], []
     for _ in range(args.repeats):
+        hand_rates.append(time_hand(hand_state, args.updates, device))
         emote_rates.append(time_emote(callbacks, loader, args.updates, device))
         if model is not None:
             sb3_rates.append(time_sb3(model, args.updates, device))
@@ -295,12 +405,15 @@ def main() -> None:
     print(f"train_bench: SAC updates/s ({device.type}{threads}; 256x256 networks, batch {BATCH}, "
           f"Pendulum-v1 sizes, {adam} Adam; median of {args.repeats} x {args.updates} "
           "updates)")  # fmt: skip
-    emote = statistics.median(emote_rates)
+    hand, emote = statistics.median(hand_rates), statistics.median(emote_rates)
+    print(f"  hand-written SAC loop (plain torch):            {hand:8.1f} updates/s")
     print(f"  emote (Trainer + SAC callbacks + MemoryLoader): {emote:8.1f} updates/s")
     if sb3_rates:
         sb3 = statistics.median(sb3_rates)
         print(f"  stable-baselines3 SAC.train:                   {sb3:8.1f} updates/s")
-        print(f"  ratio emote / SB3: {emote / sb3:.2f} (target >= 1.5)")
+    print(f"  ratio emote / hand-written: {emote / hand:.3f} (target >= 0.95)")
+    if sb3_rates:
+        print(f"  ratio emote / SB3: {emote / sb3:.2f}, hand-written / SB3: {hand / sb3:.2f}")
     print("collection with a random policy into a Zarr store, env steps/s (ratio to bare "
           "vector-env stepping; target >= 0.9)")  # fmt: skip
     for env_id, num_envs in (("Pendulum-v1", 1), ("Pendulum-v1", 8), ("CartPole-v1", 8)):

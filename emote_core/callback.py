@@ -82,6 +82,10 @@ class _HookPlan:
         return cls(tuple(required), tuple(optional), takes_all)
 
 
+_EMPTY: Mapping[str, Any] = {}
+"""Stands for a missing data group, so that argument selection needs no per-key test for it."""
+
+
 def _is_hook_name(name: str) -> bool:
     return name.startswith(("begin_", "end_"))
 
@@ -230,28 +234,29 @@ class Callback:
             MissingStateKeyError: If a required parameter is in neither place.
         """
         plan = self._hook_plans[hook]
-        group = state.get(self.data_group) if self.data_group is not None else None
-        if not isinstance(group, Mapping):
+        data_group = self.data_group
+        group = state.get(data_group) if data_group is not None else None
+        if group is not None and type(group) is not dict and not isinstance(group, Mapping):
             group = None
+        method = getattr(self, hook)
         if plan.takes_all:
-            arguments = dict(state)
-            if group is not None:
-                arguments.update(group)
-            return getattr(self, hook)(**arguments)
+            return method(**state) if group is None else method(**{**state, **group})
+        if group is None:
+            group = _EMPTY
         arguments = {}
         for key in plan.required:
-            if group is not None and key in group:
+            if key in group:
                 arguments[key] = group[key]
             elif key in state:
                 arguments[key] = state[key]
             else:
-                raise self._missing_key(hook, key, state, group)
+                raise self._missing_key(hook, key, state, group if group is not _EMPTY else None)
         for key in plan.optional:
-            if group is not None and key in group:
+            if key in group:
                 arguments[key] = group[key]
             elif key in state:
                 arguments[key] = state[key]
-        return getattr(self, hook)(**arguments)
+        return method(**arguments)
 
     def _missing_key(
         self, hook: str, key: str, available: Mapping[str, Any], group: Mapping[str, Any] | None

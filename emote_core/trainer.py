@@ -38,11 +38,12 @@ class StateDict(dict[str, Any]):
     def merge(self, update: Mapping[str, Any]) -> None:
         """Merges ``update`` into the state; dict values update existing dicts one level deep."""
         for key, value in update.items():
-            current = self.get(key)
-            if isinstance(value, Mapping) and isinstance(current, dict):
-                current.update(value)
-            elif isinstance(value, Mapping):
-                self[key] = dict(value)
+            if type(value) is dict or isinstance(value, Mapping):
+                current = self.get(key)
+                if isinstance(current, dict):
+                    current.update(value)
+                else:
+                    self[key] = dict(value)
             else:
                 self[key] = value
 
@@ -180,27 +181,28 @@ class Trainer:
             False when a callback asked for shutdown; the remaining callbacks still ran the hook.
         """
         keep_going = True
+        state = self.state
         for callback in self._implementers[hook]:
             if cycle_position is not None and (
                 callback.cycle is None or cycle_position % callback.cycle != 0
             ):
                 continue
             try:
-                result = callback.call_hook(hook, self.state)
+                result = callback.call_hook(hook, state)
             except TrainingShutdownException:
                 log.info(
                     "callback '%s' asked training to stop during '%s' at bp_step %d",
                     callback.name,
                     hook,
-                    self.state["bp_step"],
+                    state["bp_step"],
                 )
                 keep_going = False
                 continue
             except Exception as error:
-                _name_culprit(error, callback, hook, self.state["bp_step"])
+                _name_culprit(error, callback, hook, state["bp_step"])
                 raise
             if result:
-                self.state.merge(result)
+                state.merge(result)
         return keep_going
 
     def _end_training(self, during_error: BaseException | None) -> None:

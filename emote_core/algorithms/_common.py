@@ -240,10 +240,14 @@ class TargetFollower:
             )
 
     def polyak_(self, tau: float) -> None:
-        """Moves the target's parameters a fraction ``tau`` toward the source's; copies buffers."""
+        """Moves the target's parameters a fraction ``tau`` toward the source's; copies buffers.
+
+        One foreach call does every parameter's ``lerp_`` (the same arithmetic, one kernel
+        launch on CUDA instead of one per parameter).
+        """
         with torch.no_grad():
-            for target, source in zip(self.target_parameters, self.source_parameters, strict=True):
-                target.lerp_(source, tau)
+            if self.target_parameters:
+                torch._foreach_lerp_(self.target_parameters, self.source_parameters, tau)
             for target, source in zip(self.target_buffers, self.source_buffers, strict=True):
                 target.copy_(source)
 

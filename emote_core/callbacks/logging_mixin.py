@@ -86,16 +86,24 @@ class LoggingMixin:
         A CUDA tensor (or any tensor inside ``torch.compile``) is reduced where it is and
         converted when :attr:`scalar_logs` is read.
         """
-        if isinstance(value, torch.Tensor) and (
-            value.device.type != "cpu" or torch.compiler.is_compiling()
-        ):
-            self.__dict__.setdefault("_pending_scalars", {})[key] = value.detach().float().mean()
-            return
-        pending = self.__dict__.get("_pending_scalars")
+        attributes = self.__dict__
+        if type(value) is float:  # the common case (learning rates, targets): no conversion
+            number = value
+        elif isinstance(value, torch.Tensor):
+            if not value.is_cpu or torch.compiler.is_compiling():
+                attributes.setdefault("_pending_scalars", {})[key] = value.detach().float().mean()
+                return
+            number = value.item() if value.numel() == 1 else _to_float(value)
+        else:
+            number = _to_float(value)
+        pending = attributes.get("_pending_scalars")
         if pending:
             pending.pop(key, None)
         # Not through the property: reading it would convert (and wait for) pending CUDA values.
-        self.__dict__.setdefault("_scalar_logs", {})[key] = _to_float(value)
+        scalars = attributes.get("_scalar_logs")
+        if scalars is None:
+            scalars = attributes.setdefault("_scalar_logs", {})
+        scalars[key] = number
 
     def log_windowed_scalar(self, key: str, value: Loggable | Iterable[float]) -> None:
         """Adds one value, or several, to ``key``'s window and cumulative sum.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
@@ -85,12 +86,11 @@ class LossCallback(LoggingMixin, Callback, ABC):
         loss.backward()
         if self.gradient_hook is not None:
             self.gradient_hook(self.parameters)
+        grads = [p.grad for p in self.parameters if p.grad is not None]
         if self.max_grad_norm is not None:
-            grad_norm = nn.utils.clip_grad_norm_(self.parameters, self.max_grad_norm)
+            grad_norm = clip_gradients_(self.parameters, grads, self.max_grad_norm)
         else:  # measure only: clipping to infinity would still rescale every gradient
-            grad_norm = nn.utils.get_total_norm(
-                [p.grad for p in self.parameters if p.grad is not None]
-            )
+            grad_norm = gradient_norm(grads)
         self.optimizer.step()
         if self.lr_schedule is not None:
             self.lr_schedule.step()
@@ -179,4 +179,60 @@ def _keep_capturable(optimizer: torch.optim.Optimizer, capturable: list[bool | N
                 state["step"] = step.to(device=device, dtype=torch.float32)
 
 
-__all__ = ["LossCallback"]
+@functools.cache
+def _foreach_device(device: torch.device) -> bool:
+    """Whether torch's gradient-norm functions use the foreach kernels on ``device``."""
+    try:
+        from torch.utils._foreach_utils import _device_has_foreach_support
+    except ImportError:  # pragma: no cover - a torch without the helper: use torch's functions
+        return False
+    return bool(_device_has_foreach_support(device))
+
+
+def _one_group(grads: list[torch.Tensor]) -> bool:
+    """Whether ``grads`` are plain tensors on one foreach-capable device, of one dtype, that
+    record no autograd history: then torch's functions make one group of them, in order, and
+    their ``no_grad`` changes nothing."""
+    if not grads:
+        return False
+    device, dtype = grads[0].device, grads[0].dtype
+    if not _foreach_device(device):
+        return False
+    for grad in grads:
+        if (
+            type(grad) is not torch.Tensor
+            or grad.requires_grad
+            or grad.dtype != dtype
+            or grad.device != device
+        ):
+            return False
+    return True
+
+
+def gradient_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The total 2-norm of ``grads``: ``torch.nn.utils.get_total_norm(grads)``, bit for bit.
+
+    When the gradients form one group (the usual case) this runs the same kernels without
+    torch's per-call grouping of the tensors by device and dtype, which costs more than the
+    arithmetic for small networks.
+    """
+    if not _one_group(grads):
+        return nn.utils.get_total_norm(grads)
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+
+
+def clip_gradients_(
+    parameters: list[torch.Tensor], grads: list[torch.Tensor], max_norm: float
+) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_(parameters, max_norm)``, bit for bit: scales ``grads``
+    (the parameters' gradients) in place to a total 2-norm of at most ``max_norm`` and returns
+    the norm before clipping, without the per-call grouping when the gradients form one group."""
+    if not _one_group(grads):
+        return nn.utils.clip_grad_norm_(parameters, max_norm)
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+    coefficient = torch.clamp(float(max_norm) / (total + 1e-6), max=1.0)
+    torch._foreach_mul_(grads, coefficient)
+    return total
+
+
+__all__ = ["LossCallback", "clip_gradients_", "gradient_norm"]

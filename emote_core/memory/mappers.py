@@ -9,15 +9,40 @@ mappers return ``count * sequence_length`` rows; per-window mappers (``per_windo
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 import torch
 
 from emote_core.errors import ConfigurationError
-from emote_core.memory.storage import RingArray
+from emote_core.memory.storage import RingArray, host_to_device
+
+_Value = TypeVar("_Value")
+
+
+class _computed_once(Generic[_Value]):
+    """A property computed on first access and then kept in the instance's ``__dict__``.
+
+    ``functools.cached_property`` does the same but, before Python 3.12, takes a lock on every
+    first access, which costs more than most of these arrays do to compute; a sample context is
+    used by one thread.
+    """
+
+    def __init__(self, function: Callable[[Any], _Value]) -> None:
+        self.function = function
+        self.name = function.__name__
+        self.__doc__ = function.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        value = instance.__dict__[self.name] = self.function(instance)
+        return value
 
 
 @dataclass
@@ -46,7 +71,7 @@ class SampleContext:
     def count(self) -> int:
         return len(self.slots)
 
-    @cached_property
+    @_computed_once
     def positions(self) -> np.ndarray:
         """The transition index within its episode of every sampled step, ``(count * L,)``."""
         if self.sequence_length == 1:
@@ -54,35 +79,34 @@ class SampleContext:
         steps = np.arange(self.sequence_length, dtype=np.int64)
         return (self.offsets[:, None] + steps[None, :]).reshape(-1)
 
-    @cached_property
+    @_computed_once
     def rows(self) -> np.ndarray:
         """The storage row of every sampled step, ``(count * L,)``."""
         if self.sequence_length == 1:
             return self.starts + self.offsets
         return self.positions + np.repeat(self.starts, self.sequence_length)
 
-    @cached_property
+    @_computed_once
     def device_rows(self) -> torch.Tensor | None:
         """``rows`` on the device, made once per sample for CUDA tables (``None`` on the CPU)."""
         if self.device.type == "cpu":
             return None
-        return torch.from_numpy(self.rows).to(self.device)
+        return host_to_device(self.rows, self.device)
 
-    @cached_property
+    @_computed_once
     def step_lengths(self) -> np.ndarray:
         """The episode length of every sampled step, ``(count * L,)``."""
         if self.sequence_length == 1:
             return self.lengths
         return np.repeat(self.lengths, self.sequence_length)
 
-    @cached_property
+    @_computed_once
     def dones(self) -> np.ndarray:
         """Whether each sampled step is its episode's last transition, ``(count * L,)``."""
         return self.positions == self.step_lengths - 1
 
     def to_device(self, array: np.ndarray) -> torch.Tensor:
-        tensor = torch.from_numpy(array)
-        return tensor if self.device.type == "cpu" else tensor.to(self.device)
+        return host_to_device(array, self.device)
 
 
 class Mapper(ABC):
@@ -191,7 +215,9 @@ class SyntheticMasks(Mapper):
     def map(
         self, context: SampleContext, target: RingArray | None, shape: tuple[int, ...], dtype: Any
     ) -> torch.Tensor:
-        terminal = np.repeat(context.terminal, context.sequence_length)
+        terminal = context.terminal
+        if context.sequence_length > 1:
+            terminal = np.repeat(terminal, context.sequence_length)
         values = (~(context.dones & terminal)).astype(dtype).reshape(-1, *shape)
         return context.to_device(values)
 

@@ -74,6 +74,21 @@ def check_rows_fit(
     )
 
 
+def host_to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """``array`` as a tensor on ``device`` (shared with it on the CPU).
+
+    To CUDA the copy goes through pinned memory without blocking: a plain ``.to("cuda")`` from
+    pageable memory waits for every kernel already queued (the previous update), a host sync on
+    every sample. Torch's pinned-memory allocator keeps the staging buffer until the copy ran.
+    """
+    tensor = torch.from_numpy(array)
+    if device.type == "cpu":
+        return tensor
+    if device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
 class RingArray:
     """A fixed-capacity array of rows for one column, on the CPU or a CUDA device.
 
@@ -119,7 +134,7 @@ class RingArray:
         """The rows at ``rows`` as a new tensor on this array's device."""
         if self.host is not None:
             return torch.from_numpy(self.host.take(rows, axis=0))
-        index = device_rows if device_rows is not None else torch.from_numpy(rows).to(self.device)
+        index = device_rows if device_rows is not None else host_to_device(rows, self.device)
         return self.tensor.index_select(0, index)
 
     def read(self, start: int, stop: int) -> np.ndarray:
@@ -313,5 +328,6 @@ __all__ = [
     "RowAllocator",
     "available_bytes",
     "check_rows_fit",
+    "host_to_device",
     "torch_dtype",
 ]

@@ -155,7 +155,7 @@ class TableSampling:
             weights = np.repeat(windows.weights.astype(np.float32), sequence_length)
             batch[IMPORTANCE_WEIGHTS_KEY] = context.to_device(weights.reshape(-1, 1))
         self._last_sample = windows
-        self._last_identities = index.ids[slots].copy()
+        self._last_identities = index.ids[slots]  # fancy indexing: already a copy
         self._last_sequence_length = sequence_length
         for adaptor in self.adaptors:
             batch = adaptor(batch, len(slots), sequence_length)

@@ -77,3 +77,17 @@ def test_logging_a_number_leaves_values_waiting_on_the_device_unconverted() -> N
     assert logs.__dict__["_pending_scalars"] == {}
     logs.log_scalar("loss", 7.0)  # a newer value replaces the pending one
     assert logs.scalar_logs["loss"] == 7.0
+
+
+def test_a_value_logged_after_a_device_tensor_does_not_read_the_device_tensor() -> None:
+    """Device (CUDA) scalars stay pending until the logs are read; logging a number after one,
+    as a loss logs its learning rate after its loss, must not convert it (a host sync per step).
+    A meta tensor stands in for a CUDA one: converting it would raise."""
+    logged = Logged(name="l")
+    logged.log_scalar("loss", torch.ones((), device="meta"))
+    logged.log_scalar("lr", 0.5)
+    logged.log_scalar("norm", torch.tensor(2.0))
+    with pytest.raises(RuntimeError):
+        logged.scalar_logs  # noqa: B018 - reading converts the pending meta value
+    logged.log_scalar("loss", torch.tensor([1.0, 3.0]))  # a host value replaces the pending one
+    assert logged.scalar_logs == {"lr": 0.5, "norm": 2.0, "loss": 2.0}
