@@ -93,17 +93,18 @@ class _Batches:
         self.flushed_at = time.perf_counter()
         self.episodes = 0
         self.transitions = 0
-        self.recent_returns: deque[float] = deque(maxlen=_RECENT_EPISODES)
+        self.recent_rewards: deque[Any] = deque(maxlen=_RECENT_EPISODES)
 
     def add(self, identity: int, sequence: dict[str, Any], end_state: Any) -> None:
         self.pending.append((identity, sequence, end_state))
         self.bytes += sum(value.nbytes for value in sequence.values())
-        self.recent_returns.append(float(sequence["rewards"].sum()))
+        self.recent_rewards.append(sequence["rewards"])  # summed only when shown
 
     def recent_return(self) -> float | None:
-        if not self.recent_returns:
+        if not self.recent_rewards:
             return None
-        return sum(self.recent_returns) / len(self.recent_returns)
+        returns = [float(rewards.sum()) for rewards in self.recent_rewards]
+        return sum(returns) / len(returns)
 
     def due(self) -> bool:
         waited = time.perf_counter() - self.flushed_at
