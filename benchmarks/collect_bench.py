@@ -98,11 +98,13 @@ def cli_rate(env_id: str, num_envs: int, steps: int, directory: str) -> float:
 
 
 def torch_agent(env_id: str, num_envs: int) -> Any:
-    """The recipe's acting agent with fresh (untrained) networks on the CPU."""
+    """The recipe's acting agent with fresh (untrained) networks on the CPU, in eval mode as
+    ``load_trained_agent`` gives a checkpoint's to ``emote collect --policy``."""
     recipe = load_recipe(RECIPES[env_id])
     env = make_env(recipe, num_envs=num_envs)
     device = torch.device("cpu")
     networks = make_networks(recipe, env.spaces, device)
+    networks.acting.eval()
     env.close()
     return make_agent(recipe, networks, env.spaces, device, deterministic=False)
 

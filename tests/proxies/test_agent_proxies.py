@@ -115,6 +115,27 @@ def test_inference_runs_in_eval_mode_without_gradients_and_restores_train_mode()
     assert not policy.training
 
 
+def test_a_network_already_in_eval_mode_acts_as_it_is_without_a_walk_over_its_modules() -> None:
+    class CountsModeSwitches(TinyGaussianPolicy):
+        switches = 0
+
+        def train(self, mode: bool = True):
+            CountsModeSwitches.switches += 1
+            return super().train(mode)
+
+    policy = CountsModeSwitches()
+    policy.eval()
+    switched = CountsModeSwitches.switches
+    proxy = FeatureAgentProxy(policy=policy, device=torch.device("cpu"))
+    proxy({0: observation(EpisodeState.INITIAL, obs=[0.1, 0.2, 0.3])})
+    proxy.act_batch({"obs": np.zeros((4, 3), np.float32)})
+    assert CountsModeSwitches.switches == switched and not policy.training
+    assert policy.calls[-1][:2] == (False, False)  # eval mode, no gradients
+    policy.train()
+    proxy({0: observation(EpisodeState.RUNNING, obs=[0.1, 0.2, 0.3])})
+    assert policy.calls[-1][:2] == (False, False) and policy.training
+
+
 def test_deterministic_acts_with_zero_noise_and_stochastic_with_seeded_normal_noise() -> None:
     torch.manual_seed(0)
     policy = TinyGaussianPolicy(observation_dim=3, action_dim=2)
