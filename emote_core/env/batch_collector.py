@@ -31,6 +31,8 @@ EpisodeSink = Callable[[int, dict[str, np.ndarray], EpisodeState], None]
 ``MemoryTableProxy.episode_listeners`` do."""
 
 _RUNNING = EpisodeState.RUNNING
+_TERMINAL = EpisodeState.TERMINAL
+_INTERRUPTED = EpisodeState.INTERRUPTED
 
 
 class _Slot:
@@ -103,7 +105,7 @@ class BatchGymCollector:
         self._act_steps = getattr(agent, "act_steps", None)
         self._observations: dict[str, np.ndarray] | None = None
         self._slots = [_Slot() for _ in range(env.num_envs)]
-        self._pending: list[tuple[dict[str, np.ndarray], np.ndarray, Any, np.ndarray | None]] = []
+        self._pending: list[tuple[dict[str, np.ndarray], np.ndarray, Any]] = []
         self._finals: dict[tuple[int, int], tuple[dict[str, np.ndarray], EpisodeState]] = {}
 
     def collect(self, steps: int) -> int:
@@ -114,6 +116,7 @@ class BatchGymCollector:
         """
         env, vector = self.env, self.env.env
         step_vector, observation_batch = vector.step, env.observation_batch
+        final_observation = env.final_observation
         pending, finals = self._pending, self._finals
         observations = self._observations
         if observations is None:
@@ -131,18 +134,15 @@ class BatchGymCollector:
             else:
                 actions = block[index]
                 raw, rewards, terminated, truncated, infos = step_vector(env_block[index])
-            done = terminated | truncated
-            if done.any():
-                for slot in np.flatnonzero(done):
-                    state = EpisodeState.from_gymnasium(
-                        terminated=bool(terminated[slot]), truncated=bool(truncated[slot])
-                    )
-                    finals[(len(pending), int(slot))] = (env.final_observation(infos, int(slot)),
-                                                         state)  # fmt: skip
-                self.completed_episodes += int(done.sum())
-                pending.append((observations, actions, rewards, done))
-            else:
-                pending.append((observations, actions, rewards, None))
+            ended = (terminated | truncated).nonzero()[0]
+            if len(ended):
+                at = len(pending)
+                for slot in ended.tolist():
+                    # terminated wins over truncated (EpisodeState.from_gymnasium)
+                    state = _TERMINAL if terminated[slot] else _INTERRUPTED
+                    finals[(at, slot)] = (final_observation(infos, slot), state)
+                self.completed_episodes += len(ended)
+            pending.append((observations, actions, rewards))
             observations = observation_batch(raw)
             if len(pending) >= self.chunk_steps:
                 self.cut()
