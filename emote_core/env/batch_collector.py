@@ -10,8 +10,16 @@ environment, seed and agent draws: the same rows, the same end states, in the sa
 step they ended in, then by slot), which tests/env/test_batch_collector.py checks.
 
 Agents act on the whole batch at once through ``act_batch({key: (num_envs, ...)})`` when they
-have it (:class:`~emote_core.proxies.RandomAgentProxy`); any other agent proxy is called with
-per-agent observations built from the batch.
+have it (the policy proxies, ONNX agents); any other agent proxy is called with per-agent
+observations built from the batch. Agents whose actions do not depend on the observations
+(:class:`~emote_core.proxies.RandomAgentProxy`) draw a whole :meth:`BatchGymCollector.collect`
+call's actions at once through ``act_steps(steps, num_envs)``, mapped to the environment's
+action space in one go.
+
+Per-episode work is kept small, since random episodes are short: steps are kept as the arrays
+the environment returned, and at a cut each chunk is copied once into slot-major arrays, so an
+episode that began in the chunk is handed out as views of those (its observations joined with
+its final one).
 """
 
 from __future__ import annotations
