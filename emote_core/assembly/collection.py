@@ -93,18 +93,22 @@ class _Batches:
         self.flushed_at = time.perf_counter()
         self.episodes = 0
         self.transitions = 0
-        self.recent_rewards: deque[Any] = deque(maxlen=_RECENT_EPISODES)
+        self.recent_returns: deque[float] = deque(maxlen=_RECENT_EPISODES)
+        self._unsummed: deque[Any] = deque(maxlen=_RECENT_EPISODES)  # rewards not yet summed
 
     def add(self, identity: int, sequence: dict[str, Any], end_state: Any) -> None:
         self.pending.append((identity, sequence, end_state))
         self.bytes += sum(value.nbytes for value in sequence.values())
-        self.recent_rewards.append(sequence["rewards"])  # summed only when shown
+        # Summed when shown, and only the last few: many short episodes end between reports.
+        self._unsummed.append(sequence["rewards"])
 
     def recent_return(self) -> float | None:
-        if not self.recent_rewards:
+        if self._unsummed:
+            self.recent_returns.extend(float(rewards.sum()) for rewards in self._unsummed)
+            self._unsummed.clear()
+        if not self.recent_returns:
             return None
-        returns = [float(rewards.sum()) for rewards in self.recent_rewards]
-        return sum(returns) / len(returns)
+        return sum(self.recent_returns) / len(self.recent_returns)
 
     def due(self) -> bool:
         waited = time.perf_counter() - self.flushed_at

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from emote_core.assembly.builders import make_env
-from emote_core.assembly.collection import collect_to_store
+from emote_core.assembly.collection import CollectionProgress, collect_to_store
 from emote_core.env import GymCollector
 from emote_core.memory import DictObsMemoryTable, MemoryTableProxy
 from emote_core.proxies import RandomAgentProxy
@@ -76,3 +76,25 @@ def test_collect_stores_what_the_per_agent_path_collects(
             checksum = zlib.crc32(memoryview(array).cast("B"), checksum)
         checksums.append(checksum)
     np.testing.assert_array_equal(table["checksum"], checksums)
+
+
+def test_the_shown_return_is_the_mean_of_the_last_twenty_episodes(tmp_path: Path) -> None:
+    recipe = load_recipe("dqn_cartpole")
+    shown: list[tuple[int, float | None]] = []
+
+    def on_progress(progress: CollectionProgress) -> None:
+        shown.append((progress.episodes, progress.recent_return))
+
+    out = str(tmp_path / "store.zarr")
+    collect_to_store(recipe, out, steps=3_000, num_envs=4, on_progress=on_progress,
+                     count_store=False)  # fmt: skip
+    returns = MemoryStore(out).shards[0].table["return"]
+    assert len(returns) > 40 and shown[0] == (0, None)
+    assert shown[-1][1] == pytest.approx(float(np.mean(returns[-20:])))
+    # Each report averages the last (up to) twenty episodes handed out by then, however many
+    # ended between reports.
+    means = [float(np.mean(returns[max(0, k - 20) : k])) for k in range(1, len(returns) + 1)]
+    middle = [r for _, r in shown[1:-1] if r is not None]
+    assert len(set(middle)) >= 2
+    for value in middle:
+        assert any(value == pytest.approx(mean) for mean in means)
