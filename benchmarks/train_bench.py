@@ -270,101 +270,23 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-FLUSH_BYTES = 16 << 20
-"""Pending episodes are committed to the store in batches of about this many bytes, as
-``emote collect`` does."""
-
-
 def collection_rates(env_id: str, num_envs: int, vector_steps: int) -> dict[str, float]:
-    """Env steps/s of a random policy: bare vector-env stepping with pre-drawn actions; a floor
-    for any per-step collector (actions drawn and every step written into per-env numpy buffers,
-    no episodes, no store); ``emote collect`` into a Zarr store (its own figure, from a
-    subprocess); and the training path (GymCollector, MemoryTableProxy, store appends)."""
+    """Env steps/s of a random policy (``collect_bench.py`` measures these and more): bare
+    vector-env stepping with pre-drawn actions; a floor for any per-step collector (actions
+    drawn and every step written into per-env numpy buffers, no episodes, no store); ``emote
+    collect`` into a Zarr store (its own figure, from a subprocess); and the training path
+    (GymCollector, MemoryTableProxy, store appends)."""
     import tempfile
 
-    from emote_core.env import DictGymWrapper, GymCollector, make_vector_env
-    from emote_core.memory import DictObsMemoryTable, MemoryTableProxy
-    from emote_core.proxies import RandomAgentProxy
-    from emote_core.stores.zarr_store.tables import StoreAppender
+    from collect_bench import bare_rate, cli_rate, floor_rate, training_path_rate
 
-    bare = make_vector_env(env_id, num_envs=num_envs)
-    bare.reset(seed=0)
-    actions = [bare.action_space.sample() for _ in range(vector_steps)]
-    started = time.perf_counter()
-    for action in actions:
-        bare.step(action)
-    bare_rate = vector_steps * num_envs / (time.perf_counter() - started)
-    floor_rate = _bookkeeping_floor(bare, vector_steps)
-    bare.close()
-
-    env = DictGymWrapper(make_vector_env(env_id, num_envs=num_envs))
-    table = DictObsMemoryTable(spaces=env.spaces, maxlen=1_000_000)
-    proxy = MemoryTableProxy(table)
-    pending: list = []
-    proxy.episode_listeners.append(lambda *episode: pending.append(episode))
-    agent = RandomAgentProxy(action_space=env.single_action_space, seed=0)
-    collector = GymCollector(env=env, agent=agent, memory=proxy, seed=0)
     with tempfile.TemporaryDirectory() as directory:
-        appender = StoreAppender(f"{directory}/collect.zarr", table)
-        started = time.perf_counter()
-        for _ in range(vector_steps // 100):
-            collector.collect(100)
-            if sum(sum(v.nbytes for v in e[1].values()) for e in pending) >= FLUSH_BYTES:
-                appender.append(pending)
-                pending.clear()
-        appender.append(pending)
-        appender.close()
-        training_rate = vector_steps * num_envs / (time.perf_counter() - started)
-        collect_rate = _emote_collect_rate(env_id, num_envs, vector_steps, directory)
-    env.close()
-    return {"bare": bare_rate, "floor": floor_rate, "collect": collect_rate,
-            "training": training_rate}  # fmt: skip
-
-
-COLLECT_RECIPES = {"Pendulum-v1": "sac_pendulum", "CartPole-v1": "dqn_cartpole"}
-
-
-def _emote_collect_rate(env_id: str, num_envs: int, vector_steps: int, directory: str) -> float:
-    """``emote collect RECIPE --steps N --envs K --json``'s own env steps/s (setup excluded)."""
-    import json
-    import subprocess
-    import sys
-
-    command = [sys.executable, "-m", "emote_cli", "collect", COLLECT_RECIPES[env_id], "--out",
-               f"{directory}/cli.zarr", "--steps", str(vector_steps * num_envs), "--envs",
-               str(num_envs), "--json", "-q"]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, check=True)
-    return float(json.loads(result.stdout)["env_steps_per_second"])
-
-
-def _bookkeeping_floor(env, vector_steps: int) -> float:
-    """The least a Python collector does per vector step: draw the actions, step, and write
-    actions, rewards and observations into per-env rows (episode ends only rewind a cursor)."""
-    rng = np.random.default_rng(0)
-    n, space = env.num_envs, env.single_action_space
-    observations, _ = env.reset(seed=1)
-    capacity = 1_001
-    obs_rows = np.zeros((n, capacity, *observations.shape[1:]), dtype=np.float32)
-    action_rows = np.zeros((n, capacity, *space.shape), dtype=np.float32)
-    reward_rows = np.zeros((n, capacity), dtype=np.float32)
-    cursor, slots = np.zeros(n, dtype=np.int64), np.arange(n)
-    discrete = isinstance(space, gym.spaces.Discrete)
-    started = time.perf_counter()
-    for _ in range(vector_steps):
-        if discrete:
-            actions = rng.integers(0, space.n, size=n)
-        else:
-            actions = (space.low + rng.random((n, *space.shape)) * (space.high - space.low)).astype(
-                space.dtype
-            )
-        observations, rewards, terminated, truncated, _ = env.step(actions)
-        action_rows[slots, cursor] = actions
-        reward_rows[slots, cursor] = rewards
-        cursor += 1
-        obs_rows[slots, cursor] = observations
-        cursor[terminated | truncated] = 0
-        cursor %= capacity - 1
-    return vector_steps * n / (time.perf_counter() - started)
+        return {
+            "bare": bare_rate(env_id, num_envs, vector_steps),
+            "floor": floor_rate(env_id, num_envs, vector_steps),
+            "collect": cli_rate(env_id, num_envs, vector_steps * num_envs, directory),
+            "training": training_path_rate(env_id, num_envs, vector_steps, directory),
+        }
 
 
 def main() -> None:

@@ -209,7 +209,7 @@ def load_trained_agent(
     recipe: Recipe | str | Path | None = None,
     deterministic: bool = True,
 ) -> tuple[Recipe, Networks, Any, MDPSpace, Path]:
-    """Rebuilds the acting network of a run from its recipe and a checkpoint.
+    """Rebuilds the acting network of a run from its recipe and a checkpoint, in eval mode.
 
     Returns:
         ``(recipe, networks, agent, spaces, checkpoint path)``.
@@ -244,6 +244,7 @@ def load_trained_agent(
             f"checkpoint '{checkpoint_path}' does not fit the recipe's networks: "
             f"{str(error).splitlines()[0]}"
         ) from error
+    networks.acting.eval()  # it only acts from here on (and acts faster in eval mode)
     agent = make_agent(recipe, networks, spaces, device, deterministic=deterministic)
     return recipe, networks, agent, spaces, checkpoint_path
 

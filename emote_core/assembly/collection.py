@@ -94,13 +94,18 @@ class _Batches:
         self.episodes = 0
         self.transitions = 0
         self.recent_returns: deque[float] = deque(maxlen=_RECENT_EPISODES)
+        self._unsummed: deque[Any] = deque(maxlen=_RECENT_EPISODES)  # rewards not yet summed
 
     def add(self, identity: int, sequence: dict[str, Any], end_state: Any) -> None:
         self.pending.append((identity, sequence, end_state))
         self.bytes += sum(value.nbytes for value in sequence.values())
-        self.recent_returns.append(float(sequence["rewards"].sum()))
+        # Summed when shown, and only the last few: many short episodes end between reports.
+        self._unsummed.append(sequence["rewards"])
 
     def recent_return(self) -> float | None:
+        if self._unsummed:
+            self.recent_returns.extend(float(rewards.sum()) for rewards in self._unsummed)
+            self._unsummed.clear()
         if not self.recent_returns:
             return None
         return sum(self.recent_returns) / len(self.recent_returns)

@@ -10,8 +10,16 @@ environment, seed and agent draws: the same rows, the same end states, in the sa
 step they ended in, then by slot), which tests/env/test_batch_collector.py checks.
 
 Agents act on the whole batch at once through ``act_batch({key: (num_envs, ...)})`` when they
-have it (:class:`~emote_core.proxies.RandomAgentProxy`); any other agent proxy is called with
-per-agent observations built from the batch.
+have it (the policy proxies, ONNX agents); any other agent proxy is called with per-agent
+observations built from the batch. Agents whose actions do not depend on the observations
+(:class:`~emote_core.proxies.RandomAgentProxy`) draw a whole :meth:`BatchGymCollector.collect`
+call's actions at once through ``act_steps(steps, num_envs)``, mapped to the environment's
+action space in one go.
+
+Per-episode work is kept small, since random episodes are short: steps are kept as the arrays
+the environment returned, and at a cut each chunk is copied once into slot-major arrays, so an
+episode that began in the chunk is handed out as views of those (its observations joined with
+its final one).
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ EpisodeSink = Callable[[int, dict[str, np.ndarray], EpisodeState], None]
 ``MemoryTableProxy.episode_listeners`` do."""
 
 _RUNNING = EpisodeState.RUNNING
+_TERMINAL = EpisodeState.TERMINAL
+_INTERRUPTED = EpisodeState.INTERRUPTED
 
 
 class _Slot:
@@ -55,7 +65,7 @@ class _Slot:
             for key, chunks in self.observations.items()
         }
         sequence[ACTIONS_KEY] = np.concatenate(self.actions)
-        sequence[REWARDS_COLUMN] = np.concatenate(self.rewards).astype(np.float32, copy=False)
+        sequence[REWARDS_COLUMN] = np.concatenate(self.rewards)  # float32 chunks
         self.observations, self.actions, self.rewards = {}, [], []
         return sequence
 
@@ -100,9 +110,10 @@ class BatchGymCollector:
         """Episodes finished (handed out, or waiting for the next cut)."""
         self._next_identity = first_identity
         self._act_batch = getattr(agent, "act_batch", None)
+        self._act_steps = getattr(agent, "act_steps", None)
         self._observations: dict[str, np.ndarray] | None = None
         self._slots = [_Slot() for _ in range(env.num_envs)]
-        self._pending: list[tuple[dict[str, np.ndarray], np.ndarray, Any, np.ndarray | None]] = []
+        self._pending: list[tuple[dict[str, np.ndarray], np.ndarray, Any]] = []
         self._finals: dict[tuple[int, int], tuple[dict[str, np.ndarray], EpisodeState]] = {}
 
     def collect(self, steps: int) -> int:
@@ -111,42 +122,49 @@ class BatchGymCollector:
         Returns:
             The environment steps taken.
         """
-        vector = self.env.env
+        env, vector = self.env, self.env.env
+        step_vector, observation_batch = vector.step, env.observation_batch
+        final_observation = env.final_observation
         pending, finals = self._pending, self._finals
         observations = self._observations
         if observations is None:
             raw, _ = vector.reset(seed=self.seed)
-            observations = self.env.observation_batch(raw)
-        for _ in range(steps):
-            actions = self._act(observations)
-            raw, rewards, terminated, truncated, infos = vector.step(self.env.env_actions(actions))
-            done = terminated | truncated
-            if done.any():
-                for slot in np.flatnonzero(done):
-                    state = EpisodeState.from_gymnasium(
-                        terminated=bool(terminated[slot]), truncated=bool(truncated[slot])
-                    )
-                    finals[(len(pending), int(slot))] = (
-                        self.env.final_observation(infos, int(slot)),
-                        state,
-                    )
-                self.completed_episodes += int(done.sum())
-                pending.append((observations, actions, rewards, done))
+            observations = observation_batch(raw)
+        # Observation-independent agents (random ones) draw the whole call's actions at once.
+        block = env_block = None
+        if self._act_steps is not None and steps:
+            block = np.asarray(self._act_steps(steps, env.num_envs))
+            env_block = env.env_actions(block, steps=steps)
+        for index in range(steps):
+            if block is None:
+                actions = self._act(observations)
+                raw, rewards, terminated, truncated, infos = step_vector(env.env_actions(actions))
             else:
-                pending.append((observations, actions, rewards, None))
-            observations = self.env.observation_batch(raw)
+                actions = block[index]
+                raw, rewards, terminated, truncated, infos = step_vector(env_block[index])
+            ended = (terminated | truncated).nonzero()[0]
+            if len(ended):
+                at = len(pending)
+                for slot in ended.tolist():
+                    # terminated wins over truncated (EpisodeState.from_gymnasium)
+                    state = _TERMINAL if terminated[slot] else _INTERRUPTED
+                    finals[(at, slot)] = (final_observation(infos, slot), state)
+                self.completed_episodes += len(ended)
+            pending.append((observations, actions, rewards))
+            observations = observation_batch(raw)
             if len(pending) >= self.chunk_steps:
                 self.cut()
                 pending, finals = self._pending, self._finals
         self._observations = observations
-        self.env_steps += steps * self.env.num_envs
-        return steps * self.env.num_envs
+        self.env_steps += steps * env.num_envs
+        return steps * env.num_envs
 
     def switch_agent(self, agent: Any) -> None:
         """Acts with ``agent`` from the next vector step on (call it between :meth:`collect`
         calls: a step is never taken half by one agent and half by another)."""
         self.agent = agent
         self._act_batch = getattr(agent, "act_batch", None)
+        self._act_steps = getattr(agent, "act_steps", None)
 
     def collect_episodes(self, count: int) -> int:
         """Steps until ``count`` more episodes have finished (a few more may finish with them).
@@ -166,30 +184,43 @@ class BatchGymCollector:
         if not pending:
             return
         self._pending, self._finals = [], {}
-        keys = list(pending[0][0])
-        observations = {key: np.stack([step[0][key] for step in pending]) for key in keys}
-        actions = np.stack([step[1] for step in pending])
-        rewards = np.stack([np.asarray(step[2]) for step in pending])
+        # Slot-major copies of the chunk, (num_envs, steps, ...): the rows an episode spent in
+        # the chunk are one contiguous slice, handed out as a view (no copy per episode).
+        observations = {
+            key: _slot_major([step[0][key] for step in pending]) for key in pending[0][0]
+        }
+        actions = _slot_major([step[1] for step in pending])
+        rewards = _slot_major([step[2] for step in pending], np.float32)
         starts = [0] * len(self._slots)
+        slots, on_episode = self._slots, self.on_episode
         for step, slot in sorted(finals):  # by the step an episode ended in, then by slot
             final, state = finals[(step, slot)]
             start, stop = starts[slot], step + 1
-            record = self._slots[slot]
-            record.extend(
-                {key: rows[start:stop, slot] for key, rows in observations.items()},
-                actions[start:stop, slot],
-                rewards[start:stop, slot],
-            )
-            self.on_episode(self._next_identity, record.close(final), state)
+            record = slots[slot]
+            if record.actions:  # it began in an earlier chunk
+                record.extend(
+                    {key: rows[slot, start:stop] for key, rows in observations.items()},
+                    actions[slot, start:stop],
+                    rewards[slot, start:stop],
+                )
+                sequence = record.close(final)
+            else:
+                sequence = {
+                    key: np.concatenate((rows[slot, start:stop], final[key][None]))
+                    for key, rows in observations.items()
+                }
+                sequence[ACTIONS_KEY] = actions[slot, start:stop]
+                sequence[REWARDS_COLUMN] = rewards[slot, start:stop]
+            on_episode(self._next_identity, sequence, state)
             self._next_identity += 1
             starts[slot] = stop
         end = len(pending)
-        for slot, record in enumerate(self._slots):
+        for slot, record in enumerate(slots):
             if starts[slot] < end:
                 record.extend(
-                    {key: rows[starts[slot] : end, slot] for key, rows in observations.items()},
-                    actions[starts[slot] : end, slot],
-                    rewards[starts[slot] : end, slot],
+                    {key: rows[slot, starts[slot] : end] for key, rows in observations.items()},
+                    actions[slot, starts[slot] : end],
+                    rewards[slot, starts[slot] : end],
                 )
 
     def _act(self, observations: dict[str, np.ndarray]) -> np.ndarray:
@@ -205,6 +236,11 @@ class BatchGymCollector:
         }
         responses = self.agent(per_agent)
         return np.stack([responses[slot].list_data[ACTIONS_KEY] for slot in per_agent])
+
+
+def _slot_major(steps: list[Any], dtype: Any = None) -> np.ndarray:
+    """``steps`` arrays of ``(num_envs, ...)`` as one contiguous ``(num_envs, steps, ...)``."""
+    return np.ascontiguousarray(np.stack(steps).swapaxes(0, 1), dtype=dtype)
 
 
 __all__ = ["BatchGymCollector", "EpisodeSink"]

@@ -299,7 +299,7 @@ class DictGymWrapper:
             ) from error
         return self.env_actions(stacked)
 
-    def env_actions(self, actions: np.ndarray) -> np.ndarray:
+    def env_actions(self, actions: np.ndarray, *, steps: int | None = None) -> np.ndarray:
         """Every slot's action as the vector environment takes it.
 
         Args:
@@ -307,9 +307,12 @@ class DictGymWrapper:
                 (:attr:`single_action_space`): ``[-1, 1]`` boxes are clipped and mapped onto the
                 environment's bounds; discrete indices (``(num_envs, 1)`` or ``(num_envs,)``) get
                 the space's ``start`` added.
+            steps: The actions of this many vector steps at once: ``(steps, num_envs, ...)`` in,
+                ``(steps, num_envs, ...)`` out.
         """
         if self._discrete:
-            return actions.reshape(self.num_envs) + self._action_offset
+            shape = (self.num_envs,) if steps is None else (steps, self.num_envs)
+            return actions.reshape(shape) + self._action_offset
         if self._rescale is not None:
             half_range, middle = self._rescale
             # ufuncs rather than np.clip: this runs every step and np.clip's dispatch is slow.

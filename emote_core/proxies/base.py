@@ -73,15 +73,19 @@ def inference_mode_of(network: nn.Module) -> Iterator[None]:
     """Runs a block with ``network`` in eval mode and without gradients.
 
     The network's previous train/eval mode is restored afterwards, so a proxy may act with the
-    very network a loss is training.
+    very network a loss is training. A network already in eval mode is used as it is: switching
+    modes walks every submodule, which costs more than a small policy's forward pass.
     """
-    was_training = network.training
+    if not network.training:
+        with torch.no_grad():
+            yield
+        return
     network.eval()
     try:
         with torch.no_grad():
             yield
     finally:
-        network.train(was_training)
+        network.train(True)
 
 
 def as_generator(seed: int | None) -> torch.Generator:

@@ -114,21 +114,46 @@ class EpsilonGreedyAgentProxy:
                 f"EpsilonGreedyAgentProxy reads observation '{self.input_key}', which an "
                 f"observation lacks; fix input_key"
             ) from error
-        batch = torch.as_tensor(np.stack(rows), dtype=torch.float32, device=self.device)
-        with inference_mode_of(self.q_network):
-            values = self.q_network(batch)
-        if values.shape != (len(agents), self.num_actions):
-            raise ConfigurationError(
-                f"EpsilonGreedyAgentProxy: the Q network returned shape {tuple(values.shape)}; "
-                f"expected ({len(agents)}, {self.num_actions}) — check num_actions"
-            )
-        actions = values.argmax(dim=1).cpu().numpy().astype(np.int64)
-        explore = self._rng.random(len(agents)) < epsilon
-        actions[explore] = self._rng.integers(0, self.num_actions, size=int(explore.sum()))
+        actions = self._act(np.stack(rows), epsilon)
         return {
             agent: DictResponse(list_data={ACTIONS_KEY: actions[row : row + 1]})
             for row, agent in enumerate(agents)
         }
+
+    def act_batch(self, observations: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Actions for a batch of agents at once, ``{key: (B, ...)}`` in, ``(B, 1)`` int64 out.
+
+        Acts exactly as :meth:`__call__` on the same rows would (the same exploration draws).
+
+        Raises:
+            ConfigurationError: If the observations lack :attr:`input_key`, or the network's
+                output width is not ``num_actions``.
+        """
+        if self.input_key not in observations:
+            raise ConfigurationError(
+                f"EpsilonGreedyAgentProxy reads observation '{self.input_key}'; the observations "
+                f"have {sorted(observations)} — fix input_key"
+            )
+        epsilon = self.current_epsilon()
+        return self._act(np.asarray(observations[self.input_key]), epsilon)[:, None]
+
+    def _act(self, rows: np.ndarray, epsilon: float) -> np.ndarray:
+        """Greedy or (with probability ``epsilon``) uniform actions for a ``(B, ...)`` batch."""
+        count = len(rows)
+        batch = torch.as_tensor(rows, dtype=torch.float32, device=self.device)
+        with inference_mode_of(self.q_network):
+            values = self.q_network(batch)
+        if values.shape != (count, self.num_actions):
+            raise ConfigurationError(
+                f"EpsilonGreedyAgentProxy: the Q network returned shape {tuple(values.shape)}; "
+                f"expected ({count}, {self.num_actions}) — check num_actions"
+            )
+        actions = values.argmax(dim=1).cpu().numpy().astype(np.int64)
+        explore = self._rng.random(count) < epsilon
+        explored = int(explore.sum())
+        if explored:  # an empty draw takes nothing from the generator: skip its cost
+            actions[explore] = self._rng.integers(0, self.num_actions, size=explored)
+        return actions
 
 
 def _check_probability(value: object) -> float:

@@ -86,7 +86,7 @@ class RandomAgentProxy:
     ) -> dict[AgentId, DictResponse]:
         """Draws an action for every ``INITIAL`` and ``RUNNING`` observation."""
         agents = acting_agents(observations)
-        actions = self._draw(len(agents))
+        actions = self._draw((len(agents),))
         return {
             agent: DictResponse(list_data={ACTIONS_KEY: actions[row]})
             for row, agent in enumerate(agents)
@@ -99,13 +99,29 @@ class RandomAgentProxy:
         ``(B, *shape)`` box actions).
         """
         count = len(next(iter(observations.values()))) if observations else 0
-        return self._draw(count)
+        return self._draw((count,))
 
-    def _draw(self, count: int) -> np.ndarray:
+    def act_steps(self, steps: int, count: int) -> np.ndarray:
+        """The actions of ``steps`` successive :meth:`act_batch` calls for ``count`` agents, drawn
+        at once: ``(steps, count, 1)`` indices or ``(steps, count, *shape)`` box actions.
+
+        Random actions do not depend on the observations, so a collector may draw a whole run of
+        steps ahead; the values, and the generator's state afterwards, are those of the
+        ``steps`` calls one by one.
+        """
+        return self._draw((steps, count))
+
+    def _draw(self, leading: tuple[int, ...]) -> np.ndarray:
+        # Every draw is uniform doubles taken in order, so one draw of (steps, count, ...) equals
+        # ``steps`` draws of (count, ...); ``Generator.integers`` would not (it buffers bits per
+        # call), and it costs several times more per call.
         if self._box is None:
-            return self._rng.integers(0, self._n or 1, size=(count, 1), dtype=np.int64)
+            n = self._n or 1
+            unit = self._rng.random((*leading, 1))
+            # u * n can round up to n for u just below 1: keep the index in range.
+            return np.minimum((unit * n).astype(np.int64), n - 1)
         low, width = self._box
-        unit = self._rng.random((count, *low.shape))
+        unit = self._rng.random((*leading, *low.shape))
         return np.minimum(low + unit * width, low + width).astype(self._dtype)
 
 

@@ -115,6 +115,27 @@ def test_inference_runs_in_eval_mode_without_gradients_and_restores_train_mode()
     assert not policy.training
 
 
+def test_a_network_already_in_eval_mode_acts_as_it_is_without_a_walk_over_its_modules() -> None:
+    class CountsModeSwitches(TinyGaussianPolicy):
+        switches = 0
+
+        def train(self, mode: bool = True):
+            CountsModeSwitches.switches += 1
+            return super().train(mode)
+
+    policy = CountsModeSwitches()
+    policy.eval()
+    switched = CountsModeSwitches.switches
+    proxy = FeatureAgentProxy(policy=policy, device=torch.device("cpu"))
+    proxy({0: observation(EpisodeState.INITIAL, obs=[0.1, 0.2, 0.3])})
+    proxy.act_batch({"obs": np.zeros((4, 3), np.float32)})
+    assert CountsModeSwitches.switches == switched and not policy.training
+    assert policy.calls[-1][:2] == (False, False)  # eval mode, no gradients
+    policy.train()
+    proxy({0: observation(EpisodeState.RUNNING, obs=[0.1, 0.2, 0.3])})
+    assert policy.calls[-1][:2] == (False, False) and policy.training
+
+
 def test_deterministic_acts_with_zero_noise_and_stochastic_with_seeded_normal_noise() -> None:
     torch.manual_seed(0)
     policy = TinyGaussianPolicy(observation_dim=3, action_dim=2)
@@ -333,6 +354,55 @@ def test_random_proxy_respects_the_wrappers_rescaled_box_and_discrete_spaces() -
     actions = np.array([r.list_data["actions"] for r in discrete(obs).values()])
     assert actions.shape == (3000, 1) and actions.dtype == np.int64
     assert set(np.unique(actions)) == {0, 1, 2}
+
+
+@pytest.mark.parametrize(
+    "space",
+    [DiscreteSpace(n=3), gym.spaces.Box(-2.0, np.array([1.0, 5.0]), dtype=np.float32)],
+    ids=["discrete", "box"],
+)
+def test_random_proxy_draws_a_run_of_steps_as_its_calls_one_by_one_would(space) -> None:
+    ahead = RandomAgentProxy(action_space=space, seed=5)
+    one_by_one = RandomAgentProxy(action_space=space, seed=5)
+    block = ahead.act_steps(7, 4)
+    batch = {"obs": np.zeros((4, 1))}
+    expected = np.stack([one_by_one.act_batch(batch) for _ in range(7)])
+    assert block.dtype == expected.dtype and block.shape == expected.shape
+    np.testing.assert_array_equal(block, expected)
+    # The generators stand at the same place afterwards, and per-agent calls draw alike.
+    agents = {i: observation(EpisodeState.RUNNING, obs=[0.0]) for i in range(4)}
+    np.testing.assert_array_equal(
+        [r.list_data["actions"] for r in ahead(agents).values()],
+        [r.list_data["actions"] for r in one_by_one(agents).values()],
+    )
+    many = ahead.act_steps(2_000, 3)
+    if isinstance(space, DiscreteSpace):
+        assert set(np.unique(many)) == {0, 1, 2}
+        assert np.all(np.abs(np.bincount(many.ravel()) / many.size - 1 / 3) < 0.02)
+    else:
+        assert np.all(many >= space.low) and np.all(many <= space.high)
+
+
+def test_epsilon_greedy_acts_on_a_batch_as_on_the_same_agents_one_call() -> None:
+    torch.manual_seed(0)
+    q_network = nn.Linear(1, 4)  # greedy actions that depend on the rows
+
+    def make() -> EpsilonGreedyAgentProxy:
+        return EpsilonGreedyAgentProxy(
+            q_network=q_network, device="cpu", num_actions=4, epsilon=0.5, seed=3
+        )
+
+    batched, per_agent = make(), make()
+    rows = np.random.default_rng(0).standard_normal((6, 1)).astype(np.float32)
+    for _ in range(5):
+        actions = batched.act_batch({"obs": rows})
+        responses = per_agent(
+            {i: observation(EpisodeState.RUNNING, obs=row) for i, row in enumerate(rows)}
+        )
+        assert actions.shape == (6, 1) and actions.dtype == np.int64
+        np.testing.assert_array_equal(actions, [r.list_data["actions"] for r in responses.values()])
+    with pytest.raises(ConfigurationError, match="reads observation 'obs'"):
+        batched.act_batch({"state": rows})
 
 
 def test_random_proxy_rejects_unbounded_boxes() -> None:

@@ -11,18 +11,16 @@ import logging
 import os
 import platform
 import time
-import zlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
-from emote_core.errors import FormatError, SchemaError
+from emote_core.errors import FormatError
 from emote_core.stores.locations import storage_errors
 from emote_core.stores.provenance import ENV_ID, PROVENANCE, Provenance, with_session
 from emote_core.stores.stored import ColumnSchema, EpisodeRecord
-from emote_core.stores.summary import reward_column
 from emote_core.stores.zarr_store.groups import (
     child_names,
     is_store,
@@ -46,7 +44,7 @@ from emote_core.stores.zarr_store.layout import (
     table_checksums,
 )
 from emote_core.stores.zarr_store.lease import DEFAULT_TIMEOUT, ShardLease, describe
-from emote_core.typing import EpisodeState
+from emote_core.stores.zarr_store.packing import PackedBatch
 
 log = logging.getLogger(__name__)
 
@@ -315,11 +313,11 @@ class ShardWriter:
         """
         if not episodes:
             return
-        batch = _Batch(self.columns, self.length_key, episodes)
+        batch = PackedBatch(self.columns, self.length_key, episodes)
         with storage_errors(self.url):  # an object store that fails mid-run: one line
             self._append(batch, episodes)
 
-    def _append(self, batch: _Batch, episodes: Sequence[EpisodeRecord]) -> None:
+    def _append(self, batch: PackedBatch, episodes: Sequence[EpisodeRecord]) -> None:
         self.lease.check()
         rows = dict(self.commit["rows"])
         first_episode = int(self.commit["episodes"])
@@ -367,67 +365,6 @@ def _empty_commit(columns: Sequence[StoreColumn]) -> dict[str, Any]:
 def _write_rows(array: Any, start: int, data: np.ndarray) -> None:
     array.resize((start + len(data), *array.shape[1:]))
     array[start : start + len(data)] = data
-
-
-class _Batch:
-    """A batch of episodes checked against the store's columns and packed for writing."""
-
-    def __init__(
-        self, columns: Sequence[StoreColumn], length_key: str, episodes: Sequence[EpisodeRecord]
-    ) -> None:
-        count = len(episodes)
-        self.identities = np.empty(count, dtype=np.int64)
-        self.lengths = np.empty(count, dtype=np.int64)
-        self.end_states = np.empty(count, dtype=np.int8)
-        self.returns = np.empty(count, dtype=np.float64)
-        self.checksums = np.empty(count, dtype=np.uint32)
-        parts: dict[str, list[np.ndarray]] = {c.name: [] for c in columns}
-        reward = reward_column({c.name for c in columns})
-        for k, (identity, data, end_state) in enumerate(episodes):
-            if EpisodeState(end_state) not in (EpisodeState.TERMINAL, EpisodeState.INTERRUPTED):
-                raise SchemaError(f"episode {identity} ends {EpisodeState(end_state).name}")
-            if length_key not in data:
-                raise SchemaError(f"episode {identity} has no '{length_key}' column")
-            length = len(data[length_key])
-            checksum = 0
-            for column in columns:
-                array = _conform(identity, column, data.get(column.name), length)
-                parts[column.name].append(array)
-                checksum = zlib.crc32(memoryview(array).cast("B"), checksum)
-            self.identities[k] = identity
-            self.lengths[k] = length
-            self.end_states[k] = int(end_state)
-            self.returns[k] = (
-                float(np.sum(data[reward], dtype=np.float64)) if reward is not None else np.nan
-            )
-            self.checksums[k] = checksum
-        self.columns = {name: np.concatenate(arrays) for name, arrays in parts.items()}
-        self.step_offsets = np.cumsum(self.lengths) - self.lengths
-
-
-def _conform(identity: int, column: StoreColumn, value: Any, length: int) -> np.ndarray:
-    schema = column.schema
-    if value is None:
-        raise SchemaError(f"episode {identity} has no '{schema.name}' column")
-    array = np.asarray(value)
-    if column.rows == RowKind.EPISODE:
-        array = array.reshape(1, *schema.shape) if array.size == np.prod(schema.shape) else array
-        expected_rows = 1
-    else:
-        if array.ndim == 1 and schema.shape == (1,):
-            array = array.reshape(-1, 1)
-        expected_rows = length + column.extra_rows
-    if array.shape != (expected_rows, *schema.shape):
-        raise SchemaError(
-            f"column '{schema.name}' of episode {identity} has shape {array.shape}; the store "
-            f"expects {(expected_rows, *schema.shape)} for {length} transitions"
-        )
-    if not np.can_cast(array.dtype, schema.dtype, casting="same_kind"):
-        raise SchemaError(
-            f"column '{schema.name}' of episode {identity} has dtype {array.dtype}; the store "
-            f"holds {schema.dtype}"
-        )
-    return np.ascontiguousarray(array, dtype=schema.dtype)
 
 
 __all__ = [
