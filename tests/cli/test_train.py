@@ -87,6 +87,34 @@ def test_quiet_train_prints_the_run_directory_alone_on_stdout(
     assert result.stderr == ""
 
 
+def test_a_cuda_graph_recipe_trains_eagerly_on_a_cpu_with_one_warning_and_resumes(
+    runner: CliRunner, in_tmp: Path, restore_torch_threads: None
+) -> None:
+    graphs = ("--set", "training.compile=cuda_graphs", "--set", "memory.batches_per_sample=4")
+    result = runner.invoke(
+        app, ["train", "sac_hit_the_middle", "--steps", "20", "--run-dir", "r", "--device",
+              "cpu", *FAST, *graphs],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: training.compile = 'cuda_graphs': CUDA graphs need a CUDA device and training "
+        "is on cpu; training with 'none' instead"
+    ]
+    resumed = runner.invoke(
+        app, ["train", "--resume", "--run-dir", "r", "--steps", "30", "--device", "cpu", *FAST[2:],
+              "--set", "training.compile=none"],
+    )  # fmt: skip
+    assert resumed.exit_code == 0, resumed.output
+    starts = json.loads((in_tmp / "r" / "run.json").read_text())["starts"]
+    assert starts[-1]["changes"] == {"training.compile": ["cuda_graphs", "none"]}
+    refused = runner.invoke(
+        app, ["train", "--resume", "--run-dir", "r", "--steps", "40", "--device", "cpu",
+              "--set", "memory.batches_per_sample=8"],
+    )  # fmt: skip
+    assert refused.exit_code != 0 and "memory.batches_per_sample" in refused.output
+
+
 def test_on_a_terminal_train_shows_life_before_it_imports_torch(in_tmp: Path) -> None:
     # `-X importtime` writes a line as each module is imported, to the same terminal as the
     # progress display: the display must be there before torch (seconds of importing) is.
