@@ -45,6 +45,7 @@ from train_bench import (
 from emote_core.callback import Callback, Order
 from emote_core.callbacks.compiled import COMPILE_MODES, compiled_training_callbacks
 from emote_core.callbacks.generic import BackPropStepsTerminator
+from emote_core.callbacks.logging import tag_for
 from emote_core.memory.loaders import MemoryLoader
 from emote_core.trainer import Trainer
 
@@ -184,8 +185,10 @@ def _first_return_at_least(run_dir: Path, threshold: float) -> tuple[float | Non
 
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
     events.Reload()
-    tag = next((t for t in events.Tags()["scalars"] if t.startswith("eval/mean_return")), None)
-    for event in events.Scalars(tag) if tag else []:
+    tag = tag_for("eval/mean_return", "bp_step")
+    if tag not in events.Tags()["scalars"]:
+        return None, None
+    for event in events.Scalars(tag):
         if event.value >= threshold:
             return event.wall_time, event.step
     return None, None
