@@ -8,8 +8,9 @@ Only agents whose observation is ``INITIAL`` or ``RUNNING`` act; final observati
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -72,20 +73,56 @@ def key_names(owner: str, what: str, keys: Sequence[str]) -> tuple[str, ...]:
 def inference_mode_of(network: nn.Module) -> Iterator[None]:
     """Runs a block with ``network`` in eval mode and without gradients.
 
-    The network's previous train/eval mode is restored afterwards, so a proxy may act with the
-    very network a loss is training. A network already in eval mode is used as it is: switching
-    modes walks every submodule, which costs more than a small policy's forward pass.
+    Each module's previous train/eval mode is restored afterwards, so a proxy may act with the
+    very network a loss is training. A network already in eval mode is used as it is. The
+    switch sets the modules' flags directly (``nn.Module.train`` walks the tree through
+    ``__setattr__`` and cost ~75 µs per act for a 256x256 policy, nearly a forward pass); a
+    tree with a module of its own ``train`` goes through ``train`` as before.
     """
     if not network.training:
         with torch.no_grad():
             yield
         return
-    network.eval()
+    modules = _switchable_modules(network)
+    if modules is None:
+        network.eval()
+        try:
+            with torch.no_grad():
+                yield
+        finally:
+            network.train(True)
+        return
+    modes = [m.__dict__["training"] for m in modules]
+    for module in modules:
+        module.__dict__["training"] = False
     try:
         with torch.no_grad():
             yield
     finally:
-        network.train(True)
+        for module, mode in zip(modules, modes, strict=True):
+            module.__dict__["training"] = mode
+
+
+_TREES: weakref.WeakKeyDictionary[nn.Module, list[tuple[nn.Module, tuple[Any, ...]]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _switchable_modules(network: nn.Module) -> list[nn.Module] | None:
+    """Every module of ``network`` (itself first), from a cache checked against each module's
+    current children; ``None`` when a module overrides ``train`` (its own switch must run)."""
+    tree = _TREES.get(network)
+    if tree is not None and all(
+        tuple(module._modules.values()) == children for module, children in tree
+    ):
+        return [module for module, _ in tree]
+    modules = list(network.modules())
+    if any(type(module).train is not nn.Module.train for module in modules):
+        return None
+    if any("training" not in module.__dict__ for module in modules):
+        return None
+    _TREES[network] = [(module, tuple(module._modules.values())) for module in modules]
+    return modules
 
 
 def as_generator(seed: int | None) -> torch.Generator:
