@@ -31,8 +31,9 @@ from typing import Any, ClassVar
 import torch
 
 from emote_core.callback import Callback, Order
-from emote_core.callbacks.loss import LossCallback
+from emote_core.callbacks.loss import LossCallback, set_capturable
 from emote_core.errors import ConfigurationError
+from emote_core.trainer import StateDict
 
 log = logging.getLogger(__name__)
 
@@ -99,18 +100,12 @@ def _refuse_blocked(callbacks: Sequence[Callback]) -> None:
 def _make_capturable(optimizer: torch.optim.Optimizer) -> None:
     """Switches ``optimizer`` to its CUDA-graph-safe form: step counters on the parameters'
     device, read there rather than on the host."""
-    for group in optimizer.param_groups:
-        if "capturable" not in group:
-            raise ConfigurationError(
-                f"{type(optimizer).__name__} has no capturable form, so its step cannot be "
-                "recorded in a CUDA graph; use Adam or AdamW, or training.compile = 'compile'"
-            )
-        group["capturable"] = True
-        for parameter in group["params"]:
-            state = optimizer.state.get(parameter, {})
-            step = state.get("step")
-            if isinstance(step, torch.Tensor) and step.device != parameter.device:
-                state["step"] = step.to(device=parameter.device, dtype=torch.float32)
+    if any("capturable" not in group for group in optimizer.param_groups):
+        raise ConfigurationError(
+            f"{type(optimizer).__name__} has no capturable form, so its step cannot be "
+            "recorded in a CUDA graph; use Adam or AdamW, or training.compile = 'compile'"
+        )
+    set_capturable(optimizer, [True] * len(optimizer.param_groups))
 
 
 def _tensor_paths(
@@ -237,15 +232,15 @@ class CapturedUpdate(Callback):
 
     def _run_block(self, state: dict[str, Any]) -> dict[str, Any]:
         """The inner callbacks' batch hooks, phase by phase, as the trainer would run them."""
-        merged: dict[str, Any] = {}
+        state, merged = StateDict(state), StateDict()
         for hook in _BATCH_HOOKS:
             for callback in self.inner:
                 if not callback.overrides(hook):
                     continue
                 result = callback.call_hook(hook, state)
                 if result:
-                    _merge(state, result)
-                    _merge(merged, result)
+                    state.merge(result)
+                    merged.merge(result)
         return merged
 
     def backward(self, **state: Any) -> dict[str, Any]:
@@ -342,17 +337,6 @@ def _restamp(result: dict[str, Any], recorded: Any, now: Any) -> dict[str, Any]:
         k: {ik: stamp(iv) for ik, iv in v.items()} if isinstance(v, Mapping) else stamp(v)
         for k, v in result.items()
     }
-
-
-def _merge(target: dict[str, Any], update: Mapping[str, Any]) -> None:
-    for key, value in update.items():
-        current = target.get(key)
-        if isinstance(value, Mapping) and isinstance(current, dict):
-            current.update(value)
-        elif isinstance(value, Mapping):
-            target[key] = dict(value)
-        else:
-            target[key] = value
 
 
 def compiled_training_callbacks(

@@ -167,15 +167,28 @@ class LossCallback(LoggingMixin, Callback, ABC):
 def _keep_capturable(optimizer: torch.optim.Optimizer, capturable: list[bool | None]) -> None:
     """Keeps the optimizer's own ``capturable`` flags (CUDA-graph training sets them, eager
     training on a CPU cannot step with them) and its step counters where they then belong."""
-    for group, flag in zip(optimizer.param_groups, capturable, strict=True):
-        if flag is None or group.get("capturable") == flag:
+    if any(
+        flag is not None and group.get("capturable") != flag
+        for group, flag in zip(optimizer.param_groups, capturable, strict=True)
+    ):
+        set_capturable(optimizer, capturable)
+
+
+def set_capturable(optimizer: torch.optim.Optimizer, flags: list[bool | None]) -> None:
+    """Sets each param group's ``capturable`` flag (``None`` leaves a group as it is) and
+    moves its step counters where the flag wants them: on the parameters' device when
+    capturable (or fused), else on the CPU."""
+    for group, flag in zip(optimizer.param_groups, flags, strict=True):
+        if flag is None:
             continue
         group["capturable"] = flag
         for parameter in group["params"]:
             state = optimizer.state.get(parameter, {})
             step = state.get("step")
-            if isinstance(step, torch.Tensor):
-                device = parameter.device if flag or group.get("fused") else torch.device("cpu")
+            if not isinstance(step, torch.Tensor):
+                continue
+            device = parameter.device if flag or group.get("fused") else torch.device("cpu")
+            if step.device != device:
                 state["step"] = step.to(device=device, dtype=torch.float32)
 
 
@@ -235,4 +248,4 @@ def clip_gradients_(
     return total
 
 
-__all__ = ["LossCallback", "clip_gradients_", "gradient_norm"]
+__all__ = ["LossCallback", "clip_gradients_", "gradient_norm", "set_capturable"]
