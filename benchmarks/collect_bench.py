@@ -162,26 +162,34 @@ def floor_rate(env_id: str, num_envs: int, vector_steps: int) -> float:
 
 def training_path_rate(env_id: str, num_envs: int, vector_steps: int, directory: str) -> float:
     """Env steps/s of the training path: GymCollector feeding a MemoryTableProxy, whose finished
-    episodes are appended to a store in batches of about ``FLUSH_BYTES``."""
+    episodes are appended to a store in batches of about ``FLUSH_BYTES``; timed, like ``emote``,
+    up to the final append (a fixed cost per run)."""
     from emote_core.stores.zarr_store.tables import StoreAppender
 
     env = DictGymWrapper(make_vector_env(env_id, num_envs=num_envs))
     table = DictObsMemoryTable(spaces=env.spaces, maxlen=1_000_000)
     proxy = MemoryTableProxy(table)
     pending: list = []
-    proxy.episode_listeners.append(lambda *episode: pending.append(episode))
+    held = [0]  # bytes of the pending episodes
+
+    def listener(*episode: Any) -> None:
+        pending.append(episode)
+        held[0] += sum(v.nbytes for v in episode[1].values())
+
+    proxy.episode_listeners.append(listener)
     agent = RandomAgentProxy(action_space=env.single_action_space, seed=0)
     collector = GymCollector(env=env, agent=agent, memory=proxy, seed=0)
     appender = StoreAppender(tempfile.mkdtemp(dir=directory, suffix=".zarr"), table)
     started = CLOCK()
     for _ in range(vector_steps // 100):
         collector.collect(100)
-        if sum(sum(v.nbytes for v in e[1].values()) for e in pending) >= FLUSH_BYTES:
+        if held[0] >= FLUSH_BYTES:
             appender.append(pending)
             pending.clear()
+            held[0] = 0
+    rate = vector_steps * num_envs / (CLOCK() - started)
     appender.append(pending)
     appender.close()
-    rate = vector_steps * num_envs / (CLOCK() - started)
     env.close()
     return rate
 

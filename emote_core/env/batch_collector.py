@@ -10,8 +10,10 @@ environment, seed and agent draws: the same rows, the same end states, in the sa
 step they ended in, then by slot), which tests/env/test_batch_collector.py checks.
 
 Agents act on the whole batch at once through ``act_batch({key: (num_envs, ...)})`` when they
-have it (the policy proxies, ONNX agents); any other agent proxy is called with per-agent
-observations built from the batch. Agents whose actions do not depend on the observations
+have it and answer with ``"actions"`` only (the policy proxies, ONNX agents); any other agent
+proxy is called with per-agent observations built from the batch, as a ``DictGymWrapper`` would
+give them: an id per episode, ``INITIAL`` at an episode's first step and ``RUNNING`` with the
+previous reward after it. Agents whose actions do not depend on the observations
 (:class:`~emote_core.proxies.RandomAgentProxy`) draw a whole :meth:`BatchGymCollector.collect`
 call's actions at once through ``act_steps(steps, num_envs)``, mapped to the environment's
 action space in one go.
@@ -29,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from emote_core.env.dict_gym import ACTIONS_KEY, DictGymWrapper
+from emote_core.env.dict_gym import ACTIONS_KEY, REWARD_KEY, DictGymWrapper
 from emote_core.errors import ConfigurationError
 from emote_core.memory.proxy import REWARDS_COLUMN
 from emote_core.typing import DictObservation, EpisodeState
@@ -38,6 +40,7 @@ EpisodeSink = Callable[[int, dict[str, np.ndarray], EpisodeState], None]
 """Receives ``(identity, sequence, end_state)`` for each finished episode, as
 ``MemoryTableProxy.episode_listeners`` do."""
 
+_INITIAL = EpisodeState.INITIAL
 _RUNNING = EpisodeState.RUNNING
 _TERMINAL = EpisodeState.TERMINAL
 _INTERRUPTED = EpisodeState.INTERRUPTED
@@ -82,6 +85,9 @@ class BatchGymCollector:
         seed: Seeds the environments at the first reset; ``None`` leaves them unseeded.
         chunk_steps: Vector steps kept as they came before they are cut into episodes.
         first_identity: The identity of the first finished episode.
+        track_returns: Also keep every finished episode's ``(return, length)``, summed in
+            float64 as :class:`~emote_core.env.dict_gym.DictGymWrapper` sums them, for
+            :meth:`drain_completed_episodes` (a collector that logs returns asks for it).
 
     Raises:
         ConfigurationError: If ``chunk_steps`` is not a positive integer.
@@ -96,6 +102,7 @@ class BatchGymCollector:
         seed: int | None = None,
         chunk_steps: int = 256,
         first_identity: int = 0,
+        track_returns: bool = False,
     ) -> None:
         if isinstance(chunk_steps, bool) or not isinstance(chunk_steps, int) or chunk_steps < 1:
             raise ConfigurationError(f"chunk_steps must be a positive integer; got {chunk_steps!r}")
@@ -109,12 +116,19 @@ class BatchGymCollector:
         self.completed_episodes = 0
         """Episodes finished (handed out, or waiting for the next cut)."""
         self._next_identity = first_identity
-        self._act_batch = getattr(agent, "act_batch", None)
-        self._act_steps = getattr(agent, "act_steps", None)
+        self._act_batch, self._act_steps = batch_actions(agent)
         self._observations: dict[str, np.ndarray] | None = None
         self._slots = [_Slot() for _ in range(env.num_envs)]
         self._pending: list[tuple[dict[str, np.ndarray], np.ndarray, Any]] = []
         self._finals: dict[tuple[int, int], tuple[dict[str, np.ndarray], EpisodeState]] = {}
+        # The last step's rewards and ended slots: what a per-agent proxy is told (see _act).
+        self._last: tuple[Any, Any] | None = None
+        self._agent_ids = list(range(env.num_envs))
+        self._next_agent_id = env.num_envs
+        # The return and length each slot's open episode had at the last cut (track_returns).
+        self._returns: list[float] | None = [0.0] * env.num_envs if track_returns else None
+        self._lengths = [0] * env.num_envs
+        self._completed: list[tuple[float, int]] = []
 
     def collect(self, steps: int) -> int:
         """Takes ``steps`` vector steps; episodes are handed out at each cut.
@@ -130,6 +144,7 @@ class BatchGymCollector:
         if observations is None:
             raw, _ = vector.reset(seed=self.seed)
             observations = observation_batch(raw)
+            self._last = None
         # Observation-independent agents (random ones) draw the whole call's actions at once.
         block = env_block = None
         if self._act_steps is not None and steps:
@@ -149,7 +164,10 @@ class BatchGymCollector:
                     # terminated wins over truncated (EpisodeState.from_gymnasium)
                     state = _TERMINAL if terminated[slot] else _INTERRUPTED
                     finals[(at, slot)] = (final_observation(infos, slot), state)
+                    self._agent_ids[slot] = self._next_agent_id  # the slot's next episode
+                    self._next_agent_id += 1
                 self.completed_episodes += len(ended)
+            self._last = (rewards, ended)
             pending.append((observations, actions, rewards))
             observations = observation_batch(raw)
             if len(pending) >= self.chunk_steps:
@@ -159,12 +177,28 @@ class BatchGymCollector:
         self.env_steps += steps * env.num_envs
         return steps * env.num_envs
 
+    @property
+    def started(self) -> bool:
+        """Whether the environments have been reset (by the first :meth:`collect`)."""
+        return self._observations is not None
+
+    def drain_completed_episodes(self) -> list[tuple[float, int]]:
+        """Returns and forgets the ``(return, length)`` of the episodes handed out so far (kept
+        with ``track_returns=True`` only), in the order they finished."""
+        completed, self._completed = self._completed, []
+        return completed
+
+    def cut_finished(self) -> None:
+        """Hands out the episodes that have finished so far, if any (:meth:`cut` when one has):
+        a collector that must store every finished episode before it returns calls it."""
+        if self._finals:
+            self.cut()
+
     def switch_agent(self, agent: Any) -> None:
         """Acts with ``agent`` from the next vector step on (call it between :meth:`collect`
         calls: a step is never taken half by one agent and half by another)."""
         self.agent = agent
-        self._act_batch = getattr(agent, "act_batch", None)
-        self._act_steps = getattr(agent, "act_steps", None)
+        self._act_batch, self._act_steps = batch_actions(agent)
 
     def collect_episodes(self, count: int) -> int:
         """Steps until ``count`` more episodes have finished (a few more may finish with them).
@@ -190,7 +224,9 @@ class BatchGymCollector:
             key: _slot_major([step[0][key] for step in pending]) for key in pending[0][0]
         }
         actions = _slot_major([step[1] for step in pending])
-        rewards = _slot_major([step[2] for step in pending], np.float32)
+        raw_rewards = _slot_major([step[2] for step in pending])
+        rewards = raw_rewards.astype(np.float32)
+        returns, lengths = self._returns, self._lengths
         starts = [0] * len(self._slots)
         slots, on_episode = self._slots, self.on_episode
         for step, slot in sorted(finals):  # by the step an episode ended in, then by slot
@@ -211,12 +247,21 @@ class BatchGymCollector:
                 }
                 sequence[ACTIONS_KEY] = actions[slot, start:stop]
                 sequence[REWARDS_COLUMN] = rewards[slot, start:stop]
+            if returns is not None:  # summed one by one from 0.0, as DictGymWrapper sums them
+                total = sum(raw_rewards[slot, start:stop].tolist(), returns[slot])
+                self._completed.append((float(total), lengths[slot] + stop - start))
+                returns[slot], lengths[slot] = 0.0, 0
             on_episode(self._next_identity, sequence, state)
             self._next_identity += 1
             starts[slot] = stop
         end = len(pending)
         for slot, record in enumerate(slots):
             if starts[slot] < end:
+                if returns is not None:
+                    returns[slot] = sum(
+                        raw_rewards[slot, starts[slot] : end].tolist(), returns[slot]
+                    )
+                    lengths[slot] += end - starts[slot]
                 record.extend(
                     {key: rows[slot, starts[slot] : end] for key, rows in observations.items()},
                     actions[slot, starts[slot] : end],
@@ -226,16 +271,29 @@ class BatchGymCollector:
     def _act(self, observations: dict[str, np.ndarray]) -> np.ndarray:
         if self._act_batch is not None:
             return np.asarray(self._act_batch(observations))
+        ids, count = self._agent_ids, self.env.num_envs
+        rewards, ended = self._last if self._last is not None else (None, None)
+        # A slot whose episode ended in the last step starts a new one, under a new id.
+        initial = set(range(count)) if rewards is None else set(ended.tolist())
         per_agent = {
-            slot: DictObservation(
-                episode_state=_RUNNING,
+            ids[slot]: DictObservation(
+                episode_state=_INITIAL if slot in initial else _RUNNING,
                 array_data={k: v[slot] for k, v in observations.items()},
-                rewards={},
+                rewards={} if slot in initial else {REWARD_KEY: float(rewards[slot])},
             )
-            for slot in range(self.env.num_envs)
+            for slot in range(count)
         }
         responses = self.agent(per_agent)
-        return np.stack([responses[slot].list_data[ACTIONS_KEY] for slot in per_agent])
+        return np.stack([responses[agent].list_data[ACTIONS_KEY] for agent in per_agent])
+
+
+def batch_actions(agent: Any) -> tuple[Any, Any]:
+    """An agent's ``(act_batch, act_steps)``, each ``None`` where it lacks it; both ``None`` for
+    an agent whose responses hold more than ``"actions"`` (its batched call would drop the rest).
+    """
+    if tuple(getattr(agent, "output_names", (ACTIONS_KEY,))) != (ACTIONS_KEY,):
+        return None, None
+    return getattr(agent, "act_batch", None), getattr(agent, "act_steps", None)
 
 
 def _slot_major(steps: list[Any], dtype: Any = None) -> np.ndarray:
@@ -243,4 +301,4 @@ def _slot_major(steps: list[Any], dtype: Any = None) -> np.ndarray:
     return np.ascontiguousarray(np.stack(steps).swapaxes(0, 1), dtype=dtype)
 
 
-__all__ = ["BatchGymCollector", "EpisodeSink"]
+__all__ = ["BatchGymCollector", "EpisodeSink", "batch_actions"]

@@ -10,6 +10,15 @@ Both log, through :class:`~emote_core.callbacks.logging_mixin.LoggingMixin`:
 * ``training/scaled_reward``: the mean of the ``episode/reward`` window (what
   ``FinalRewardTestCheck`` reads by default);
 * ``training/env_steps`` and ``training/completed_episodes``: counters.
+
+When the memory takes whole episodes (``memory.accepts_episodes``: a ``MemoryTableProxy``, or
+wrappers that pass episodes on) and the agents act on batches (``act_batch`` answering
+``"actions"`` only: emote's policy, epsilon-greedy, random and ONNX agents), a collector records
+the vector steps as the arrays the environment returned, with a
+:class:`~emote_core.env.batch_collector.BatchGymCollector`, and hands every episode to the memory
+whole (``memory.add_episode``) before the call that finished it returns: no per-agent
+observations, responses or episode objects on the way. The memory ends up with the same episodes,
+in the same order, as step by step (tests/env/test_collectors.py compares the two).
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import numpy as np
 
 from emote_core.callback import Callback, Order
 from emote_core.callbacks.logging_mixin import LoggingMixin
+from emote_core.env.batch_collector import BatchGymCollector, batch_actions
 from emote_core.env.dict_gym import DictGymWrapper
 from emote_core.errors import ConfigurationError
 from emote_core.memory.callbacks import PendingExportProcessor, ReadinessSource
@@ -123,6 +133,19 @@ class GymCollector(LoggingMixin, Callback):
         """Episodes finished."""
         self._observations: dict[AgentId, DictObservation] | None = None
         self._resets = 0
+        self._recorder: BatchGymCollector | None = None
+        if _takes_episodes(memory) and all(
+            batch_actions(a)[0] is not None for a in (agent, warmup_agent) if a is not None
+        ):
+            self._recorder = BatchGymCollector(
+                env=env, agent=agent, on_episode=self._add_episode, track_returns=True
+            )
+
+    @property
+    def records_episodes(self) -> bool:
+        """Whether steps are recorded in bulk and whole episodes handed to the memory (see the
+        module's docstring), rather than every agent's step given to ``memory.add``."""
+        return self._recorder is not None
 
     # Collecting.
 
@@ -137,8 +160,7 @@ class GymCollector(LoggingMixin, Callback):
             The environment steps taken (``steps * num_envs``).
         """
         acting = agent if agent is not None else self.agent
-        for _ in range(steps):
-            self._step(acting)
+        self._take_steps(steps, acting)
         self._log_finished()
         return steps * self.env.num_envs
 
@@ -156,6 +178,24 @@ class GymCollector(LoggingMixin, Callback):
             taken += self.collect(1, agent=agent)
         return taken
 
+    def _take_steps(self, steps: int, agent: AgentProxy) -> None:
+        """Takes ``steps`` vector steps; every episode they finish is in the memory after."""
+        recorder = self._recorder
+        if recorder is None:
+            for _ in range(steps):
+                self._step(agent)
+            return
+        if agent is not recorder.agent:
+            recorder.switch_agent(agent)  # one without act_batch is asked per agent
+        if not recorder.started:
+            recorder.seed = self._next_seed()
+        recorder.collect(steps)
+        recorder.cut_finished()
+        self.env_steps += steps * self.env.num_envs
+
+    def _add_episode(self, identity: int, sequence: dict[str, Any], state: EpisodeState) -> None:
+        self.memory.add_episode(sequence, state)  # type: ignore[attr-defined]
+
     def _step(self, agent: AgentProxy) -> None:
         observations = self._observations
         if observations is None:
@@ -172,14 +212,23 @@ class GymCollector(LoggingMixin, Callback):
         self._observations = observations
 
     def _reset(self) -> dict[AgentId, DictObservation]:
+        self._observations = self.env.reset(seed=self._next_seed())
+        return self._observations
+
+    def _next_seed(self) -> int | None:
         # A resumed run must not replay the first run's episodes: offset the seed by the resets.
         seed = None if self.seed is None else self.seed + self._resets * self.env.num_envs
         self._resets += 1
-        self._observations = self.env.reset(seed=seed)
-        return self._observations
+        return seed
+
+    def _drain_env_episodes(self) -> list[tuple[float, int]]:
+        """``(return, length)`` of the episodes finished since the last call."""
+        if self._recorder is not None:
+            return self._recorder.drain_completed_episodes()
+        return self.env.drain_completed_episodes()
 
     def _finished_episodes(self) -> list[tuple[float, int]]:
-        return self.env.drain_completed_episodes()
+        return self._drain_env_episodes()
 
     def _log_finished(self) -> None:
         finished = self._finished_episodes()
@@ -278,6 +327,13 @@ class GymCollector(LoggingMixin, Callback):
             f"{type(self).__name__}(name={self.name!r}, num_envs={self.env.num_envs}, "
             f"env_steps={self.env_steps})"
         )
+
+
+def _takes_episodes(memory: Any) -> bool:
+    """Whether ``memory`` takes whole episodes (``accepts_episodes`` and ``add_episode``)."""
+    return bool(getattr(memory, "accepts_episodes", False)) and callable(
+        getattr(memory, "add_episode", None)
+    )
 
 
 __all__ = [

@@ -238,7 +238,9 @@ class ThreadedGymCollector(GymCollector):
         )
         try:
             while (self.env_steps < warmup_target or not self._ready()) and not stopping():
-                self._step(self.warmup_agent if self.warmup_agent is not None else self.agent)
+                self._take_steps(
+                    1, self.warmup_agent if self.warmup_agent is not None else self.agent
+                )
                 self._collect_finished()
             self._warmed_up.set()
             while not stopping():
@@ -246,7 +248,7 @@ class ThreadedGymCollector(GymCollector):
                     continue
                 if self._training_policy is not None:
                     self._pick_up_policy()
-                self._step(self.agent)
+                self._take_steps(1, self.agent)
                 self._collect_finished()
         except BaseException as error:  # handed to the training thread
             error.add_note(f"raised in the collector thread of '{self.name}'")
@@ -265,7 +267,7 @@ class ThreadedGymCollector(GymCollector):
             return True
 
     def _collect_finished(self) -> None:
-        finished = self.env.drain_completed_episodes()
+        finished = self._drain_env_episodes()
         if finished:
             with self._lock:
                 self._finished.extend(finished)

@@ -21,10 +21,16 @@ The rules (DESIGN.md, "Episode semantics"):
   warning): the observation is a valid state to start from, but its reward belongs to an action
   this proxy never saw, so that reward is discarded. This is what happens when collection is
   attached to environments that are already running.
+
+A collector that records whole episodes itself (``GymCollector`` over a vector environment, with
+a batched agent) hands each finished one over at once with :meth:`MemoryTableProxy.add_episode`,
+which stores exactly what the same steps through :meth:`~MemoryTableProxy.add` would have stored.
+A proxy (or wrapper) says it takes whole episodes with ``accepts_episodes``.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 from collections.abc import Callable, Mapping
@@ -209,6 +215,9 @@ class MemoryTableProxy:
         ConfigurationError: If ``minimum_length_threshold`` is not ``None`` or a positive integer.
     """
 
+    accepts_episodes: bool = True
+    """Takes whole finished episodes through :meth:`add_episode`."""
+
     def __init__(
         self,
         table: ArrayMemoryTable,
@@ -317,15 +326,50 @@ class MemoryTableProxy:
                         continue
                     del episodes[agent]
                     episode.add_transition(_reward(agent, observation), observation.array_data)
-                    self._complete(episode, EpisodeState(state))
+                    end_state = EpisodeState(state)
+                    terminal = (end_state == _TERMINAL) if self._use_terminal else None
+                    self._complete(
+                        len(episode), functools.partial(episode.to_sequence, terminal=terminal),
+                        end_state,
+                    )  # fmt: skip
                 else:
                     raise EpisodeCollationError(
                         f"memory proxy '{self.name}': agent {agent!r} sent episode_state "
                         f"{state!r}; use an emote_core.typing.EpisodeState"
                     )
 
-    def _complete(self, episode: Episode, end_state: EpisodeState) -> None:
-        length = len(episode)
+    def add_episode(self, sequence: Mapping[str, np.ndarray], end_state: EpisodeState) -> None:
+        """Adds one finished episode at once, as its steps through :meth:`add` would have.
+
+        Args:
+            sequence: Each observation key's ``N + 1`` rows, each action key's ``N`` rows and
+                ``"rewards"`` (``N`` float32 values), as :meth:`Episode.to_sequence` gives them
+                (without the terminal column: the proxy adds it when it uses one).
+            end_state: ``TERMINAL`` or ``INTERRUPTED``.
+
+        Raises:
+            EpisodeCollationError: If the episode has no transition or no rewards, or its end
+                state is not final.
+            SchemaError: If it does not match the table's columns.
+        """
+        rewards = sequence.get(REWARDS_COLUMN)
+        if rewards is None or len(rewards) == 0 or end_state not in (_TERMINAL, _INTERRUPTED):
+            raise EpisodeCollationError(
+                f"memory proxy '{self.name}': a whole episode needs '{REWARDS_COLUMN}' for at "
+                f"least one transition and a TERMINAL or INTERRUPTED end state; got "
+                f"{None if rewards is None else len(rewards)} rewards, end state {end_state!r}"
+            )
+        with self._add_timer:
+            length = len(rewards)
+            if self._use_terminal:
+                flags = np.zeros(length + 1, dtype=np.float32)
+                flags[-1] = 1.0 if end_state == _TERMINAL else 0.0
+                sequence = {**sequence, TERMINAL_COLUMN: flags}
+            self._complete(length, lambda: dict(sequence), EpisodeState(end_state))
+
+    def _complete(
+        self, length: int, sequence: Callable[[], dict[str, Any]], end_state: EpisodeState
+    ) -> None:
         if length < self._minimum_length:
             self.dropped_episodes += 1
             log.debug(
@@ -336,19 +380,18 @@ class MemoryTableProxy:
             )
             return
         with self._completed_timer:
-            terminal = (end_state == _TERMINAL) if self._use_terminal else None
             # Listeners (store exports) get the episode as the table holds it.
-            sequence = self._table.stored_sequence(episode.to_sequence(terminal=terminal))
+            stored = self._table.stored_sequence(sequence())
             identity = next(self._identities)
             try:
-                self._table.add_sequence(identity, sequence, end_state=end_state)
+                self._table.add_sequence(identity, stored, end_state=end_state)
             except DuplicateEpisodeError:
                 # The table already holds this id (restored from a file): continue past its ids.
                 identity = self._skip_held_identities()
-                self._table.add_sequence(identity, sequence, end_state=end_state)
+                self._table.add_sequence(identity, stored, end_state=end_state)
             self.completed_episodes += 1
             for listener in self.episode_listeners:
-                listener(identity, sequence, end_state)
+                listener(identity, stored, end_state)
 
     def _skip_held_identities(self) -> int:
         index = self._table.index

@@ -12,6 +12,8 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from emote_core.memory.proxy import MemoryProxy
 from emote_core.typing import AgentId, DictObservation, DictResponse, EpisodeState
 from emote_core.utils import BlockTimers
@@ -33,6 +35,11 @@ def agent_steps(observations: Mapping[AgentId, DictObservation]) -> int:
 
 class MemoryProxyWrapper:
     """Base of proxy wrappers: passes ``add`` on and forwards every unknown attribute.
+
+    Whole episodes (``add_episode``) pass through a wrapper that has no ``add`` of its own, or
+    that overrides ``add_episode`` too: a wrapper whose ``add`` does work must see every step
+    unless it says what to do with a whole episode, so a stack holding one that does not say
+    does not accept episodes, and its collector adds steps.
 
     Args:
         inner: The wrapped proxy (a :class:`~emote_core.memory.proxy.MemoryTableProxy` or another
@@ -66,6 +73,28 @@ class MemoryProxyWrapper:
     def is_initial(self, identity: AgentId) -> bool:
         """Whether agent ``identity`` has no open episode."""
         return self._inner.is_initial(identity)
+
+    @property
+    def accepts_episodes(self) -> bool:
+        """Whether every proxy in the stack takes whole episodes."""
+        cls = type(self)
+        handles = cls.add is MemoryProxyWrapper.add or (
+            cls.add_episode is not MemoryProxyWrapper.add_episode
+        )
+        return handles and bool(getattr(self._inner, "accepts_episodes", False))
+
+    def add_episode(self, sequence: Mapping[str, np.ndarray], end_state: EpisodeState) -> None:
+        """Passes one whole finished episode on (see ``MemoryTableProxy.add_episode``).
+
+        Raises:
+            TypeError: If a proxy in the stack works on steps only.
+        """
+        if not self.accepts_episodes:
+            raise TypeError(
+                f"{self!r} takes steps only (add): a wrapper with an add of its own takes whole "
+                "episodes once it overrides add_episode too"
+            )
+        self._inner.add_episode(sequence, end_state)  # type: ignore[attr-defined]
 
     def __getattr__(self, name: str) -> Any:
         # Only called when normal lookup fails. Dunder names and the wrapped proxy itself are not

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from emote_core.callback import Callback, Order
 from emote_core.errors import CheckpointError, ConfigurationError
-from emote_core.memory.proxy import MemoryProxy
+from emote_core.memory.proxy import REWARDS_COLUMN, MemoryProxy
 from emote_core.memory.wrappers import MemoryTableProxyWrapper, agent_steps
 from emote_core.stores.zarr_store.layout import DEFAULT_SHARD
 from emote_core.typing import AgentId, DictObservation, DictResponse, EpisodeState
@@ -185,7 +185,16 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
     ) -> None:
         """Passes the step on, then exports the table when an export is due."""
         self._inner.add(observations, responses)
-        self._steps_since_export += agent_steps(observations)
+        self._count_steps(agent_steps(observations))
+
+    def add_episode(self, sequence: Mapping[str, Any], end_state: EpisodeState) -> None:
+        """Passes a whole episode on, then exports when one is due (its actions count as its
+        agent steps)."""
+        self._inner.add_episode(sequence, end_state)  # type: ignore[attr-defined]
+        self._count_steps(len(sequence[REWARDS_COLUMN]))
+
+    def _count_steps(self, steps: int) -> None:
+        self._steps_since_export += steps
         if self._steps_since_export < self.inf_steps_per_memory_export:
             return
         now = self._clock()

@@ -208,3 +208,26 @@ def test_the_export_records_its_spaces_env_and_who_wrote_it(tmp_path):
     assert session["command"] == ["emote", "train", "r"]
     assert session["policy"] == {"kind": "training", "path": str(tmp_path), "sha256": None}
     assert session["episodes"] == 1
+
+
+def test_whole_episodes_count_their_steps_towards_the_next_export(tmp_path):
+    exporter = MemoryExporterProxyWrapper(
+        MemoryTableProxy(make_table()), target_memory_name="replay",
+        inf_steps_per_memory_export=5, experiment_root_path=tmp_path / "run",
+        min_time_per_export=0.0,
+    )  # fmt: skip
+    assert exporter.accepts_episodes
+
+    def episode(length: int) -> dict[str, np.ndarray]:
+        return {
+            "obs": np.arange(2 * (length + 1), dtype=np.float32).reshape(length + 1, 2),
+            "actions": np.ones((length, 1), np.float32),
+            "rewards": np.ones(length, np.float32),
+        }
+
+    exporter.add_episode(episode(3), TERMINAL)  # 3 steps: no export yet
+    assert exporter.export_count == 0
+    exporter.add_episode(episode(2), INTERRUPTED)  # 5: both go out
+    assert exporter.export_count == 1
+    store = MemoryStore(tmp_path / "run" / "replay_export")
+    assert (store.episode_count, store.transition_count) == (2, 5)

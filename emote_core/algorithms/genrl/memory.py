@@ -21,7 +21,7 @@ from torch import nn
 from emote_core.algorithms.genrl.scaling import check_latent_scale, latent_to_policy
 from emote_core.algorithms.genrl.wrappers import EncoderWrapper
 from emote_core.errors import ConfigurationError
-from emote_core.memory.proxy import MemoryProxy
+from emote_core.memory.proxy import REWARDS_COLUMN, MemoryProxy
 from emote_core.memory.wrappers import MemoryTableProxyWrapper
 from emote_core.nn.inputs import flatten_observation
 from emote_core.typing import AgentId, DictObservation, DictResponse, EpisodeState
@@ -111,11 +111,7 @@ class MemoryProxyWithEncoder(MemoryTableProxyWrapper):
         actions = np.stack(
             [np.asarray(responses[a].list_data[key], dtype=np.float32).reshape(-1) for a in agents]
         )
-        with torch.no_grad():
-            means = self.encoder(
-                torch.as_tensor(actions, device=device), flatten_observation(batch, keys)
-            )
-            labels = latent_to_policy(means, self.latent_scale).cpu().numpy()
+        labels = self._labels(actions, batch, keys, device)
         relabelled = dict(responses)
         for row, agent in enumerate(agents):
             response = responses[agent]
@@ -124,6 +120,53 @@ class MemoryProxyWithEncoder(MemoryTableProxyWrapper):
                 scalar_data=dict(response.scalar_data),
             )
         return relabelled
+
+    def add_episode(self, sequence: Mapping[str, np.ndarray], end_state: EpisodeState) -> None:
+        """Passes a whole episode on with its actions replaced by their latent actions, encoded
+        in one batch (the same labels as step by step: each depends on its own row only).
+
+        Raises:
+            ConfigurationError: If the episode has no ``action_key``, or lacks an observation
+                key the encoder reads.
+        """
+        owner, key = type(self).__name__, self.action_key
+        if key not in sequence:
+            raise ConfigurationError(
+                f"{owner}: the episode has no '{key}' (it has {sorted(sequence)}); pass "
+                "action_key=... naming the action"
+            )
+        actions = np.asarray(sequence[key], dtype=np.float32)
+        count = len(actions)
+        keys = self.observation_keys or sorted(
+            k for k in sequence if k not in (key, REWARDS_COLUMN)
+        )
+        missing = [k for k in keys if k not in sequence]
+        if missing:
+            raise ConfigurationError(
+                f"{owner}: the episode has no observation {missing} (it has {sorted(sequence)}); "
+                f"the encoder reads {self.observation_keys or 'every key'}"
+            )
+        device = _device_of(self.encoder)
+        batch = {
+            k: torch.as_tensor(np.asarray(sequence[k][:count], dtype=np.float32), device=device)
+            for k in keys
+        }
+        labels = self._labels(actions.reshape(count, -1), batch, keys, device)
+        self._inner.add_episode({**sequence, key: labels}, end_state)  # type: ignore[attr-defined]
+
+    def _labels(
+        self,
+        actions: np.ndarray,
+        batch: dict[str, torch.Tensor],
+        keys: Sequence[str],
+        device: torch.device,
+    ) -> np.ndarray:
+        """The policy-space latent actions of ``(B, action)`` actions at ``batch``'s rows."""
+        with torch.no_grad():
+            means = self.encoder(
+                torch.as_tensor(actions, device=device), flatten_observation(batch, keys)
+            )
+            return latent_to_policy(means, self.latent_scale).cpu().numpy()
 
     def _stacked(
         self,

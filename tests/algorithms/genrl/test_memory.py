@@ -127,3 +127,31 @@ def test_final_observations_pass_through_without_encoding() -> None:
     # A final observation for an unknown agent is logged and skipped by the proxy underneath.
     proxy.add({3: step(EpisodeState.TERMINAL, np.zeros(3, np.float32), 1.0)}, {})
     assert table.episode_count == 0 and proxy.is_initial(3)
+
+
+def test_a_whole_episode_gets_the_labels_its_steps_would_get() -> None:
+    torch.manual_seed(1)
+    vae = make_vae(observation_dim=3, action_dim=2, latent_dim=3, hidden_dims=(8,))
+    observations, actions = demonstrations(7, seed=4)
+    by_step, whole = latent_table(latent_dim=3), latent_table(latent_dim=3)
+    stepped = MemoryProxyWithEncoder(
+        MemoryTableProxy(by_step), encoder=vae.encoder, latent_scale=LATENT_SCALE
+    )
+    for index in range(6):
+        state = EpisodeState.INITIAL if index == 0 else EpisodeState.RUNNING
+        reward = None if index == 0 else 1.0
+        response = DictResponse(list_data={"actions": actions[index]})
+        stepped.add({0: step(state, observations[index], reward)}, {0: response})
+    stepped.add({0: step(EpisodeState.TERMINAL, observations[6], 1.0)}, {})
+    proxy = MemoryProxyWithEncoder(
+        MemoryTableProxy(whole), encoder=vae.encoder, latent_scale=LATENT_SCALE
+    )
+    assert proxy.accepts_episodes
+    sequence = {"obs": observations, "actions": actions[:6], "rewards": np.ones(6, np.float32)}
+    proxy.add_episode(sequence, EpisodeState.TERMINAL)
+    (_, expected, _), (_, got, _) = next(by_step.episodes()), next(whole.episodes())
+    assert got["actions"].shape == (6, 3)
+    np.testing.assert_allclose(got["actions"], expected["actions"], rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(got["obs"], expected["obs"])
+    with pytest.raises(ConfigurationError, match="has no 'actions'"):
+        proxy.add_episode({"obs": observations, "rewards": sequence["rewards"]}, 1)
