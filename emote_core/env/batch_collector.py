@@ -26,6 +26,7 @@ its final one).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +41,7 @@ EpisodeSink = Callable[[int, dict[str, np.ndarray], EpisodeState], None]
 """Receives ``(identity, sequence, end_state)`` for each finished episode, as
 ``MemoryTableProxy.episode_listeners`` do."""
 
+_NO_SLOTS = np.zeros(0, dtype=np.int64)
 _INITIAL = EpisodeState.INITIAL
 _RUNNING = EpisodeState.RUNNING
 _TERMINAL = EpisodeState.TERMINAL
@@ -146,33 +148,40 @@ class BatchGymCollector:
             observations = observation_batch(raw)
             self._last = None
         # Observation-independent agents (random ones) draw the whole call's actions at once.
-        block = env_block = None
+        planned: Any = itertools.repeat(None, steps)
         if self._act_steps is not None and steps:
             block = np.asarray(self._act_steps(steps, env.num_envs))
-            env_block = env.env_actions(block, steps=steps)
-        for index in range(steps):
-            if block is None:
+            planned = zip(block, env.env_actions(block, steps=steps), strict=True)
+        quiet = bytes(env.num_envs)  # the flags' bytes when no episode ends (bool arrays)
+        plain = env.plain_observation_key  # a Box observation kept as it came
+        chunk_steps, last = self.chunk_steps, self._last
+        for step in planned:
+            if step is None:
+                self._last = last
                 actions = self._act(observations)
-                raw, rewards, terminated, truncated, infos = step_vector(env.env_actions(actions))
+                step = actions, env.env_actions(actions)
+            actions = step[0]
+            raw, rewards, terminated, truncated, infos = step_vector(step[1])
+            if terminated.tobytes() == quiet and truncated.tobytes() == quiet:
+                ended = _NO_SLOTS
             else:
-                actions = block[index]
-                raw, rewards, terminated, truncated, infos = step_vector(env_block[index])
-            ended = (terminated | truncated).nonzero()[0]
-            if len(ended):
-                at = len(pending)
-                for slot in ended.tolist():
-                    # terminated wins over truncated (EpisodeState.from_gymnasium)
-                    state = _TERMINAL if terminated[slot] else _INTERRUPTED
-                    finals[(at, slot)] = (final_observation(infos, slot), state)
-                    self._agent_ids[slot] = self._next_agent_id  # the slot's next episode
-                    self._next_agent_id += 1
-                self.completed_episodes += len(ended)
-            self._last = (rewards, ended)
+                ended = (terminated | truncated).nonzero()[0]
+                if len(ended):
+                    at = len(pending)
+                    for slot in ended.tolist():
+                        # terminated wins over truncated (EpisodeState.from_gymnasium)
+                        state = _TERMINAL if terminated[slot] else _INTERRUPTED
+                        finals[(at, slot)] = (final_observation(infos, slot), state)
+                        self._agent_ids[slot] = self._next_agent_id  # the slot's next episode
+                        self._next_agent_id += 1
+                    self.completed_episodes += len(ended)
+            last = (rewards, ended)
             pending.append((observations, actions, rewards))
-            observations = observation_batch(raw)
-            if len(pending) >= self.chunk_steps:
+            observations = {plain: raw} if plain is not None else observation_batch(raw)
+            if len(pending) >= chunk_steps:
                 self.cut()
                 pending, finals = self._pending, self._finals
+        self._last = last
         self._observations = observations
         self.env_steps += steps * env.num_envs
         return steps * env.num_envs

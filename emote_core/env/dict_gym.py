@@ -150,6 +150,11 @@ class DictGymWrapper:
         # SyncVectorEnv(copy=False) hands out the same buffer every step; the episodes collected
         # downstream keep references to each step's rows, so such buffers are copied here.
         self._copy_observations = not getattr(env.unwrapped, "copy", True)
+        self.plain_observation_key: str | None = (
+            None if self._dict_observations or self._copy_observations else observation_key
+        )
+        """The key of a ``Box`` observation that :meth:`observation_batch` keeps as it came (a
+        collector may build ``{key: observations}`` itself); ``None`` for others."""
         self._ids = itertools.count()
         self._agents: list[AgentId] = []
         self._returns = np.zeros(self.num_envs, dtype=np.float64)
