@@ -65,7 +65,9 @@ class GymCollector(LoggingMixin, Callback):
     Args:
         env: The wrapped vector environment.
         agent: Answers observations with actions (a policy proxy, or a random one).
-        memory: Receives every step (``memory.add(observations, responses)``).
+        memory: Receives every step (``memory.add(observations, responses)``), or every
+            finished episode whole (``memory.add_episode``) when it takes them and the agents
+            act on batches (see the module's docstring and :attr:`records_episodes`).
         warmup_steps: Environment steps, summed over the vector's environments, collected in
             ``begin_training`` (skipped as far as a restored state already collected them).
         inference_steps_per_batch: Vector steps collected in ``begin_batch`` before each batch
