@@ -86,6 +86,9 @@ class GymCollector(LoggingMixin, Callback):
             thread, so export requests from other threads (an ONNX exporter's
             ``export_threadsafe``) are answered before the first batch.
         name: The callback's name (keys its checkpoint entry).
+        bulk: Record steps in bulk and hand whole episodes to the memory where the memory and
+            the agents allow it (:attr:`records_episodes`); ``False`` gives the memory every
+            agent's step through ``memory.add`` whatever it takes.
 
     Raises:
         ConfigurationError: If a step count is negative or not an integer.
@@ -108,6 +111,7 @@ class GymCollector(LoggingMixin, Callback):
         exporter: PendingExportProcessor | None = None,
         name: str = "gym_collector",
         bp_steps_per_inference: int = 1,
+        bulk: bool = True,
     ) -> None:
         owner = type(self).__name__
         super().__init__(name=name, default_window_length=default_window_length)
@@ -136,8 +140,10 @@ class GymCollector(LoggingMixin, Callback):
         self._observations: dict[AgentId, DictObservation] | None = None
         self._resets = 0
         self._recorder: BatchGymCollector | None = None
-        if _takes_episodes(memory) and all(
-            batch_actions(a)[0] is not None for a in (agent, warmup_agent) if a is not None
+        if (
+            bulk
+            and _takes_episodes(memory)
+            and all(batch_actions(a)[0] is not None for a in (agent, warmup_agent) if a is not None)
         ):
             self._recorder = BatchGymCollector(
                 env=env, agent=agent, on_episode=self._add_episode, track_returns=True

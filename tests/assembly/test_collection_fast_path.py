@@ -27,7 +27,8 @@ def per_agent_episodes(recipe, num_envs: int, vector_steps: int) -> list[tuple]:
     episodes: list[tuple] = []
     proxy.episode_listeners.append(lambda *episode: episodes.append(episode))
     agent = RandomAgentProxy(action_space=env.single_action_space, seed=recipe.seed)
-    GymCollector(env=env, agent=agent, memory=proxy, seed=recipe.seed).collect(vector_steps)
+    collector = GymCollector(env=env, agent=agent, memory=proxy, seed=recipe.seed, bulk=False)
+    collector.collect(vector_steps)
     env.close()
     return episodes
 
@@ -98,3 +99,21 @@ def test_the_shown_return_is_the_mean_of_the_last_twenty_episodes(tmp_path: Path
     assert len(set(middle)) >= 2
     for value in middle:
         assert any(value == pytest.approx(mean) for mean in means)
+
+
+@pytest.mark.parametrize("recipe_name", ["sac_hit_the_middle", "dqn_cartpole"])
+def test_emote_train_collects_whole_episodes_in_bulk(tmp_path: Path, recipe_name: str) -> None:
+    import torch
+
+    from emote_core.assembly.training import build_training
+    from emote_core.runs import prepare_run
+
+    recipe = load_recipe(recipe_name, ["memory.warmup_steps=64", "memory.batch_size=16"])
+    run = prepare_run(tmp_path / "run", recipe=recipe, command=["test"])
+    setup = build_training(recipe, run=run, device=torch.device("cpu"), bp_steps=2)
+    try:
+        assert setup.collector.records_episodes  # the export wrapper passes episodes on
+        setup.trainer.train()
+        assert setup.collector.memory.completed_episodes >= 1
+    finally:
+        setup.env.close()

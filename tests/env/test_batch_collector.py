@@ -20,7 +20,9 @@ def per_agent_episodes(env_id: str, num_envs: int, steps: int) -> list[tuple]:
     episodes: list[tuple] = []
     proxy.episode_listeners.append(lambda *episode: episodes.append(episode))
     agent = RandomAgentProxy(action_space=env.single_action_space, seed=3)
-    GymCollector(env=env, agent=agent, memory=proxy, seed=11).collect(steps)
+    collector = GymCollector(env=env, agent=agent, memory=proxy, seed=11, bulk=False)
+    assert not collector.records_episodes  # the reference: one agent's step at a time
+    collector.collect(steps)
     env.close()
     return episodes
 

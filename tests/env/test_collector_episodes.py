@@ -68,12 +68,13 @@ def run(
     proxy = MemoryTableProxy(table, minimum_length_threshold=threshold, use_terminal=use_terminal)
     episodes: list[tuple] = []
     proxy.episode_listeners.append(lambda *episode: episodes.append(episode))
-    memory: Any = proxy if whole else StepsOnly(proxy)
     agent: Any = RandomAgentProxy(action_space=env.single_action_space, seed=5)
     if policy:
         agent = FeatureAgentProxy(policy=Tanh(), device="cpu", spaces=env.spaces)
     warmup = RandomAgentProxy(action_space=env.single_action_space, seed=9)
-    collector = GymCollector(env=env, agent=agent, memory=memory, seed=3, warmup_agent=warmup)
+    collector = GymCollector(
+        env=env, agent=agent, memory=proxy, seed=3, warmup_agent=warmup, bulk=whole
+    )
     assert collector.records_episodes is whole
     for index, count in enumerate(calls):
         collector.collect(count, agent=warmup if index == 0 else None)
@@ -107,8 +108,8 @@ def test_whole_episodes_equal_steps_one_by_one(
     got, whole = run(env_id, num_envs, calls, whole=True, **options)
     assert_same_episodes(got, expected)
     # Every episode finished by a call is in the memory when the call returns, as step by step.
-    assert whole.memory.completed_episodes == by_step.memory.inner.completed_episodes
-    assert whole.memory.dropped_episodes == by_step.memory.inner.dropped_episodes
+    assert whole.memory.completed_episodes == by_step.memory.completed_episodes
+    assert whole.memory.dropped_episodes == by_step.memory.dropped_episodes
     assert whole.completed_episodes == by_step.completed_episodes
     assert whole.env_steps == by_step.env_steps == sum(calls) * num_envs
     for key in ("episode/reward", "episode/length"):
@@ -124,8 +125,7 @@ def test_an_agent_without_act_batch_is_asked_per_agent_as_a_wrapper_would_ask_it
         proxy.episode_listeners.append(lambda *episode: episodes.append(episode))
         batched = RandomAgentProxy(action_space=env.single_action_space, seed=1)
         agent = PerAgentOnly(RandomAgentProxy(action_space=env.single_action_space, seed=2))
-        memory = proxy if whole else StepsOnly(proxy)
-        collector = GymCollector(env=env, agent=batched, memory=memory, seed=4)
+        collector = GymCollector(env=env, agent=batched, memory=proxy, seed=4, bulk=whole)
         collector.collect(20)  # batched, then the per-agent agent takes over mid-episode
         collector.collect(60, agent=agent)
         env.close()
@@ -160,6 +160,7 @@ def test_episodes_are_handed_over_only_where_every_part_takes_them() -> None:
         return collector.records_episodes
 
     assert records(proxy)
+    assert not GymCollector(env=env, agent=agent, memory=proxy, bulk=False).records_episodes
     assert records(MemoryTableProxyWrapper(MemoryTableProxyWrapper(proxy)))
     assert not records(StepsOnly(proxy))
     assert not records(MemoryTableProxyWrapper(StepsOnly(proxy)))
