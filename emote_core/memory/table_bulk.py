@@ -90,6 +90,8 @@ class TableBulkFill:
         index, allocator = table.index, table._allocator
         while index.capacity < len(identities):
             index._grow()
+        index.clear()  # slots handed out 0, 1, 2, ... as add_sequence does (the sampler's
+        # draws go by slot: growing first left slots 64.. ahead of 0..63, other batches)
         table._sync_tag_capacity()
         for j, identity in enumerate(identities.tolist()):
             slot = index.add(identity, int(starts[j]), int(lengths[j]), bool(terminal[j]))

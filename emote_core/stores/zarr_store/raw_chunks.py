@@ -129,31 +129,42 @@ def read_raw_rows(array: Any, directory: Path, low: int, high: int, out: np.ndar
     flat = memoryview(out.reshape(-1).view(np.uint8))
     encode = array.metadata.encode_chunk_key
     trailing = [0] * (len(array.shape) - 1)
-    for chunk in range(low // chunk_rows, -(-high // chunk_rows)):
-        first, stop = max(low, chunk * chunk_rows), min(high, (chunk + 1) * chunk_rows)
-        target = flat[(first - low) * row_bytes : (stop - low) * row_bytes]
-        path = directory / encode((chunk, *trailing))
-        try:
-            descriptor = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            out[first - low : stop - low] = array.metadata.fill_value
-            continue
-        try:
-            if os.fstat(descriptor).st_size != chunk_bytes:
-                raise RawChunkError(f"{path} holds {os.fstat(descriptor).st_size} bytes, not "
-                                    f"one raw chunk's {chunk_bytes}")  # fmt: skip
-            _read_exactly(descriptor, target, (first - chunk * chunk_rows) * row_bytes, path)
-        finally:
+    chunks = range(low // chunk_rows, -(-high // chunk_rows))
+    descriptors: dict[int, int] = {}
+    try:
+        for chunk in chunks:  # open them all and ask for them all: the disk reads ahead
+            try:
+                descriptors[chunk] = os.open(directory / encode((chunk, *trailing)), os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            if hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(descriptors[chunk], 0, 0, os.POSIX_FADV_WILLNEED)
+        for chunk in chunks:
+            first, stop = max(low, chunk * chunk_rows), min(high, (chunk + 1) * chunk_rows)
+            descriptor = descriptors.get(chunk)
+            if descriptor is None:
+                out[first - low : stop - low] = array.metadata.fill_value
+                continue
+            size = os.fstat(descriptor).st_size
+            if size != chunk_bytes:
+                raise RawChunkError(
+                    f"{array.path}/{encode((chunk, *trailing))} holds {size} bytes, not one "
+                    f"raw chunk's {chunk_bytes}"
+                )
+            target = flat[(first - low) * row_bytes : (stop - low) * row_bytes]
+            _read_exactly(descriptor, target, (first - chunk * chunk_rows) * row_bytes)
+    finally:
+        for descriptor in descriptors.values():
             os.close(descriptor)
 
 
-def _read_exactly(descriptor: int, target: memoryview, offset: int, path: Path) -> None:
+def _read_exactly(descriptor: int, target: memoryview, offset: int) -> None:
     """Fills ``target`` from the file at ``offset`` (reads may come back short)."""
     done = 0
     while done < len(target):
         count = os.preadv(descriptor, [target[done:]], offset + done)
         if count <= 0:
-            raise RawChunkError(f"{path} ended {len(target) - done} bytes early")
+            raise RawChunkError(f"a raw chunk ended {len(target) - done} bytes early")
         done += count
 
 
