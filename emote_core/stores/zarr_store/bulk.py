@@ -9,18 +9,23 @@ the table empty, and the episode-by-episode path reads the stores and says what 
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from emote_core.errors import FormatError, MemoryTableError
+from emote_core.memory.table_bulk import touch_pages
 from emote_core.stores.stored import check_schema
 from emote_core.stores.zarr_store.acceleration import open_array, reading_config
 from emote_core.stores.zarr_store.checks import damaged_episodes, episode_rows
 from emote_core.stores.zarr_store.layout import COLUMNS, RowKind, StoreColumn
-from emote_core.stores.zarr_store.raw_chunks import RawChunkError, raw_files, read_raw_rows
+from emote_core.stores.zarr_store.raw_chunks import RawChunkError, RawColumnReader, raw_files
 from emote_core.stores.zarr_store.reader import MemoryStore, ShardView
 from emote_core.typing import EpisodeState
 
@@ -57,18 +62,11 @@ def load_in_bulk(
         return None
     picks, extra_rows = plan
     store_index, shard_index, episode = picks.T
-    lengths = np.array(
-        [stores[i].shards[s].table["length"][k] for i, s, k in picks.tolist()], dtype=np.int64
-    )
-    ends = np.array(
-        [stores[i].shards[s].table["end_state"][k] for i, s, k in picks.tolist()], dtype=np.int64
-    )
+    lengths = _gathered(picks, lambda i, s: stores[i].shards[s].table["length"])
+    ends = _gathered(picks, lambda i, s: stores[i].shards[s].table["end_state"])
     if np.any((ends != EpisodeState.TERMINAL) & (ends != EpisodeState.INTERRUPTED)):
         return None
-    identities = np.array(
-        [stores[i]._ids()[stores[i].shards[s].name][k] for i, s, k in picks.tolist()],
-        dtype=np.int64,
-    )
+    identities = _gathered(picks, lambda i, s: stores[i]._ids()[stores[i].shards[s].name])
     if len(np.unique(identities)) != len(identities):
         log.info(
             "episode ids repeat across stores or shards; renumbering them 0..%d", len(identities)
@@ -101,6 +99,18 @@ def load_in_bulk(
         log.debug("loading episode by episode: %s: %s", type(error).__name__, error)
         return None
     return len(picks)
+
+
+def _gathered(picks: np.ndarray, field: Any) -> np.ndarray:
+    """``field(store, shard)[episode]`` of each pick as int64: one gather per shard."""
+    result = np.zeros(len(picks), dtype=np.int64)
+    if not len(picks):
+        return result
+    groups, where = np.unique(picks[:, :2], axis=0, return_inverse=True)
+    for g, (i, s) in enumerate(groups.tolist()):
+        chosen = np.flatnonzero(where.reshape(-1) == g)
+        result[chosen] = np.asarray(field(i, s))[picks[chosen, 2]]
+    return result
 
 
 def _plan(
@@ -164,45 +174,94 @@ def _read_shard(
     runs = list(zip([0, *breaks.tolist()], [*breaks.tolist(), len(indices)], strict=True))
     data: dict[str, tuple[np.ndarray, None]] = {}
     base: dict[str, int] = {}
-    with reading_config(shard.group):
-        for column in store.columns:
-            first, stops = episode_rows(column.rows, shard.table, indices)
-            low, high = int(first.min()), int(stops.max())
-            if high > int(shard.commit["rows"].get(column.name, -1)):
-                raise _StepAside(f"column '{column.name}' commits fewer rows than its episodes")
-            array = open_array(shard.group, f"{COLUMNS}/{column.name}")
-            target = destinations.get(column.name)
-            if target is not None and column.rows == RowKind.OBSERVATIONS and len(runs) == 1:
-                at = int(starts[positions[0]])  # the same layout: decode in place
-                values = _read_into(array, low, high, target[at : at + high - low])
-            else:
-                values = _read_into(array, low, high, np.empty((high - low, *array.shape[1:]),
-                                                               dtype=array.dtype))  # fmt: skip
-                if target is not None:
-                    _place(column, values, first - low, runs, positions, starts, lengths, target)
-                elif column.name in tags:
-                    tags[column.name][positions] = values[indices - low]
-            data[column.name] = (values, None)
-            base[column.name] = low
-    damaged = damaged_episodes(store.columns, shard.table, data, indices, row_base=base)
+    raw: list[tuple[RawColumnReader, np.ndarray, np.ndarray, int]] = []
+    placed: list[tuple[StoreColumn, np.ndarray, np.ndarray]] = []
+    with ExitStack() as files:
+        with reading_config(shard.group):
+            arrays = [open_array(shard.group, f"{COLUMNS}/{c.name}") for c in store.columns]
+            decoded = []  # metadata first: read-ahead of raw columns would queue it
+            for column, array in zip(store.columns, arrays, strict=True):
+                first, stops = episode_rows(column.rows, shard.table, indices)
+                low, high = int(first.min()), int(stops.max())
+                if high > int(shard.commit["rows"].get(column.name, -1)):
+                    raise _StepAside(f"column '{column.name}' commits fewer rows than its episodes")
+                if high > array.shape[0]:
+                    raise _StepAside(f"{array.path} holds fewer rows than committed")
+                target = destinations.get(column.name)
+                if target is not None and column.rows == RowKind.OBSERVATIONS and len(runs) == 1:
+                    at = int(starts[positions[0]])  # the same layout: decode in place
+                    values = target[at : at + high - low]
+                else:
+                    values = np.empty((high - low, *array.shape[1:]), dtype=array.dtype)
+                    placed.append((column, values, first - low))
+                directory = raw_files(array)
+                if directory is not None and values.flags.c_contiguous:
+                    reader = files.enter_context(RawColumnReader(array, directory))
+                    raw.append((reader, first, values, low))  # read below, with the checks
+                else:
+                    decoded.append((array, low, high, values))
+                data[column.name] = (values, None)
+                base[column.name] = low
+            for array, low, high, values in decoded:
+                touch_pages(values)  # before zarr's decoding threads write it
+                _read_into(array, low, high, values)
+        try:
+            for reader, _, values, low in raw:
+                reader.advise(low, low + len(values))
+            damaged = _read_and_check(store.columns, shard.table, indices, raw, data, base)
+        except (OSError, RawChunkError) as error:  # the other path names the damage
+            raise _StepAside(f"shard '{shard.name}': {error}") from error
+    for column, values, offsets in placed:
+        target = destinations.get(column.name)
+        if target is not None:
+            _place(column, values, offsets, runs, positions, starts, lengths, target)
+        elif column.name in tags:
+            tags[column.name][positions] = values[offsets]
     if damaged.any():
         raise _StepAside(f"shard '{shard.name}' holds {int(damaged.sum())} damaged episodes")
 
 
+PART_BYTES = 8 << 20
+"""Raw columns are read in parts of about this many bytes, each part's episodes checked on a
+second thread while the next part is read."""
+
+
+def _read_and_check(
+    columns: list[StoreColumn],
+    table: dict[str, np.ndarray],
+    indices: np.ndarray,
+    raw: list[tuple[RawColumnReader, np.ndarray, np.ndarray, int]],
+    data: dict[str, tuple[np.ndarray, None]],
+    base: dict[str, int],
+) -> np.ndarray:
+    """Reads the raw columns' rows (``raw``: reader, episodes' first rows, destination, its
+    first row) part by part, checking each part's episodes while the next is read; returns
+    which episodes are damaged. The other columns are in ``data`` already."""
+    total = sum(values.nbytes for _, _, values, _ in raw)
+    ordered = all(bool(np.all(np.diff(first) >= 0)) for _, first, _, _ in raw)
+    parts = min(len(indices), max(1, total // PART_BYTES)) if ordered and raw else 1
+    if parts == 1 or (os.cpu_count() or 1) == 1:
+        for reader, _, values, low in raw:
+            reader.read(low, low + len(values), values)
+        return damaged_episodes(columns, table, data, indices, row_base=base)
+    bounds = np.linspace(0, len(indices), parts + 1).astype(int).tolist()
+    found = []
+    with ThreadPoolExecutor(1) as checker:
+        for a, b in itertools.pairwise(bounds):
+            for reader, first, values, low in raw:
+                since = int(first[a])
+                until = int(first[b]) if b < len(indices) else low + len(values)
+                reader.read(since, until, values[since - low : until - low])
+            found.append(
+                checker.submit(damaged_episodes, columns, table, data, indices[a:b], row_base=base)
+            )
+        return np.concatenate([f.result() for f in found])
+
+
 def _read_into(array: Any, low: int, high: int, out: np.ndarray) -> np.ndarray:
-    """Rows ``low:high`` of a Zarr array decoded into ``out``: raw chunks of a local store read
-    straight from their files (:mod:`.raw_chunks`), others through zarr's codec pipeline."""
+    """Rows ``low:high`` of a Zarr array decoded into ``out`` by zarr's codec pipeline."""
     from zarr.core.buffer import default_buffer_prototype
 
-    if high > array.shape[0]:
-        raise _StepAside(f"{array.path} holds fewer rows than committed")
-    directory = raw_files(array)
-    if directory is not None and out.dtype == array.dtype and out.flags.c_contiguous:
-        try:
-            read_raw_rows(array, directory, low, high, out)
-        except (OSError, RawChunkError) as error:  # the other path names the damage
-            raise _StepAside(f"{array.path}: {error}") from error
-        return out
     buffer = default_buffer_prototype().nd_buffer.from_numpy_array(out)
     array.get_basic_selection(slice(low, high), out=buffer)
     return out
