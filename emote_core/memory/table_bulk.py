@@ -18,8 +18,8 @@ from emote_core.memory.table_sampling import synchronized
 BlockWriter = Callable[[dict[str, np.ndarray], np.ndarray], None]
 """``write(destinations, starts)``: fills, per stored column, the rows of a block laid out as
 the table lays out episodes (episode ``j`` from row ``starts[j]``, ``N + 1`` rows apart).
-The destinations may be fresh memory: a writer that decodes on several threads calls
-:func:`touch_pages` on them first."""
+The destinations may be fresh memory: a writer that decodes on several threads faults their
+pages in first (see ``emote_core.stores.zarr_store.bulk``)."""
 
 
 def block_starts(lengths: np.ndarray) -> np.ndarray:
@@ -103,15 +103,6 @@ class TableBulkFill:
         table._size = int(lengths.sum())
 
 
-def touch_pages(rows: np.ndarray) -> None:
-    """Faults the pages of a fresh destination in, one thread in order: for ``write``s that
-    decode into it from several threads, measured 1.3-5x slower at faulting them in (the
-    kernel's page faults contend) than this costs (~12 ms for 128 MB). A single thread
-    reading files into it needs none: the read faults them in for less (~6 ms less here)."""
-    flat = rows.reshape(-1).view(np.uint8)
-    flat[:: 1 << 12] = 0
-
-
 def _check_block(
     table: Any,
     identities: np.ndarray,
@@ -145,4 +136,4 @@ def _check_block(
         raise SchemaError(f"a block needs one value per episode of tag columns {missing}")
 
 
-__all__ = ["BlockWriter", "TableBulkFill", "block_starts", "touch_pages"]
+__all__ = ["BlockWriter", "TableBulkFill", "block_starts"]
