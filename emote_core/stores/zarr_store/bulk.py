@@ -206,7 +206,7 @@ def _read_shard(
                 _read_into(array, low, high, values)
         try:
             for reader, _, values, low in raw:
-                reader.advise(low, low + len(values))
+                reader.open(low, low + len(values))
             damaged = _read_and_check(store.columns, shard.table, indices, raw, data, base)
         except (OSError, RawChunkError) as error:  # the other path names the damage
             raise _StepAside(f"shard '{shard.name}': {error}") from error
@@ -234,25 +234,26 @@ def _read_and_check(
     base: dict[str, int],
 ) -> np.ndarray:
     """Reads the raw columns' rows (``raw``: reader, episodes' first rows, destination, its
-    first row) part by part, checking each part's episodes while the next is read; returns
-    which episodes are damaged. The other columns are in ``data`` already."""
+    first row; chunk files opened) part by part, a second thread asking the kernel to read
+    ahead and checking each part's episodes while the next is read; returns which episodes
+    are damaged. The other columns are in ``data`` already."""
     total = sum(values.nbytes for _, _, values, _ in raw)
     ordered = all(bool(np.all(np.diff(first) >= 0)) for _, first, _, _ in raw)
     parts = min(len(indices), max(1, total // PART_BYTES)) if ordered and raw else 1
-    if parts == 1 or (os.cpu_count() or 1) == 1:
-        for reader, _, values, low in raw:
-            reader.read(low, low + len(values), values)
-        return damaged_episodes(columns, table, data, indices, row_base=base)
+    if (os.cpu_count() or 1) == 1:
+        parts = 1
     bounds = np.linspace(0, len(indices), parts + 1).astype(int).tolist()
     found = []
-    with ThreadPoolExecutor(1) as checker:
+    with ThreadPoolExecutor(1) as helper:
+        for reader, *_ in raw:
+            helper.submit(reader.advise)
         for a, b in itertools.pairwise(bounds):
             for reader, first, values, low in raw:
                 since = int(first[a])
                 until = int(first[b]) if b < len(indices) else low + len(values)
                 reader.read(since, until, values[since - low : until - low])
             found.append(
-                checker.submit(damaged_episodes, columns, table, data, indices[a:b], row_base=base)
+                helper.submit(damaged_episodes, columns, table, data, indices[a:b], row_base=base)
             )
         return np.concatenate([f.result() for f in found])
 

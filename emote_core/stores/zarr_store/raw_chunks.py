@@ -174,13 +174,28 @@ class RawColumnReader:
                 )
         return self._files[chunk]
 
-    def advise(self, low: int, high: int) -> None:
-        """Asks the kernel to read the chunks of rows ``low:high`` ahead, all at once (a first
-        load from disk was measured 2.5x slower reading the files one after another)."""
+    def open(self, low: int, high: int) -> None:
+        """Opens the chunk files of rows ``low:high`` and checks their sizes.
+
+        Raises:
+            RawChunkError: A chunk file is not one chunk's size.
+        """
         for chunk in self._chunks(low, high):
-            descriptor = self._open(chunk)
-            if descriptor is not None and hasattr(os, "posix_fadvise"):
-                os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_WILLNEED)
+            self._open(chunk)
+
+    def advise(self) -> None:
+        """Asks the kernel to read every opened chunk file ahead, all at once (a first load
+        from disk was measured 2.5x slower reading the files one after another). Safe on
+        another thread while :meth:`read` runs; reading a file not yet asked for is only
+        slower."""
+        if not hasattr(os, "posix_fadvise"):
+            return
+        for descriptor in list(self._files.values()):
+            if descriptor is not None:
+                try:
+                    os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_WILLNEED)
+                except OSError:  # closed meanwhile (the read failed): nothing to ask for
+                    return
 
     def read(self, low: int, high: int, out: np.ndarray) -> None:
         """Rows ``low:high`` into ``out`` (C-contiguous, the column's dtype, ``high - low`` rows).
@@ -209,7 +224,8 @@ def read_raw_rows(array: Any, directory: Path, low: int, high: int, out: np.ndar
         RawChunkError: A chunk file is not one chunk's size.
     """
     with RawColumnReader(array, directory) as reader:
-        reader.advise(low, high)
+        reader.open(low, high)
+        reader.advise()
         reader.read(low, high, out)
 
 
