@@ -194,7 +194,11 @@ def _read_shard(
                     values = np.empty((high - low, *array.shape[1:]), dtype=array.dtype)
                     placed.append((column, values, first - low))
                 directory = raw_files(array)
-                if directory is not None and values.flags.c_contiguous:
+                if (
+                    directory is not None
+                    and values.dtype == array.dtype
+                    and values.flags.c_contiguous
+                ):
                     reader = files.enter_context(RawColumnReader(array, directory))
                     raw.append((reader, first, values, low))  # read below, with the checks
                 else:
