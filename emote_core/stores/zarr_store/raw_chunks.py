@@ -25,13 +25,14 @@ reading 0.12-0.13 s (0.14-0.20). Plain zstd gave 0.92 on the random walk."""
 
 RAW_RATIO = 0.9
 """A column whose first batch Blosc shrinks to more than this share of its bytes is stored raw.
-Measured with ``benchmarks/codec_bench.py`` (500k transitions, 2 shared cores; load time over
-``np.load``'s with zarr's default pipeline / zarrs): random floats (ratio 0.94) load raw in
-4.1x / 4.1x against Blosc's 6.9x / 5.3x for 9% more disk; a random walk (0.86) in 5.3x / 5.2x
-against 9.6x / 5.5x for 19% more disk; uint8 pixels (0.56) in 2.5x against 8.1x / 5.5x for
-82% more disk. Below 0.9 the disk Blosc saves outweighs the load time it costs with zarrs.
-Stores of short episodes (Pendulum-v1 0.85, CartPole-v1 0.93 observations) load at the pace
-of their per-episode bookkeeping whatever the codec."""
+Measured with ``benchmarks/codec_bench.py`` (500k transitions, 2 busy cores, two runs; load
+time over ``np.load``'s with zarr's default pipeline / zarrs): random floats (ratio 0.94) load
+raw in 3.2-4.1x / 3.2-4.1x against Blosc's 5.5-6.9x / 4.1-5.3x, for 9% more disk; a random
+walk (0.86) in 3.7-5.3x / 4.0-5.2x against 6.3-9.6x / 4.7-5.5x, for 19% more disk; uint8
+pixels (0.56) in 2.5-3.4x against 8-11x / 5.5-6.5x, for 82% more disk. Below 0.9 the disk
+Blosc saves is worth more than the load time it costs (small with zarrs). Stores of short
+episodes (Pendulum-v1 observations 0.85, CartPole-v1 0.93) load at the pace of their
+per-episode bookkeeping whatever the codec."""
 
 TRIAL_BYTES = 64 << 10
 """The least data a column's first batch needs to decide from; with less it keeps Blosc."""
