@@ -60,7 +60,7 @@ def load_in_bulk(
         log.debug("loading episode by episode: %s", why)
         return None
     picks, extra_rows = plan
-    store_index, shard_index, episode = picks.T
+    episode = picks[:, 2]
     lengths = _gathered(picks, lambda i, s: stores[i].shards[s].table["length"])
     ends = _gathered(picks, lambda i, s: stores[i].shards[s].table["end_state"])
     if np.any((ends != EpisodeState.TERMINAL) & (ends != EpisodeState.INTERRUPTED)):
@@ -74,9 +74,7 @@ def load_in_bulk(
     tags = {c.name: np.empty((len(picks), *c.shape), c.dtype) for c in table.tags}
 
     def write(destinations: dict[str, np.ndarray], starts: np.ndarray) -> None:
-        groups = np.unique(picks[:, :2], axis=0) if len(picks) else np.zeros((0, 2), int)
-        for i, s in groups.tolist():
-            positions = np.flatnonzero((store_index == i) & (shard_index == s))
+        for i, s, positions in _shard_groups(picks):
             _read_shard(
                 stores[i], stores[i].shards[s], episode[positions], positions,
                 starts, lengths, destinations, tags,
@@ -100,15 +98,25 @@ def load_in_bulk(
     return len(picks)
 
 
+def _shard_groups(picks: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
+    """``(store, shard, positions)``: which picks come from each shard, in pick order."""
+    if not len(picks):
+        return []
+    key = picks[:, 0] * (int(picks[:, 1].max()) + 1) + picks[:, 1]
+    keys, where = np.unique(key, return_inverse=True)
+    order = np.argsort(where.reshape(-1), kind="stable")
+    bounds = np.searchsorted(where.reshape(-1)[order], np.arange(len(keys) + 1))
+    return [
+        (int(picks[order[a], 0]), int(picks[order[a], 1]), order[a:b])
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
+    ]
+
+
 def _gathered(picks: np.ndarray, field: Any) -> np.ndarray:
     """``field(store, shard)[episode]`` of each pick as int64: one gather per shard."""
     result = np.zeros(len(picks), dtype=np.int64)
-    if not len(picks):
-        return result
-    groups, where = np.unique(picks[:, :2], axis=0, return_inverse=True)
-    for g, (i, s) in enumerate(groups.tolist()):
-        chosen = np.flatnonzero(where.reshape(-1) == g)
-        result[chosen] = np.asarray(field(i, s))[picks[chosen, 2]]
+    for i, s, positions in _shard_groups(picks):
+        result[positions] = np.asarray(field(i, s))[picks[positions, 2]]
     return result
 
 
@@ -134,21 +142,19 @@ def _plan(
                 raise _StepAside(f"stores keep column '{column.name}' differently")
         if any(kinds.get(column.name) != RowKind.EPISODE for column in table.tags):
             raise _StepAside("a tag column is not stored once per episode")
-    picks = []
+    parts = [np.zeros((0, 3), dtype=np.int64)]
     for i, (store, limit) in enumerate(zip(stores, limits, strict=True)):
         if limit is not None:
             store._check_limits(limit)
         order = store._order(table.maxlen, limit)
         for s in range(len(store.shards)):  # shard by shard, as MemoryStore.episodes yields
-            picks += [(i, s, k) for k in order[order[:, 0] == s, 1].tolist()]
-    lengths = [int(stores[i].shards[s].table["length"][k]) for i, s, k in picks]
-    kept, total = 0, 0
-    for length in reversed(lengths):  # the newest that fit, as load_table keeps them
-        if total + length > table.maxlen:
-            break
-        total += length
-        kept += 1
-    chosen = np.array(picks[len(picks) - kept :], dtype=np.int64).reshape(-1, 3)
+            chosen = order[order[:, 0] == s, 1]
+            parts.append(np.stack([np.full_like(chosen, i), np.full_like(chosen, s), chosen], 1))
+    picks = np.concatenate(parts).astype(np.int64)
+    lengths = _gathered(picks, lambda i, s: stores[i].shards[s].table["length"])
+    within = np.cumsum(lengths[::-1]) <= table.maxlen  # the newest that fit, as load_table
+    kept = int(np.argmin(within)) if not within.all() else len(picks)  # keeps them
+    chosen = picks[len(picks) - kept :]
     return chosen, extra_rows
 
 
