@@ -304,12 +304,38 @@ def _place(
         if extra:  # the table's layout: one copy per run
             target[at[0] : at[-1] + held[-1] + 1] = values[first[a] : first[b - 1] + held[-1] + 1]
             continue
-        # Leave out the row the table keeps after each episode: slice copies, measured 17x
-        # faster than one boolean-mask or fancy-index assignment of the run.
+        # Leave out the row the table keeps after each episode: for short episodes one
+        # gather of whole rows (each row one item), for long ones a slice copy per episode
+        # (measured faster from ~300 rows per episode: 0.45 ms against 1.1 ms for 500 of
+        # 1000 rows, 2.1 ms against 20 ms for 23k episodes of ~22 rows).
+        if int(held.sum()) < SHORT_EPISODE_ROWS * len(held) and _whole_rows(target, values):
+            before = np.cumsum(held) - held  # rows of the run ahead of each episode
+            step = np.arange(int(held.sum()))
+            rows, sources = np.repeat(at - before, held), np.repeat(first[a:b] - before, held)
+            _as_items(target)[rows + step] = _as_items(values)[sources + step]
+            continue
         for start, source, count in zip(
             at.tolist(), first[a:b].tolist(), held.tolist(), strict=True
         ):
             target[start : start + count] = values[source : source + count]
+
+
+SHORT_EPISODE_ROWS = 256
+"""Episodes of N-row columns shorter than this on average are placed by one gather."""
+
+
+def _whole_rows(*arrays: np.ndarray) -> bool:
+    """Whether the arrays are C-contiguous with rows of some bytes (see :func:`_as_items`)."""
+    return all(a.flags.c_contiguous and a.dtype.itemsize * a[0:1].size > 0 for a in arrays)
+
+
+def _as_items(rows: np.ndarray) -> np.ndarray:
+    """A C-contiguous array viewed as one item per row (an unsigned integer or raw bytes), so
+    that fancy indexing moves whole rows at once."""
+    size = rows.dtype.itemsize * int(np.prod(rows.shape[1:], dtype=np.int64))
+    kinds = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+    kind = np.dtype(kinds[size]) if size in kinds else np.dtype((np.void, size))
+    return rows.reshape(len(rows), -1).view(np.uint8).view(kind).reshape(len(rows))
 
 
 __all__ = ["load_in_bulk"]
