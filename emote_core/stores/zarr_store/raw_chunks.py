@@ -69,10 +69,15 @@ def stores_raw(first_rows: np.ndarray, chunk_rows: int) -> bool:
     return compressed_ratio(sample) > RAW_RATIO
 
 
-def without_compressor(array: Any) -> Any:
-    """Rewrites the metadata of the empty ``array`` with its serializer alone (raw chunks) and
-    returns the array opened again. One write of its ``zarr.json``, never a delete: a reader
-    sees the old or the new metadata of an array that holds no rows either way."""
+def with_codecs(array: Any, *, raw: bool) -> Any:
+    """Rewrites the metadata of the empty ``array`` with its serializer alone (``raw``) or
+    followed by :func:`compressor`, and returns the array opened again. One write of its
+    ``zarr.json``, never a delete: a reader sees the old or the new metadata of an array that
+    holds no rows either way.
+
+    Raises:
+        ValueError: The array holds rows.
+    """
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.metadata import ArrayV3Metadata
     from zarr.core.sync import sync
@@ -80,7 +85,10 @@ def without_compressor(array: Any) -> Any:
     if array.shape[0]:
         raise ValueError(f"{array.path} holds rows; only an empty array changes its codecs")
     document = array.metadata.to_dict()
-    document["codecs"] = document["codecs"][:1]  # the array-to-bytes codec ("bytes") alone
+    codecs = list(document["codecs"][:1])  # the array-to-bytes codec ("bytes") alone
+    if not raw:  # then Blosc, with the item size zarr gives it
+        codecs.append(type(compressor())(typesize=array.dtype.itemsize, **COMPRESSOR_SETTINGS))
+    document["codecs"] = [c if isinstance(c, dict) else c.to_dict() for c in codecs]
     metadata = ArrayV3Metadata.from_dict(document)
     buffers = metadata.to_buffer_dict(default_buffer_prototype())
     sync((array.store_path / "zarr.json").set(buffers["zarr.json"]))
@@ -251,5 +259,5 @@ __all__ = [
     "raw_files",
     "read_raw_rows",
     "stores_raw",
-    "without_compressor",
+    "with_codecs",
 ]

@@ -45,7 +45,7 @@ from emote_core.stores.zarr_store.layout import (
 )
 from emote_core.stores.zarr_store.lease import DEFAULT_TIMEOUT, ShardLease, describe
 from emote_core.stores.zarr_store.packing import PackedBatch
-from emote_core.stores.zarr_store.raw_chunks import compressor, stores_raw, without_compressor
+from emote_core.stores.zarr_store.raw_chunks import compressor, stores_raw, with_codecs
 
 log = logging.getLogger(__name__)
 
@@ -274,16 +274,17 @@ class ShardWriter:
         )
 
     def _choose_codecs(self, batch: PackedBatch) -> None:
-        """Stores raw each column that this batch starts (none of its rows written yet) and
-        whose first chunk of rows Blosc barely shrinks (:func:`.raw_chunks.stores_raw`)."""
+        """Decides each column that this batch starts (none of its rows written yet): raw
+        where Blosc barely shrinks its first chunk of rows (:func:`.raw_chunks.stores_raw`),
+        else Blosc. Only the first batch decides: a column that holds rows keeps its codecs
+        (and one a killed writer left empty is decided again, from this batch)."""
         for column in self.columns:
             array = self._arrays[column.name]
             if array.shape[0] or int(self.commit["rows"][column.name]):
                 continue
-            if len(array.metadata.codecs) > 1 and stores_raw(
-                batch.columns[column.name], int(array.chunks[0])
-            ):
-                self._arrays[column.name] = without_compressor(array)
+            raw = stores_raw(batch.columns[column.name], int(array.chunks[0]))
+            if raw != (len(array.metadata.codecs) == 1):
+                self._arrays[column.name] = with_codecs(array, raw=raw)
 
     def _repair(self) -> None:
         """Cuts every array back to the committed rows (a torn tail from a killed writer)."""

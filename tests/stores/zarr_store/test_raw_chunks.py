@@ -273,4 +273,28 @@ def test_only_an_empty_array_changes_its_codecs(tmp_path):
 
     array = zarr.open_group(url, mode="r+")["shards/main/columns/obs"]
     with pytest.raises(ValueError, match="holds rows"):
-        raw_chunks.without_compressor(array)
+        raw_chunks.with_codecs(array, raw=True)
+
+
+def test_a_column_a_killed_writer_left_empty_is_decided_again_by_the_next_first_batch(tmp_path):
+    import zarr
+
+    url = str(tmp_path / "s.zarr")
+    create_store(url, columns=store_columns(SCHEMAS, episode(0), "rewards"), length_key="rewards")
+    ShardWriter(url).close()  # the arrays exist, empty
+    group = zarr.open_group(url, mode="r+")["shards/main/columns"]
+    raw_chunks.with_codecs(group["actions"], raw=True)  # as a writer killed after deciding
+    raw_chunks.with_codecs(raw_chunks.with_codecs(group["rewards"], raw=True), raw=False)
+    with ShardWriter(url) as shard:
+        shard.append([episode(i) for i in range(40)])
+    assert codecs(url) == {
+        "obs": ["bytes"],
+        "actions": ["bytes", "blosc"],  # compressible: Blosc again
+        "rewards": ["bytes", "blosc"],
+    }
+    fresh = str(tmp_path / "fresh.zarr")
+    write(fresh, {"main": [range(0, 40)]})
+    compressed = zarr.open_group(fresh, mode="r")["shards/main/columns/actions"]
+    again = zarr.open_group(url, mode="r")["shards/main/columns/actions"]
+    assert again.metadata.to_dict()["codecs"] == compressed.metadata.to_dict()["codecs"]
+    assert_episodes(MemoryStore(url).episodes(), range(40))
