@@ -226,18 +226,6 @@ class RawColumnReader:
             _read_exactly(descriptor, target, (first - chunk * rows) * row_bytes)
 
 
-def read_raw_rows(array: Any, directory: Path, low: int, high: int, out: np.ndarray) -> None:
-    """Rows ``low:high`` of the raw ``array`` read into ``out`` (see :class:`RawColumnReader`).
-
-    Raises:
-        RawChunkError: A chunk file is not one chunk's size.
-    """
-    with RawColumnReader(array, directory) as reader:
-        reader.open(low, high)
-        reader.advise()
-        reader.read(low, high, out)
-
-
 def _read_exactly(descriptor: int, target: memoryview, offset: int) -> None:
     """Fills ``target`` from the file at ``offset`` (reads may come back short)."""
     done = 0
@@ -257,7 +245,6 @@ __all__ = [
     "compressed_ratio",
     "compressor",
     "raw_files",
-    "read_raw_rows",
     "stores_raw",
     "with_codecs",
 ]
