@@ -17,7 +17,9 @@ from emote_core.memory.table_sampling import synchronized
 
 BlockWriter = Callable[[dict[str, np.ndarray], np.ndarray], None]
 """``write(destinations, starts)``: fills, per stored column, the rows of a block laid out as
-the table lays out episodes (episode ``j`` from row ``starts[j]``, ``N + 1`` rows apart)."""
+the table lays out episodes (episode ``j`` from row ``starts[j]``, ``N + 1`` rows apart).
+The destinations may be fresh memory: a writer that decodes on several threads faults their
+pages in first (see ``emote_core.stores.zarr_store.bulk``)."""
 
 
 def block_starts(lengths: np.ndarray) -> np.ndarray:
@@ -76,8 +78,6 @@ class TableBulkFill:
             else np.empty((rows, *array.shape), array.dtype)
             for name, array in arrays.items()
         }
-        for destination in destinations.values():
-            _touch_pages(destination)
         try:
             write(destinations, starts)
             for name, array in arrays.items():
@@ -90,6 +90,8 @@ class TableBulkFill:
         index, allocator = table.index, table._allocator
         while index.capacity < len(identities):
             index._grow()
+        index.clear()  # slots handed out 0, 1, 2, ... as add_sequence does (the sampler's
+        # draws go by slot: growing first left slots 64.. ahead of 0..63, other batches)
         table._sync_tag_capacity()
         for j, identity in enumerate(identities.tolist()):
             slot = index.add(identity, int(starts[j]), int(lengths[j]), bool(terminal[j]))
@@ -99,14 +101,6 @@ class TableBulkFill:
             table.sampler.track(slot=slot, identity=identity)
             table.ejector.track(slot=slot, identity=identity)
         table._size = int(lengths.sum())
-
-
-def _touch_pages(rows: np.ndarray) -> None:
-    """Faults the pages of a fresh destination in, one thread in order: decoders writing them
-    from several threads at once were measured 1.3-5x slower at it (the kernel's page faults
-    contend), more than this costs (~12 ms for 128 MB)."""
-    flat = rows.reshape(-1).view(np.uint8)
-    flat[:: 1 << 12] = 0
 
 
 def _check_block(

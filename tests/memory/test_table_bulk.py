@@ -162,3 +162,38 @@ def test_a_block_breaking_the_tables_rules_is_refused_and_nothing_is_written(cha
 
 def test_block_starts_leave_one_row_after_each_episode():
     np.testing.assert_array_equal(block_starts(np.array([3, 1, 2])), [0, 4, 6])
+
+
+def test_past_the_first_64_slots_the_filled_table_samples_as_the_added_one():
+    count = 70  # more episodes than the episode index starts with slots for
+    lengths = np.array([1 + j % 4 for j in range(count)])
+    data = [
+        {
+            "obs": np.full((length + 1, 2), j, np.float32),
+            "rewards": np.full((length, 1), j, np.float32),
+            "goal": np.int64(j),
+        }
+        for j, length in enumerate(lengths.tolist())
+    ]
+    one_by_one = table(maxlen=1_000)
+    for j in range(count):
+        one_by_one.add_sequence(j, data[j], end_state=EpisodeState.INTERRUPTED)
+
+    def write(destinations: dict[str, np.ndarray], starts: np.ndarray) -> None:
+        for j, start in enumerate(starts.tolist()):
+            destinations["obs"][start : start + lengths[j] + 1] = data[j]["obs"]
+            destinations["rewards"][start : start + lengths[j]] = data[j]["rewards"]
+
+    filled = table(maxlen=1_000)
+    filled.fill_empty(
+        identities=np.arange(count),
+        lengths=lengths,
+        terminal=np.zeros(count, dtype=bool),
+        extra_rows={"obs": 1, "rewards": 0},
+        tags={"goal": np.arange(count)},
+        write=write,
+    )
+    for _ in range(3):  # the same seed draws the same episodes: slots handed out alike
+        a, b = filled.sample(16, 1), one_by_one.sample(16, 1)
+        np.testing.assert_array_equal(a["obs"], b["obs"])
+        np.testing.assert_array_equal(a["goal"], b["goal"])

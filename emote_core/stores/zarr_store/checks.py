@@ -97,13 +97,22 @@ def _checksums(
     unreadable = np.zeros(count, dtype=bool)
     for (values, bad), starts, stops, base in rows:
         starts, stops = starts[part] - base, stops[part] - base
+        found = checksums.tolist()
+        contiguous = values.flags.c_contiguous
+        if contiguous:  # slices of one flat view: no array per episode
+            flat = memoryview(values.reshape(-1).view(np.uint8))
+            row = values.dtype.itemsize * int(np.prod(values.shape[1:], dtype=np.int64))
         for j, (start, stop) in enumerate(zip(starts.tolist(), stops.tolist(), strict=True)):
             if unreadable[j]:
                 continue
             if start < 0 or stop > len(values) or (bad is not None and bad[start:stop].any()):
                 unreadable[j] = True
                 continue
-            checksums[j] = crc32(np.ascontiguousarray(values[start:stop]), int(checksums[j]))
+            if contiguous:
+                found[j] = crc32(flat[start * row : stop * row], found[j])
+            else:
+                found[j] = crc32(np.ascontiguousarray(values[start:stop]), found[j])
+        checksums = np.array(found, dtype=np.uint32)
     return checksums, unreadable
 
 

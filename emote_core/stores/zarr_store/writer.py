@@ -45,6 +45,7 @@ from emote_core.stores.zarr_store.layout import (
 )
 from emote_core.stores.zarr_store.lease import DEFAULT_TIMEOUT, ShardLease, describe
 from emote_core.stores.zarr_store.packing import PackedBatch
+from emote_core.stores.zarr_store.raw_chunks import compressor, stores_raw, with_codecs
 
 log = logging.getLogger(__name__)
 
@@ -261,8 +262,6 @@ class ShardWriter:
         return self._require(name, dtype, shape, max(1024, (1 << 18) // row_bytes))
 
     def _require(self, name: str, dtype: np.dtype[Any], shape: tuple[int, ...], rows: int) -> Any:
-        from zarr.codecs import BloscCodec
-
         if name in self.group:
             return self.group[name]
         return self.group.create_array(
@@ -270,13 +269,22 @@ class ShardWriter:
             shape=(0, *shape),
             dtype=dtype,
             chunks=(rows, *shape) if shape else (rows,),
-            # lz4 inside Blosc with byte shuffling. Measured here on 1M x 32 float32 columns
-            # against Blosc-zstd level 1: random-walk observations shrank to 0.76 of raw (zstd
-            # 0.80), random floats to 0.94 (0.93); writing took 0.21-0.30 s (0.31-0.33) and
-            # reading 0.12-0.13 s (0.14-0.20). Plain zstd gave 0.92 on the random walk.
-            compressors=BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"),
+            compressors=compressor(),  # columns go raw at their first append where it pays
             fill_value=0,
         )
+
+    def _choose_codecs(self, batch: PackedBatch) -> None:
+        """Decides each column that this batch starts (none of its rows written yet): raw
+        where Blosc barely shrinks its first chunk of rows (:func:`.raw_chunks.stores_raw`),
+        else Blosc. Only the first batch decides: a column that holds rows keeps its codecs
+        (and one a killed writer left empty is decided again, from this batch)."""
+        for column in self.columns:
+            array = self._arrays[column.name]
+            if array.shape[0] or int(self.commit["rows"][column.name]):
+                continue
+            raw = stores_raw(batch.columns[column.name], int(array.chunks[0]))
+            if raw != (len(array.metadata.codecs) == 1):
+                self._arrays[column.name] = with_codecs(array, raw=raw)
 
     def _repair(self) -> None:
         """Cuts every array back to the committed rows (a torn tail from a killed writer)."""
@@ -319,6 +327,7 @@ class ShardWriter:
 
     def _append(self, batch: PackedBatch, episodes: Sequence[EpisodeRecord]) -> None:
         self.lease.check()
+        self._choose_codecs(batch)
         rows = dict(self.commit["rows"])
         first_episode = int(self.commit["episodes"])
         for column in self.columns:

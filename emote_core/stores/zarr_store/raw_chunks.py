@@ -1,0 +1,250 @@
+"""Raw (uncompressed) chunks: which columns the writer stores without a compressor, and reading
+such a column's rows straight from its chunk files into an array.
+
+The writer compresses a column only where it pays: data that Blosc shrinks by less than
+:data:`RAW_RATIO` (random floats, noisy sensors) is stored raw, and then loads as fast as the
+files can be read, with no decode and no intermediate buffer. The choice is made once per
+column of a shard, from the first batch appended to it, and lives only in the column's own
+zarr metadata (its codec list), so any zarr-python reads these stores as before.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+COMPRESSOR_SETTINGS: dict[str, Any] = {"cname": "lz4", "clevel": 5, "shuffle": "shuffle"}
+"""Blosc settings of compressed columns: lz4 inside Blosc with byte shuffling. Measured here on
+1M x 32 float32 columns against Blosc-zstd level 1: random-walk observations shrank to 0.76 of
+raw (zstd 0.80), random floats to 0.94 (0.93); writing took 0.21-0.30 s (0.31-0.33) and
+reading 0.12-0.13 s (0.14-0.20). Plain zstd gave 0.92 on the random walk."""
+
+RAW_RATIO = 0.9
+"""A column whose first batch Blosc shrinks to more than this share of its bytes is stored raw.
+Measured with ``benchmarks/codec_bench.py`` (500k transitions, 2 busy cores, two runs; load
+time over ``np.load``'s with zarr's default pipeline / zarrs): random floats (ratio 0.94) load
+raw in 3.2-4.1x / 3.2-4.1x against Blosc's 5.5-6.9x / 4.1-5.3x, for 9% more disk; a random
+walk (0.86) in 3.7-5.3x / 4.0-5.2x against 6.3-9.6x / 4.7-5.5x, for 19% more disk; uint8
+pixels (0.56) in 2.5-3.4x against 8-11x / 5.5-6.5x, for 82% more disk. Below 0.9 the disk
+Blosc saves is worth more than the load time it costs (small with zarrs). Stores of short
+episodes (Pendulum-v1 observations 0.85, CartPole-v1 0.93) load at the pace of their
+per-episode bookkeeping whatever the codec."""
+
+TRIAL_BYTES = 64 << 10
+"""The least data a column's first batch needs to decide from; with less it keeps Blosc."""
+
+
+def compressor() -> Any:
+    """The zarr codec of compressed columns (:data:`COMPRESSOR_SETTINGS`)."""
+    from zarr.codecs import BloscCodec
+
+    return BloscCodec(**COMPRESSOR_SETTINGS)
+
+
+def compressed_ratio(sample: np.ndarray) -> float:
+    """Blosc's (:data:`COMPRESSOR_SETTINGS`) compressed size of ``sample`` over its raw size."""
+    from numcodecs import Blosc
+
+    shuffle = {"noshuffle": Blosc.NOSHUFFLE, "shuffle": Blosc.SHUFFLE}[
+        COMPRESSOR_SETTINGS["shuffle"]
+    ]
+    codec = Blosc(
+        cname=COMPRESSOR_SETTINGS["cname"], clevel=COMPRESSOR_SETTINGS["clevel"], shuffle=shuffle
+    )
+    data = np.ascontiguousarray(sample)  # Blosc's typesize: the item size, as zarr gives it
+    return len(codec.encode(data)) / max(1, data.nbytes)
+
+
+def stores_raw(first_rows: np.ndarray, chunk_rows: int) -> bool:
+    """Whether a column whose first appended rows are ``first_rows`` is stored raw: Blosc
+    shrinks its first chunk's worth of rows (at least :data:`TRIAL_BYTES` of them) to more
+    than :data:`RAW_RATIO` of their size. Deterministic: the same rows, the same answer."""
+    sample = first_rows[:chunk_rows]
+    if sample.nbytes < TRIAL_BYTES:
+        return False
+    return compressed_ratio(sample) > RAW_RATIO
+
+
+def with_codecs(array: Any, *, raw: bool) -> Any:
+    """Rewrites the metadata of the empty ``array`` with its serializer alone (``raw``) or
+    followed by :func:`compressor`, and returns the array opened again. One write of its
+    ``zarr.json``, never a delete: a reader sees the old or the new metadata of an array that
+    holds no rows either way.
+
+    Raises:
+        ValueError: The array holds rows.
+    """
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.metadata import ArrayV3Metadata
+    from zarr.core.sync import sync
+
+    if array.shape[0]:
+        raise ValueError(f"{array.path} holds rows; only an empty array changes its codecs")
+    document = array.metadata.to_dict()
+    codecs = list(document["codecs"][:1])  # the array-to-bytes codec ("bytes") alone
+    if not raw:  # then Blosc, with the item size zarr gives it
+        codecs.append(type(compressor())(typesize=array.dtype.itemsize, **COMPRESSOR_SETTINGS))
+    document["codecs"] = [c if isinstance(c, dict) else c.to_dict() for c in codecs]
+    metadata = ArrayV3Metadata.from_dict(document)
+    buffers = metadata.to_buffer_dict(default_buffer_prototype())
+    sync((array.store_path / "zarr.json").set(buffers["zarr.json"]))
+    import zarr
+
+    return zarr.open_array(store=array.store, path=array.path, mode="r+", zarr_format=3)
+
+
+def raw_files(array: Any) -> Path | None:
+    """The directory holding ``array``'s chunks where they can be read straight from files:
+    a local, version 3, raw (``bytes`` codec only, native byte order), one chunk across the
+    trailing axes; ``None`` otherwise (read it through zarr)."""
+    from zarr.codecs import BytesCodec
+    from zarr.core.chunk_grids import RegularChunkGrid
+    from zarr.storage import LocalStore
+
+    metadata = getattr(array, "metadata", None)
+    store = getattr(array, "store", None)
+    if not isinstance(store, LocalStore) or getattr(metadata, "zarr_format", None) != 3:
+        return None
+    codecs = metadata.codecs
+    if len(codecs) != 1 or not isinstance(codecs[0], BytesCodec):
+        return None
+    endian = codecs[0].endian
+    if endian is not None and getattr(endian, "value", endian) != sys.byteorder:
+        return None
+    grid = metadata.chunk_grid
+    if not isinstance(grid, RegularChunkGrid) or tuple(grid.chunk_shape[1:]) != array.shape[1:]:
+        return None
+    if metadata.storage_transformers:
+        return None
+    return Path(store.root) / array.path
+
+
+class RawChunkError(Exception):
+    """A raw chunk file whose size is not a whole chunk's: damage, for zarr to name."""
+
+
+class RawColumnReader:
+    """Reads rows of a raw column (chunks under ``directory``, see :func:`raw_files`) from its
+    chunk files straight into arrays: one ``preadv`` per chunk, no decode and no intermediate
+    buffer. A missing chunk (zarr leaves out chunks of fill values) reads as the fill value.
+
+    Use as a context manager: it keeps the chunk files it opened until it closes.
+    """
+
+    def __init__(self, array: Any, directory: Path) -> None:
+        self._array = array
+        self._directory = directory
+        self._chunk_rows = int(array.metadata.chunk_grid.chunk_shape[0])
+        self._row_bytes = array.dtype.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
+        self._trailing = (0,) * (len(array.shape) - 1)
+        self._files: dict[int, int | None] = {}
+
+    def __enter__(self) -> RawColumnReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes the chunk files."""
+        files, self._files = self._files, {}
+        for descriptor in files.values():
+            if descriptor is not None:
+                os.close(descriptor)
+
+    def _chunks(self, low: int, high: int) -> range:
+        return range(low // self._chunk_rows, -(-high // self._chunk_rows))
+
+    def _key(self, chunk: int) -> str:
+        return str(self._array.metadata.encode_chunk_key((chunk, *self._trailing)))
+
+    def _open(self, chunk: int) -> int | None:
+        """The chunk's open file (``None``: no file, the chunk holds fill values), checked to
+        hold one whole chunk.
+
+        Raises:
+            RawChunkError: The file is not one chunk's size.
+        """
+        if chunk not in self._files:
+            try:
+                descriptor: int | None = os.open(self._directory / self._key(chunk), os.O_RDONLY)
+            except FileNotFoundError:
+                descriptor = None
+            self._files[chunk] = descriptor
+            size = os.fstat(descriptor).st_size if descriptor is not None else 0
+            if descriptor is not None and size != self._chunk_rows * self._row_bytes:
+                raise RawChunkError(
+                    f"{self._array.path}/{self._key(chunk)} holds {size} bytes, not one raw "
+                    f"chunk's {self._chunk_rows * self._row_bytes}"
+                )
+        return self._files[chunk]
+
+    def open(self, low: int, high: int) -> None:
+        """Opens the chunk files of rows ``low:high`` and checks their sizes.
+
+        Raises:
+            RawChunkError: A chunk file is not one chunk's size.
+        """
+        for chunk in self._chunks(low, high):
+            self._open(chunk)
+
+    def advise(self) -> None:
+        """Asks the kernel to read every opened chunk file ahead, all at once (a first load
+        from disk was measured 2.5x slower reading the files one after another). Safe on
+        another thread while :meth:`read` runs; reading a file not yet asked for is only
+        slower."""
+        if not hasattr(os, "posix_fadvise"):
+            return
+        for descriptor in list(self._files.values()):
+            if descriptor is not None:
+                try:
+                    os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_WILLNEED)
+                except OSError:  # closed meanwhile (the read failed): nothing to ask for
+                    return
+
+    def read(self, low: int, high: int, out: np.ndarray) -> None:
+        """Rows ``low:high`` into ``out`` (C-contiguous, the column's dtype, ``high - low`` rows).
+
+        Raises:
+            RawChunkError: A chunk file is not one chunk's size.
+        """
+        if out.dtype != self._array.dtype or not out.flags.c_contiguous or len(out) != high - low:
+            raise ValueError(f"raw rows {low}:{high} need a C-contiguous {self._array.dtype} array")
+        rows, row_bytes = self._chunk_rows, self._row_bytes
+        flat = memoryview(out.reshape(-1).view(np.uint8))
+        for chunk in self._chunks(low, high):
+            first, stop = max(low, chunk * rows), min(high, (chunk + 1) * rows)
+            descriptor = self._open(chunk)
+            if descriptor is None:
+                out[first - low : stop - low] = self._array.metadata.fill_value
+                continue
+            target = flat[(first - low) * row_bytes : (stop - low) * row_bytes]
+            _read_exactly(descriptor, target, (first - chunk * rows) * row_bytes)
+
+
+def _read_exactly(descriptor: int, target: memoryview, offset: int) -> None:
+    """Fills ``target`` from the file at ``offset`` (reads may come back short)."""
+    done = 0
+    while done < len(target):
+        count = os.preadv(descriptor, [target[done:]], offset + done)
+        if count <= 0:
+            raise RawChunkError(f"a raw chunk ended {len(target) - done} bytes early")
+        done += count
+
+
+__all__ = [
+    "COMPRESSOR_SETTINGS",
+    "RAW_RATIO",
+    "TRIAL_BYTES",
+    "RawChunkError",
+    "RawColumnReader",
+    "compressed_ratio",
+    "compressor",
+    "raw_files",
+    "stores_raw",
+    "with_codecs",
+]
