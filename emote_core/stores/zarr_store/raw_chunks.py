@@ -107,6 +107,8 @@ def raw_files(array: Any) -> Path | None:
 
     metadata = getattr(array, "metadata", None)
     store = getattr(array, "store", None)
+    if not hasattr(os, "preadv"):  # Windows: read through zarr
+        return None
     if not isinstance(store, LocalStore) or getattr(metadata, "zarr_format", None) != 3:
         return None
     codecs = metadata.codecs

@@ -298,3 +298,18 @@ def test_a_column_a_killed_writer_left_empty_is_decided_again_by_the_next_first_
     again = zarr.open_group(url, mode="r")["shards/main/columns/actions"]
     assert again.metadata.to_dict()["codecs"] == compressed.metadata.to_dict()["codecs"]
     assert_episodes(MemoryStore(url).episodes(), range(40))
+
+
+def test_a_failed_codec_rewrite_keeps_writing_what_the_metadata_says(tmp_path, monkeypatch, caplog):
+    from emote_core.stores.zarr_store import writer
+
+    def broken(array, *, raw):
+        raise AttributeError("zarr moved its internals")
+
+    monkeypatch.setattr(writer, "with_codecs", broken)
+    url = str(tmp_path / "s.zarr")
+    with caplog.at_level("WARNING"):
+        write(url, {"main": [range(0, 40), range(40, 45)]})
+    assert "keeps its codecs (AttributeError" in caplog.text
+    assert codecs(url)["obs"] == ["bytes", "blosc"]  # as created: the old policy
+    assert_episodes(MemoryStore(url).episodes(), range(45))
