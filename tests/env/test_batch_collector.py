@@ -53,6 +53,17 @@ def batch_episodes(env_id: str, num_envs: int, steps: int, agent_kind: str) -> l
     return episodes
 
 
+def assert_same_episodes(got: list[tuple], expected: list[tuple]) -> None:
+    """The same identities, end states and arrays (dtypes included), in the same order."""
+    assert len(expected) >= 2
+    assert [(i, s) for i, _, s in got] == [(i, s) for i, _, s in expected]
+    for (_, sequence, _), (_, reference, _) in zip(got, expected, strict=True):
+        assert sorted(sequence) == sorted(reference)
+        for key, values in reference.items():
+            assert sequence[key].dtype == values.dtype, key
+            np.testing.assert_array_equal(sequence[key], values, err_msg=key)
+
+
 @pytest.mark.parametrize(
     ("env_id", "num_envs", "steps"),
     [
@@ -69,13 +80,7 @@ def test_episodes_equal_the_per_agent_path(
 ) -> None:
     expected = per_agent_episodes(env_id, num_envs, steps)
     got = batch_episodes(env_id, num_envs, steps, agent_kind)
-    assert len(expected) >= 2
-    assert [(i, s) for i, _, s in got] == [(i, s) for i, _, s in expected]
-    for (_, sequence, _), (_, reference, _) in zip(got, expected, strict=True):
-        assert sorted(sequence) == sorted(reference)
-        for key, values in reference.items():
-            assert sequence[key].dtype == values.dtype, key
-            np.testing.assert_array_equal(sequence[key], values, err_msg=key)
+    assert_same_episodes(got, expected)
     states = {state for _, _, state in got}
     assert states <= {EpisodeState.TERMINAL, EpisodeState.INTERRUPTED}
 

@@ -18,6 +18,7 @@ from emote_core.memory.proxy import MemoryTableProxy
 from emote_core.memory.wrappers import MemoryProxyWrapper, MemoryTableProxyWrapper
 from emote_core.proxies import FeatureAgentProxy, RandomAgentProxy
 from emote_core.typing import AgentId, DictObservation, DictResponse, EpisodeState
+from tests.env.test_batch_collector import assert_same_episodes
 
 
 class StepsOnly(MemoryProxyWrapper):
@@ -80,16 +81,6 @@ def run(
         collector.collect(count, agent=warmup if index == 0 else None)
     env.close()
     return episodes, collector
-
-
-def assert_same_episodes(got: list[tuple], expected: list[tuple]) -> None:
-    assert len(expected) >= 2
-    assert [(i, s) for i, _, s in got] == [(i, s) for i, _, s in expected]
-    for (_, sequence, _), (_, reference, _) in zip(got, expected, strict=True):
-        assert sorted(sequence) == sorted(reference)
-        for key, values in reference.items():
-            assert sequence[key].dtype == values.dtype, key
-            np.testing.assert_array_equal(sequence[key], values, err_msg=key)
 
 
 @pytest.mark.parametrize(

@@ -28,14 +28,16 @@ from emote_core.stores.zarr_store.reader import MemoryStore
 from emote_core.typing import EpisodeState
 
 
-def table(maxlen: int = 10_000, tags: bool = False) -> ArrayMemoryTable:
+def table(
+    maxlen: int = 10_000, tags: bool = False, obs: int = 3, seed: int = 3
+) -> ArrayMemoryTable:
     return ArrayMemoryTable(
         columns=[
-            Column("obs", (3,), np.float32),
+            Column("obs", (obs,), np.float32),
             Column("actions", (2,), np.float32),
             Column("rewards", (1,), np.float32),
             *([TagColumn("goal", (2,), np.int64)] if tags else []),
-            VirtualColumn("next_obs", (3,), np.float32, "obs", NextElementMapper()),
+            VirtualColumn("next_obs", (obs,), np.float32, "obs", NextElementMapper()),
             VirtualColumn("dones", (1,), np.float32, "rewards", SyntheticDones()),
             VirtualColumn("masks", (1,), np.float32, "rewards", SyntheticMasks()),
         ],
@@ -43,7 +45,7 @@ def table(maxlen: int = 10_000, tags: bool = False) -> ArrayMemoryTable:
         sampler=UniformSampleStrategy(),
         ejector=FifoEjectionStrategy(),
         length_key="rewards",
-        seed=3,
+        seed=seed,
     )
 
 

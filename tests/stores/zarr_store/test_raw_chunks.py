@@ -10,9 +10,6 @@ import numpy as np
 import pytest
 
 from emote_core.errors import FormatError
-from emote_core.memory.columns import Column, VirtualColumn
-from emote_core.memory.mappers import NextElementMapper, SyntheticDones, SyntheticMasks
-from emote_core.memory.strategies import FifoEjectionStrategy, UniformSampleStrategy
 from emote_core.memory.table import ArrayMemoryTable
 from emote_core.stores.convert import convert
 from emote_core.stores.follow import StoreFollower
@@ -29,6 +26,7 @@ from emote_core.stores.zarr_store import (
 from emote_core.stores.zarr_store.verify import verify_store
 from emote_core.typing import EpisodeState
 from tests.stores.zarr_store.test_bulk import assert_same_tables, load_both
+from tests.stores.zarr_store.test_bulk import table as bulk_table
 
 OBS = 8
 SCHEMAS = [
@@ -63,21 +61,7 @@ def write(url: str, batches: dict[str, list[range]]) -> None:
 
 
 def table(maxlen: int = 200_000) -> ArrayMemoryTable:
-    return ArrayMemoryTable(
-        columns=[
-            Column("obs", (OBS,), np.float32),
-            Column("actions", (2,), np.float32),
-            Column("rewards", (1,), np.float32),
-            VirtualColumn("next_obs", (OBS,), np.float32, "obs", NextElementMapper()),
-            VirtualColumn("dones", (1,), np.float32, "rewards", SyntheticDones()),
-            VirtualColumn("masks", (1,), np.float32, "rewards", SyntheticMasks()),
-        ],
-        maxlen=maxlen,
-        sampler=UniformSampleStrategy(),
-        ejector=FifoEjectionStrategy(),
-        length_key="rewards",
-        seed=5,
-    )
+    return bulk_table(maxlen, obs=OBS, seed=5)
 
 
 def codecs(url: str, shard: str = "main") -> dict[str, list[str]]:
