@@ -20,10 +20,8 @@ from pathlib import Path
 from unittest import mock
 
 import numpy as np
+from store_bench import table as transition_table
 
-from emote_core.memory.columns import Column, VirtualColumn
-from emote_core.memory.mappers import NextElementMapper, SyntheticDones, SyntheticMasks
-from emote_core.memory.strategies import FifoEjectionStrategy, UniformSampleStrategy
 from emote_core.memory.table import ArrayMemoryTable
 from emote_core.stores.stored import ColumnSchema
 from emote_core.stores.summary import bytes_on_disk
@@ -111,20 +109,7 @@ def pixel_frames(count: int = 6_000, length: int = 200) -> list[tuple]:
 
 def table(data: dict[str, np.ndarray], maxlen: int) -> ArrayMemoryTable:
     obs, actions = data["obs"], data["actions"]
-    return ArrayMemoryTable(
-        columns=[
-            Column("obs", obs.shape[1:], obs.dtype),
-            Column("actions", actions.shape[1:], np.float32),
-            Column("rewards", (1,), np.float32),
-            VirtualColumn("next_obs", obs.shape[1:], obs.dtype, "obs", NextElementMapper()),
-            VirtualColumn("dones", (1,), np.float32, "rewards", SyntheticDones()),
-            VirtualColumn("masks", (1,), np.float32, "rewards", SyntheticMasks()),
-        ],
-        maxlen=maxlen,
-        sampler=UniformSampleStrategy(),
-        ejector=FifoEjectionStrategy(),
-        length_key="rewards",
-    )
+    return transition_table(obs.shape[1:], obs.dtype, actions.shape[1:], maxlen)
 
 
 def write(url: str, episodes: list[tuple], raw: bool) -> float:

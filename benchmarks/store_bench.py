@@ -64,17 +64,23 @@ def episodes() -> list[tuple]:
     ]
 
 
-def table() -> ArrayMemoryTable:
+def table(
+    obs_shape: tuple[int, ...] = (OBS,),
+    obs_dtype: type = np.float32,
+    action_shape: tuple[int, ...] = (ACT,),
+    maxlen: int = TRANSITIONS,
+) -> ArrayMemoryTable:
+    """A transition table (next observations, dones and masks derived) of these columns."""
     return ArrayMemoryTable(
         columns=[
-            Column("obs", (OBS,), np.float32),
-            Column("actions", (ACT,), np.float32),
+            Column("obs", obs_shape, obs_dtype),
+            Column("actions", action_shape, np.float32),
             Column("rewards", (1,), np.float32),
-            VirtualColumn("next_obs", (OBS,), np.float32, "obs", NextElementMapper()),
+            VirtualColumn("next_obs", obs_shape, obs_dtype, "obs", NextElementMapper()),
             VirtualColumn("dones", (1,), np.float32, "rewards", SyntheticDones()),
             VirtualColumn("masks", (1,), np.float32, "rewards", SyntheticMasks()),
         ],
-        maxlen=TRANSITIONS,
+        maxlen=maxlen,
         sampler=UniformSampleStrategy(),
         ejector=FifoEjectionStrategy(),
         length_key="rewards",
