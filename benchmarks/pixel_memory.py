@@ -119,12 +119,7 @@ def stages(store: Path, root: Path, spaces: MDPSpace) -> tuple[dict, list]:
         np.save(root / f"copy-{name}.npy", np.load(root / f"{name}.npy", mmap_mode="r"))
     numpy_save = time.perf_counter() - started
 
-    table.sample(BATCH, 1)
-    rounds, started = 0, time.perf_counter()
-    while time.perf_counter() - started < 2.0:
-        table.sample(BATCH, 1)
-        rounds += 1
-    sample_seconds = (time.perf_counter() - started) / rounds
+    sample_seconds = seconds_per_sample(table)
     rates = {
         "store": (transitions / save_seconds, transitions / numpy_save),
         "load (first)": (transitions / first, transitions / first_numpy),
@@ -136,6 +131,16 @@ def stages(store: Path, root: Path, spaces: MDPSpace) -> tuple[dict, list]:
         (identity, _stacked(data, stacks), end) for identity, data, end in episodes
     ]  # as agents saw them: whole stacks
     return rates, agent_form
+
+
+def seconds_per_sample(table: DictObsMemoryTable, seconds: float = 2.0) -> float:
+    """Seconds per batch of ``BATCH`` windows of 1, sampled for about ``seconds``."""
+    table.sample(BATCH, 1)
+    rounds, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        table.sample(BATCH, 1)
+        rounds += 1
+    return (time.perf_counter() - started) / rounds
 
 
 def _stacked(data: dict, stacks: dict[str, int]) -> dict:
@@ -168,12 +173,7 @@ def measure(name: str, spaces: MDPSpace, episodes: list, root: Path) -> dict[str
     started = time.perf_counter()
     load_table(fresh, [store])
     load_seconds = time.perf_counter() - started
-    fresh.sample(BATCH, 1)
-    rounds, started = 0, time.perf_counter()
-    while time.perf_counter() - started < 2.0:
-        fresh.sample(BATCH, 1)
-        rounds += 1
-    sample_seconds = (time.perf_counter() - started) / rounds
+    sample_seconds = seconds_per_sample(fresh)
     return {
         "transitions": transitions,
         "ram": held / transitions,

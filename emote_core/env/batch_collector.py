@@ -233,9 +233,12 @@ class BatchGymCollector:
             key: _slot_major([step[0][key] for step in pending]) for key in pending[0][0]
         }
         actions = _slot_major([step[1] for step in pending])
-        raw_rewards = _slot_major([step[2] for step in pending])
-        rewards = raw_rewards.astype(np.float32)
         returns, lengths = self._returns, self._lengths
+        if returns is None:  # one copy, straight to float32
+            raw_rewards = rewards = _slot_major([step[2] for step in pending], np.float32)
+        else:  # the environment's values too, to sum the returns as DictGymWrapper does
+            raw_rewards = _slot_major([step[2] for step in pending])
+            rewards = raw_rewards.astype(np.float32)
         starts = [0] * len(self._slots)
         slots, on_episode = self._slots, self.on_episode
         for step, slot in sorted(finals):  # by the step an episode ended in, then by slot
