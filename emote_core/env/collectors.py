@@ -18,7 +18,7 @@ the vector steps as the arrays the environment returned, with a
 :class:`~emote_core.env.batch_collector.BatchGymCollector`, and hands every episode to the memory
 whole (``memory.add_episode``) before the call that finished it returns: no per-agent
 observations, responses or episode objects on the way. The memory ends up with the same episodes,
-in the same order, as step by step (tests/env/test_collectors.py compares the two).
+in the same order, as step by step (tests/env/test_collector_episodes.py compares the two).
 """
 
 from __future__ import annotations

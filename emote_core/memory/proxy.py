@@ -191,9 +191,7 @@ class Episode:
             sequence[key] = _stack(key, values)
         sequence[REWARDS_COLUMN] = np.asarray(self._rewards, dtype=np.float32)
         if terminal is not None:
-            flags = np.zeros(length + 1, dtype=np.float32)
-            flags[-1] = 1.0 if terminal else 0.0
-            sequence[TERMINAL_COLUMN] = flags
+            sequence[TERMINAL_COLUMN] = _terminal_flags(length, terminal)
         return sequence
 
 
@@ -362,8 +360,7 @@ class MemoryTableProxy:
         with self._add_timer:
             length = len(rewards)
             if self._use_terminal:
-                flags = np.zeros(length + 1, dtype=np.float32)
-                flags[-1] = 1.0 if end_state == _TERMINAL else 0.0
+                flags = _terminal_flags(length, end_state == _TERMINAL)
                 sequence = {**sequence, TERMINAL_COLUMN: flags}
             self._complete(length, lambda: dict(sequence), EpisodeState(end_state))
 
@@ -431,6 +428,14 @@ def _stack(key: str, values: list[Any]) -> np.ndarray:
                 f"{shapes[:5]} — report a fixed shape at every step"
             ) from error
     return array
+
+
+def _terminal_flags(length: int, terminal: bool) -> np.ndarray:
+    """An episode's ``N + 1`` terminal values: 0, and 1 at the final observation if it ended
+    TERMINAL."""
+    flags = np.zeros(length + 1, dtype=np.float32)
+    flags[-1] = 1.0 if terminal else 0.0
+    return flags
 
 
 def _fewest(lists: Mapping[str, list[Any]]) -> int:
