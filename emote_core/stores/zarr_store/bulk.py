@@ -253,19 +253,30 @@ def _read_and_check(
     if (os.cpu_count() or 1) == 1:
         parts = 1
     bounds = np.linspace(0, len(indices), parts + 1).astype(int).tolist()
+    spans = [  # per part, per column: the rows read
+        [
+            (int(first[a]), int(first[b]) if b < len(indices) else low + len(values))
+            for _, first, values, low in raw
+        ]
+        for a, b in itertools.pairwise(bounds)
+    ]
     found = []
     with ThreadPoolExecutor(1) as helper:
-        for reader, *_ in raw:
-            helper.submit(reader.advise)
-        for a, b in itertools.pairwise(bounds):
-            for reader, first, values, low in raw:
-                since = int(first[a])
-                until = int(first[b]) if b < len(indices) else low + len(values)
+        helper.submit(_advise, [reader for reader, *_ in raw], spans)
+        for (a, b), part in zip(itertools.pairwise(bounds), spans, strict=True):
+            for (reader, _, values, low), (since, until) in zip(raw, part, strict=True):
                 reader.read(since, until, values[since - low : until - low])
             found.append(
                 helper.submit(damaged_episodes, columns, table, data, indices[a:b], row_base=base)
             )
         return np.concatenate([f.result() for f in found])
+
+
+def _advise(readers: list[RawColumnReader], spans: list[list[tuple[int, int]]]) -> None:
+    """Asks for the raw columns' chunk files to be read ahead in the order the parts read them."""
+    for part in spans:
+        for reader, (since, until) in zip(readers, part, strict=True):
+            reader.advise(since, until)
 
 
 def _touch_pages(rows: np.ndarray) -> None:

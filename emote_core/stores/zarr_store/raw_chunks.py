@@ -144,6 +144,7 @@ class RawColumnReader:
         self._row_bytes = array.dtype.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
         self._trailing = (0,) * (len(array.shape) - 1)
         self._files: dict[int, int | None] = {}
+        self._advised: set[int] = set()
 
     def __enter__(self) -> RawColumnReader:
         return self
@@ -194,19 +195,24 @@ class RawColumnReader:
         for chunk in self._chunks(low, high):
             self._open(chunk)
 
-    def advise(self) -> None:
-        """Asks the kernel to read every opened chunk file ahead, all at once (a first load
-        from disk was measured 2.5x slower reading the files one after another). Safe on
-        another thread while :meth:`read` runs; reading a file not yet asked for is only
-        slower."""
+    def advise(self, low: int, high: int) -> None:
+        """Asks the kernel to read the chunk files of rows ``low:high`` ahead (files asked for
+        before are left out). Safe on another thread while :meth:`read` runs: reading a file not
+        yet asked for is only slower. Asked for in the order they are read, all before the
+        reads reach them, a first load from disk reads at about the pace of one large file
+        (measured 2.5x slower reading the files one after another unasked, and ~2x slower
+        asking column by column while the reads took the columns in turn)."""
         if not hasattr(os, "posix_fadvise"):
             return
-        for descriptor in list(self._files.values()):
-            if descriptor is not None:
-                try:
-                    os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_WILLNEED)
-                except OSError:  # closed meanwhile (the read failed): nothing to ask for
-                    return
+        for chunk in self._chunks(low, high):
+            descriptor = self._files.get(chunk)
+            if descriptor is None or chunk in self._advised:
+                continue
+            self._advised.add(chunk)
+            try:
+                os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_WILLNEED)
+            except OSError:  # closed meanwhile (the read failed): nothing to ask for
+                return
 
     def read(self, low: int, high: int, out: np.ndarray) -> None:
         """Rows ``low:high`` into ``out`` (C-contiguous, the column's dtype, ``high - low`` rows).
