@@ -199,6 +199,29 @@ class EpisodeIndex:
         self.version += 1
         return slot
 
+    def add_block(
+        self, identities: np.ndarray, starts: np.ndarray, lengths: np.ndarray, terminal: np.ndarray
+    ) -> np.ndarray:
+        """Records episodes in the empty index, in slots 0, 1, 2, ... as :meth:`add` hands them
+        out after :meth:`clear`; returns the slots.
+
+        Raises:
+            ValueError: The index holds episodes.
+        """
+        if self.slot_of:
+            raise ValueError("add_block needs an empty index")
+        count = len(identities)
+        while self.capacity < count:
+            self._grow()
+        slots = np.arange(count, dtype=np.int64)
+        self.ids[:count], self.starts[:count] = identities, starts
+        self.lengths[:count], self.terminal[:count] = lengths, terminal
+        self.live[:count] = True
+        self.slot_of = dict(zip(np.asarray(identities).tolist(), range(count), strict=True))
+        self._free = list(range(self.capacity - 1, count - 1, -1))
+        self.version += 1
+        return slots
+
     def remove(self, slot: int) -> None:
         """Frees ``slot``."""
         del self.slot_of[int(self.ids[slot])]
@@ -275,6 +298,19 @@ class RowAllocator:
         self._placements.append(placement)
         self._current[slot] = placement
         self._write, self._lap = start + rows, lap
+
+    def commit_block(self, slots: np.ndarray, starts: np.ndarray, rows: np.ndarray) -> None:
+        """:meth:`commit` of each slot in turn, on lap 0 (an empty table filled in bulk)."""
+        placements = [
+            _Placement(slot, start, count, 0)
+            for slot, start, count in zip(
+                slots.tolist(), starts.tolist(), rows.tolist(), strict=True
+            )
+        ]
+        self._placements.extend(placements)
+        self._current.update((p.slot, p) for p in placements)
+        if placements:
+            self._write, self._lap = placements[-1].start + placements[-1].rows, 0
 
     def release(self, slot: int) -> None:
         """Forgets the rows of an ejected episode; they are reused when the ring comes round."""

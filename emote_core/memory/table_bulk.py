@@ -87,19 +87,16 @@ class TableBulkFill:
             table.clear()
             raise
         table.schema.extra_rows.update(extra_rows)
-        index, allocator = table.index, table._allocator
-        while index.capacity < len(identities):
-            index._grow()
-        index.clear()  # slots handed out 0, 1, 2, ... as add_sequence does (the sampler's
-        # draws go by slot: growing first left slots 64.. ahead of 0..63, other batches)
+        index = table.index
+        index.clear()  # slots 0, 1, 2, ... as add_sequence hands them out (the sampler's
+        # draws go by slot: other slots would give other batches)
+        slots = index.add_block(identities, starts, lengths, np.asarray(terminal, dtype=bool))
         table._sync_tag_capacity()
-        for j, identity in enumerate(identities.tolist()):
-            slot = index.add(identity, int(starts[j]), int(lengths[j]), bool(terminal[j]))
-            for name, values in tags.items():
-                table._tag_values[name][slot] = values[j]
-            allocator.commit(slot, int(starts[j]), int(lengths[j]) + 1, 0)
-            table.sampler.track(slot=slot, identity=identity)
-            table.ejector.track(slot=slot, identity=identity)
+        for name, values in tags.items():
+            table._tag_values[name][slots] = values
+        table._allocator.commit_block(slots, starts, lengths + 1)
+        table.sampler.track_block(slots, identities)
+        table.ejector.track_block(slots, identities)
         table._size = int(lengths.sum())
 
 

@@ -9,13 +9,26 @@ import torch
 from emote_core.errors import MemoryTableError, SchemaError
 from emote_core.memory.columns import Column, TagColumn, VirtualColumn
 from emote_core.memory.mappers import NextElementMapper, SyntheticDones, SyntheticMasks
-from emote_core.memory.strategies import FifoEjectionStrategy, UniformSampleStrategy
+from emote_core.memory.strategies import (
+    CoverageBasedEjectionStrategy,
+    CoverageBasedSampleStrategy,
+    FifoEjectionStrategy,
+    FifoSampleStrategy,
+    PrioritizedSampleStrategy,
+    UniformEjectionStrategy,
+    UniformSampleStrategy,
+)
 from emote_core.memory.table import ArrayMemoryTable
 from emote_core.memory.table_bulk import block_starts
 from emote_core.typing import EpisodeState
 
 
-def table(maxlen: int = 200, device: str = "cpu") -> ArrayMemoryTable:
+def table(
+    maxlen: int = 200,
+    device: str = "cpu",
+    sampler=UniformSampleStrategy,
+    ejector=FifoEjectionStrategy,
+) -> ArrayMemoryTable:
     return ArrayMemoryTable(
         columns=[
             Column("obs", (2,), np.float32),
@@ -26,8 +39,8 @@ def table(maxlen: int = 200, device: str = "cpu") -> ArrayMemoryTable:
             VirtualColumn("masks", (1,), np.float32, "rewards", SyntheticMasks()),
         ],
         maxlen=maxlen,
-        sampler=UniformSampleStrategy(),
-        ejector=FifoEjectionStrategy(),
+        sampler=sampler(),
+        ejector=ejector(),
         length_key="rewards",
         device=device,
         seed=0,
@@ -164,7 +177,16 @@ def test_block_starts_leave_one_row_after_each_episode():
     np.testing.assert_array_equal(block_starts(np.array([3, 1, 2])), [0, 4, 6])
 
 
-def test_past_the_first_64_slots_the_filled_table_samples_as_the_added_one():
+@pytest.mark.parametrize(
+    ("sampler", "ejector"),
+    [
+        (UniformSampleStrategy, FifoEjectionStrategy),
+        (PrioritizedSampleStrategy, FifoEjectionStrategy),
+        (CoverageBasedSampleStrategy, CoverageBasedEjectionStrategy),
+        (FifoSampleStrategy, UniformEjectionStrategy),
+    ],
+)
+def test_past_the_first_64_slots_the_filled_table_samples_as_the_added_one(sampler, ejector):
     count = 70  # more episodes than the episode index starts with slots for
     lengths = np.array([1 + j % 4 for j in range(count)])
     data = [
@@ -175,7 +197,7 @@ def test_past_the_first_64_slots_the_filled_table_samples_as_the_added_one():
         }
         for j, length in enumerate(lengths.tolist())
     ]
-    one_by_one = table(maxlen=1_000)
+    one_by_one = table(maxlen=1_000, sampler=sampler, ejector=ejector)
     for j in range(count):
         one_by_one.add_sequence(j, data[j], end_state=EpisodeState.INTERRUPTED)
 
@@ -184,7 +206,7 @@ def test_past_the_first_64_slots_the_filled_table_samples_as_the_added_one():
             destinations["obs"][start : start + lengths[j] + 1] = data[j]["obs"]
             destinations["rewards"][start : start + lengths[j]] = data[j]["rewards"]
 
-    filled = table(maxlen=1_000)
+    filled = table(maxlen=1_000, sampler=sampler, ejector=ejector)
     filled.fill_empty(
         identities=np.arange(count),
         lengths=lengths,
@@ -197,3 +219,9 @@ def test_past_the_first_64_slots_the_filled_table_samples_as_the_added_one():
         a, b = filled.sample(16, 1), one_by_one.sample(16, 1)
         np.testing.assert_array_equal(a["obs"], b["obs"])
         np.testing.assert_array_equal(a["goal"], b["goal"])
+    longer = {"obs": np.zeros((301, 2), np.float32), "rewards": np.zeros((300, 1), np.float32)}
+    for target in (filled, one_by_one):  # past maxlen: both strategies eject the same episodes
+        target.add_sequence(1_000, {**longer, "goal": np.int64(0)}, end_state=EpisodeState.TERMINAL)
+    assert [i for i, _, _ in filled.episodes()] == [i for i, _, _ in one_by_one.episodes()]
+    a, b = filled.sample(16, 1), one_by_one.sample(16, 1)
+    np.testing.assert_array_equal(a["obs"], b["obs"])

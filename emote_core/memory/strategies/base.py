@@ -56,6 +56,12 @@ class Strategy(ABC):  # noqa: B024 - shared base; the roles below declare the ab
         episode instead of reading a slot as an identity.
         """
 
+    def track_block(self, slots: np.ndarray, identities: np.ndarray) -> None:
+        """Episodes were added in ``slots``, in order (a table filled in bulk): :meth:`track`
+        for each, unless the strategy has a faster way."""
+        for slot, identity in zip(slots.tolist(), identities.tolist(), strict=True):
+            self.track(slot=slot, identity=identity)
+
     def forget(self, *, slot: int, identity: int) -> None:  # noqa: B027 - optional event
         """The episode in ``slot`` is about to be removed."""
 

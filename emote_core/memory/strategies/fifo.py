@@ -21,6 +21,9 @@ class FifoEjectionStrategy(EjectionStrategy):
     def track(self, *, slot: int, identity: int) -> None:
         self._order.append((slot, identity))
 
+    def track_block(self, slots: np.ndarray, identities: np.ndarray) -> None:
+        self._order.extend(zip(slots.tolist(), identities.tolist(), strict=True))
+
     def forget(self, *, slot: int, identity: int) -> None:
         if self._order and self._order[0] == (slot, identity):
             self._order.popleft()
@@ -65,6 +68,9 @@ class FifoSampleStrategy(SampleStrategy):
 
     def track(self, *, slot: int, identity: int) -> None:
         self._order.append((slot, identity))
+
+    def track_block(self, slots: np.ndarray, identities: np.ndarray) -> None:
+        self._order.extend(zip(slots.tolist(), identities.tolist(), strict=True))
 
     def forget(self, *, slot: int, identity: int) -> None:
         if self._order and self._order[0] == (slot, identity):

@@ -42,6 +42,7 @@ def damaged_episodes(
     indices: np.ndarray,
     *,
     row_base: Mapping[str, int] | None = None,
+    row_starts: Mapping[str, np.ndarray] | None = None,
 ) -> np.ndarray:
     """Which of episodes ``indices`` have unreadable rows, data that does not match their
     checksum, or a row of the episode table (id, offsets, length, end state, return) that does
@@ -55,10 +56,11 @@ def damaged_episodes(
         indices: The episodes to check.
         row_base: Per column, the row of the column that ``data``'s first row is (0 when
             ``data`` starts at the column's first row).
+        row_starts: Per column, the row of ``data`` each episode's rows start at, where they
+            are not laid out as in the column (scattered to their places in a table).
     """
     rows = [
-        (data[c.name], *episode_rows(c.rows, table, indices), (row_base or {}).get(c.name, 0))
-        for c in columns
+        (data[c.name], *_rows_in_data(c, table, indices, row_base, row_starts)) for c in columns
     ]
     parts = 1 if FAST_CRC32 else min(len(indices), os.cpu_count() or 1, 4)
     if parts > 1 and sum(v.nbytes for (v, _), *_ in rows) > PARALLEL_CHECKSUM_BYTES:
@@ -81,6 +83,21 @@ def damaged_episodes(
         damaged[~inside] = True  # committed rows the checksum array does not reach
         damaged[inside] |= table_checksums(table, indices[inside]) != expected[indices[inside]]
     return damaged
+
+
+def _rows_in_data(
+    column: StoreColumn,
+    table: dict[str, np.ndarray],
+    indices: np.ndarray,
+    row_base: Mapping[str, int] | None,
+    row_starts: Mapping[str, np.ndarray] | None,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(starts, stops, base)``: where the episodes' rows of ``column`` are in its data."""
+    starts, stops = episode_rows(column.rows, table, indices)
+    if row_starts is not None and column.name in row_starts:
+        at = np.asarray(row_starts[column.name], dtype=np.int64)
+        return at, at + (stops - starts), 0
+    return starts, stops, (row_base or {}).get(column.name, 0)
 
 
 PARALLEL_CHECKSUM_BYTES = 16 << 20

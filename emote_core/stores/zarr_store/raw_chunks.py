@@ -10,12 +10,14 @@ zarr metadata (its codec list), so any zarr-python reads these stores as before.
 
 from __future__ import annotations
 
+import itertools
 import os
-import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
+
+from emote_core.stores.zarr_store.local_arrays import LocalArray, direct_codecs
 
 COMPRESSOR_SETTINGS: dict[str, Any] = {"cname": "lz4", "clevel": 5, "shuffle": "shuffle"}
 """Blosc settings of compressed columns: lz4 inside Blosc with byte shuffling. Measured here on
@@ -98,29 +100,20 @@ def with_codecs(array: Any, *, raw: bool) -> Any:
 
 
 def raw_files(array: Any) -> Path | None:
-    """The directory holding ``array``'s chunks where they can be read straight from files:
-    a local, version 3, raw (``bytes`` codec only, native byte order), one chunk across the
-    trailing axes; ``None`` otherwise (read it through zarr)."""
-    from zarr.codecs import BytesCodec
-    from zarr.core.chunk_grids import RegularChunkGrid
+    """The directory holding ``array``'s chunks (a zarr array or a
+    :class:`~emote_core.stores.zarr_store.local_arrays.LocalArray`) where they can be read
+    straight from files: local, raw (see :func:`~emote_core.stores.zarr_store.local_arrays.
+    direct_codecs`); ``None`` otherwise (read it through zarr)."""
     from zarr.storage import LocalStore
 
-    metadata = getattr(array, "metadata", None)
-    store = getattr(array, "store", None)
     if not hasattr(os, "preadv"):  # Windows: read through zarr
         return None
-    if not isinstance(store, LocalStore) or getattr(metadata, "zarr_format", None) != 3:
+    if isinstance(array, LocalArray):
+        return None if array.compressed else array.directory
+    store = getattr(array, "store", None)
+    if not isinstance(store, LocalStore):
         return None
-    codecs = metadata.codecs
-    if len(codecs) != 1 or not isinstance(codecs[0], BytesCodec):
-        return None
-    endian = codecs[0].endian
-    if endian is not None and getattr(endian, "value", endian) != sys.byteorder:
-        return None
-    grid = metadata.chunk_grid
-    if not isinstance(grid, RegularChunkGrid) or tuple(grid.chunk_shape[1:]) != array.shape[1:]:
-        return None
-    if metadata.storage_transformers:
+    if direct_codecs(getattr(array, "metadata", None)) is not False:
         return None
     return Path(store.root) / array.path
 
@@ -220,18 +213,133 @@ class RawColumnReader:
         Raises:
             RawChunkError: A chunk file is not one chunk's size.
         """
-        if out.dtype != self._array.dtype or not out.flags.c_contiguous or len(out) != high - low:
-            raise ValueError(f"raw rows {low}:{high} need a C-contiguous {self._array.dtype} array")
-        rows, row_bytes = self._chunk_rows, self._row_bytes
+        if len(out) != high - low:
+            raise ValueError(f"raw rows {low}:{high} need {high - low} rows to read into")
+        self.read_segments(np.array([low]), np.array([high - low]), out, np.array([0]))
+
+    def read_segments(
+        self, sources: np.ndarray, counts: np.ndarray, out: np.ndarray, destinations: np.ndarray
+    ) -> None:
+        """Rows ``sources[j]:sources[j] + counts[j]`` into ``out[destinations[j]:...]`` for each
+        ``j``: several episodes' rows scattered to their places with one ``preadv`` per chunk
+        (the file's bytes, one buffer per episode), no copy in between.
+
+        Raises:
+            ValueError: ``out`` is not a C-contiguous array of the column's dtype.
+            RawChunkError: A chunk file is not one chunk's size.
+        """
+        (calls,) = self.plan(sources, counts, destinations, [len(sources)])
+        self.read_planned(calls, out)
+
+    def plan(
+        self,
+        sources: np.ndarray,
+        counts: np.ndarray,
+        destinations: np.ndarray,
+        ends: list[int],
+    ) -> list[list[ReadCall]]:
+        """The reads of :meth:`read_segments`, worked out once for several parts: part ``k``
+        reads segments ``ends[k - 1]:ends[k]`` (``ends[-1]`` the number of segments).
+
+        Returns:
+            Per part, its ``preadv`` calls for :meth:`read_planned`.
+        """
+        rows, size = self._chunk_rows, self._row_bytes
+        sources, counts = np.asarray(sources, np.int64), np.asarray(counts, np.int64)
+        destinations = np.asarray(destinations, np.int64)
+        part = np.searchsorted(np.asarray(ends), np.arange(len(sources)), side="right")
+        sources, counts, destinations, part = _merged(sources, counts, destinations, part)
+        plans: list[list[ReadCall]] = [[] for _ in ends]
+        if not len(sources):
+            return plans
+        # Pieces: the segments cut at chunk boundaries (each piece inside one chunk).
+        firsts = sources // rows
+        spans = (sources + counts - 1) // rows - firsts + 1
+        segment = np.repeat(np.arange(len(sources)), spans)
+        within = np.arange(len(segment)) - np.repeat(np.cumsum(spans) - spans, spans)
+        chunks = firsts[segment] + within  # a segment's k-th piece is in its k-th chunk
+        starts = np.maximum(sources[segment], chunks * rows)
+        stops = np.minimum(sources[segment] + counts[segment], (chunks + 1) * rows)
+        at = destinations[segment] + starts - sources[segment]
+        parts = part[segment]
+        # Calls: pieces of a part back to back in one chunk's file, at most IOV_MAX each.
+        breaks = (
+            (chunks[1:] != chunks[:-1]) | (starts[1:] != stops[:-1]) | (parts[1:] != parts[:-1])
+        )
+        bounds = [0, *(np.flatnonzero(breaks) + 1).tolist(), len(chunks)]
+        lows, highs = (at * size).tolist(), ((at + stops - starts) * size).tolist()
+        offsets = ((starts - chunks * rows) * size).tolist()
+        chunk_list, part_list = chunks.tolist(), parts.tolist()
+        for a, b in itertools.pairwise(bounds):
+            for c in range(a, b, IOV_MAX):
+                d = min(b, c + IOV_MAX)
+                call = ReadCall(chunk_list[c], offsets[c], lows[c:d], highs[c:d])
+                plans[part_list[c]].append(call)
+        return plans
+
+    def read_planned(self, calls: list[ReadCall], out: np.ndarray) -> None:
+        """Makes the ``calls`` (:meth:`plan`) into ``out``, the array they were planned for.
+
+        Raises:
+            ValueError: ``out`` is not a C-contiguous array of the column's dtype.
+            RawChunkError: A chunk file is not one chunk's size.
+        """
+        if out.dtype != self._array.dtype or not out.flags.c_contiguous:
+            raise ValueError(f"raw rows need a C-contiguous {self._array.dtype} array")
         flat = memoryview(out.reshape(-1).view(np.uint8))
-        for chunk in self._chunks(low, high):
-            first, stop = max(low, chunk * rows), min(high, (chunk + 1) * rows)
-            descriptor = self._open(chunk)
-            if descriptor is None:
-                out[first - low : stop - low] = self._array.metadata.fill_value
-                continue
-            target = flat[(first - low) * row_bytes : (stop - low) * row_bytes]
-            _read_exactly(descriptor, target, (first - chunk * rows) * row_bytes)
+        for call in calls:
+            self._read_pieces(call, flat, out)
+
+    def _read_pieces(self, call: ReadCall, flat: memoryview, out: np.ndarray) -> None:
+        """One call: its chunk's bytes from its offset on into its pieces of ``out``
+        (``flat``, its bytes)."""
+        chunk, offset, lows, highs = call
+        descriptor = self._open(chunk)
+        if descriptor is None:  # no file: the chunk holds the fill value
+            size = self._row_bytes
+            for low, high in zip(lows, highs, strict=True):
+                out[low // size : high // size] = self._array.metadata.fill_value
+            return
+        buffers = [flat[low:high] for low, high in zip(lows, highs, strict=True)]
+        done = os.preadv(descriptor, buffers, offset)
+        if done == sum(highs) - sum(lows):
+            return
+        for buffer in buffers:  # a short read (rare on local files): the rest one by one
+            if done < len(buffer):
+                _read_exactly(descriptor, buffer[done:], offset + done)
+            offset, done = offset + len(buffer), max(0, done - len(buffer))
+
+
+class ReadCall(NamedTuple):
+    """One ``preadv``: chunk ``chunk`` from byte ``offset`` on, into the destination's bytes
+    ``lows[k]:highs[k]`` for each ``k`` (back to back in the file)."""
+
+    chunk: int
+    offset: int
+    lows: list[int]
+    highs: list[int]
+
+
+IOV_MAX = 1024
+"""Buffers per ``preadv`` call (Linux's limit)."""
+
+
+def _merged(
+    sources: np.ndarray, counts: np.ndarray, destinations: np.ndarray, parts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The segments (and their parts), empty ones left out and each merged with the next of
+    its part where that one continues it both in the file and in the destination."""
+    keep = counts > 0
+    sources, counts, destinations, parts = (x[keep] for x in (sources, counts, destinations, parts))
+    if not len(sources):
+        return sources, counts, destinations, parts
+    joins = (
+        (sources[1:] == sources[:-1] + counts[:-1])
+        & (destinations[1:] == destinations[:-1] + counts[:-1])
+        & (parts[1:] == parts[:-1])
+    )
+    heads = np.flatnonzero(np.concatenate([[True], ~joins]))
+    return sources[heads], np.add.reduceat(counts, heads), destinations[heads], parts[heads]
 
 
 def _read_exactly(descriptor: int, target: memoryview, offset: int) -> None:
@@ -246,10 +354,12 @@ def _read_exactly(descriptor: int, target: memoryview, offset: int) -> None:
 
 __all__ = [
     "COMPRESSOR_SETTINGS",
+    "IOV_MAX",
     "RAW_RATIO",
     "TRIAL_BYTES",
     "RawChunkError",
     "RawColumnReader",
+    "ReadCall",
     "compressed_ratio",
     "compressor",
     "raw_files",

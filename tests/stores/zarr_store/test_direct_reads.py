@@ -1,0 +1,235 @@
+"""Reading local stores straight from their files: the episode tables and column metadata without
+zarr's event loop, and raw columns scattered straight to the table's rows. Each gives what zarr
+gives, and anything unusual (other layouts, damage) is left to zarr, which names it as before."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from emote_core.errors import FormatError
+from emote_core.stores.stored import ColumnSchema
+from emote_core.stores.zarr_store import (
+    MemoryStore,
+    ShardWriter,
+    create_store,
+    raw_chunks,
+    reader,
+    store_columns,
+)
+from emote_core.stores.zarr_store.layout import EPISODE_FIELDS, TABLE_CHECKSUM
+from emote_core.stores.zarr_store.local_arrays import LocalReadError, open_local
+from emote_core.typing import EpisodeState
+from tests.stores.zarr_store.test_bulk import assert_same_tables, load_both
+from tests.stores.zarr_store.test_bulk import table as bulk_table
+
+WIDE = 8
+SCHEMAS = [  # random values in every column: each goes raw once its first batch is 64 KB
+    ColumnSchema("obs", "Column", (WIDE,), np.dtype(np.float32)),
+    ColumnSchema("actions", "Column", (2,), np.dtype(np.float32)),
+    ColumnSchema("rewards", "Column", (1,), np.dtype(np.float32)),
+]
+
+
+def episode(identity: int) -> tuple:
+    rng = np.random.default_rng(identity)
+    length = 200 + identity * 53 % 300
+    return (
+        identity,
+        {
+            "obs": rng.standard_normal((length + 1, WIDE), dtype=np.float32),
+            "actions": rng.standard_normal((length, 2), dtype=np.float32),
+            "rewards": rng.standard_normal((length, 1), dtype=np.float32),
+        },
+        EpisodeState.TERMINAL if identity % 4 else EpisodeState.INTERRUPTED,
+    )
+
+
+def write(url: str, shards: dict[str, list[range]]) -> None:
+    """Each range of ids committed as one append, the shards taking turns."""
+    create_store(url, columns=store_columns(SCHEMAS, episode(0), "rewards"), length_key="rewards")
+    writers = {name: ShardWriter(url, shard=name) for name in shards}
+    for turn in range(max(len(ranges) for ranges in shards.values())):
+        for name, ranges in shards.items():
+            if turn < len(ranges):
+                writers[name].append([episode(i) for i in ranges[turn]])
+    for shard in writers.values():
+        shard.close()
+
+
+def shard_group(url: str, shard: str = "main"):
+    return zarr.open_group(url, mode="r")[f"shards/{shard}"]
+
+
+def test_raw_transition_columns_are_read_straight_to_the_tables_rows(tmp_path, monkeypatch):
+    url = str(tmp_path / "s.zarr")
+    write(url, {"a": [range(0, 200), range(400, 410)], "b": [range(200, 400), range(410, 420)]})
+    columns = shard_group(url, "a")["columns"]
+    for name in ("obs", "actions", "rewards"):  # all raw: N-row columns too
+        assert raw_chunks.raw_files(columns[name]) is not None
+    planned = []
+    real = raw_chunks.RawColumnReader.plan
+
+    def plan(self, *args, **kwargs):
+        planned.append(self._array.path.rsplit("/", 1)[-1])
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(raw_chunks.RawColumnReader, "plan", plan)
+    for maxlen in (200_000, 30_000):  # everything; the newest that fit (runs from mid-shard)
+        planned.clear()
+        fast, slow, taken = load_both(monkeypatch, lambda m=maxlen: bulk_table(m, obs=WIDE), [url])
+        assert taken[0] is not None
+        assert_same_tables(fast, slow)
+        assert set(planned) == {"obs", "actions", "rewards"}  # none decoded through zarr
+
+
+def raw_array(tmp_path: Path, rows: int, chunk_rows: int, width: int = 3):
+    """A raw (bytes codec only) local array of ``rows`` numbered rows."""
+    values = np.arange(rows * width, dtype=np.float32).reshape(rows, width)
+    array = zarr.create_array(
+        str(tmp_path / "raw.zarr"),
+        shape=values.shape,
+        chunks=(chunk_rows, width),
+        dtype=np.float32,
+        compressors=None,
+        fill_value=-7.0,
+    )
+    array[:] = values
+    return array, values
+
+
+def scattered(values: np.ndarray, sources, counts, destinations, rows: int) -> np.ndarray:
+    expected = np.zeros((rows, values.shape[1]), values.dtype)
+    for source, count, destination in zip(sources, counts, destinations, strict=True):
+        expected[destination : destination + count] = values[source : source + count]
+    return expected
+
+
+@pytest.mark.parametrize("iov_max", [1024, 3])
+def test_scattered_segments_land_where_they_are_sent(tmp_path, monkeypatch, iov_max):
+    monkeypatch.setattr(raw_chunks, "IOV_MAX", iov_max)
+    array, values = raw_array(tmp_path, rows=1000, chunk_rows=64)
+    rng = np.random.default_rng(0)
+    counts = rng.integers(0, 64, 15)  # some empty, some across chunks (at most 960 rows)
+    gaps = rng.integers(0, 3, 15)  # some back to back in the file (merged), some apart
+    sources = np.cumsum(counts + gaps) - counts - gaps
+    destinations = np.cumsum(counts + 1) - counts - 1  # a row left after each, as the table does
+    out = np.zeros((int(destinations[-1] + counts[-1] + 5), 3), np.float32)
+    with raw_chunks.RawColumnReader(array, raw_chunks.raw_files(array)) as column:
+        column.open(0, 1000)
+        column.read_segments(sources, counts, out, destinations)
+        expected = scattered(values, sources, counts, destinations, len(out))
+        np.testing.assert_array_equal(out, expected)
+        parts = np.zeros_like(out)  # the same reads planned in parts, read part by part
+        plans = column.plan(sources, counts, destinations, [4, 9, 9, 15])
+        for calls in plans:
+            column.read_planned(calls, parts)
+        np.testing.assert_array_equal(parts, expected)
+        assert plans[2] == []  # an empty part plans nothing
+
+
+def test_a_chunk_without_a_file_reads_as_the_fill_value_and_short_reads_are_finished(
+    tmp_path, monkeypatch
+):
+    array, values = raw_array(tmp_path, rows=256, chunk_rows=64)
+    directory = raw_chunks.raw_files(array)
+    (directory / str(array.metadata.encode_chunk_key((1, 0)))).unlink()  # rows 64:128
+    values[64:128] = -7.0
+    real = raw_chunks.os.preadv
+
+    def short(descriptor, buffers, offset):  # at most 100 bytes, into the first buffer only
+        return real(descriptor, [buffers[0][:100]], offset)
+
+    monkeypatch.setattr(raw_chunks.os, "preadv", short)
+    sources, counts, destinations = np.array([10, 60, 200]), np.array([40, 80, 56]), [0, 41, 122]
+    out = np.zeros((178, 3), np.float32)
+    with raw_chunks.RawColumnReader(array, directory) as column:
+        column.open(0, 256)
+        column.read_segments(sources, counts, out, np.array(destinations))
+    np.testing.assert_array_equal(out, scattered(values, sources, counts, destinations, 178))
+
+
+def test_episode_tables_read_from_files_are_what_zarr_reads(tmp_path):
+    url = str(tmp_path / "s.zarr")
+    write(url, {"main": [range(0, 30), range(30, 31)]})
+    group = shard_group(url)
+    for field in [*EPISODE_FIELDS, TABLE_CHECKSUM]:
+        local = open_local(group, f"episodes/{field}")
+        expected = group[f"episodes/{field}"][:]
+        assert local is not None and local.shape == expected.shape
+        got = local.read(0, len(expected))
+        assert got.dtype == expected.dtype
+        np.testing.assert_array_equal(got, expected)
+    for name in ("obs", "actions"):  # and the columns' layouts
+        local = open_local(group, f"columns/{name}")
+        assert local is not None and not local.compressed
+        np.testing.assert_array_equal(local.read(5, 700), group[f"columns/{name}"][5:700])
+
+
+def test_other_layouts_and_stores_are_left_to_zarr(tmp_path):
+    root = zarr.open_group(str(tmp_path / "z.zarr"), mode="w")
+    zstd = root.create_array(
+        "zstd", shape=(10,), chunks=(4,), dtype=np.int64, compressors=zarr.codecs.ZstdCodec()
+    )
+    zstd[:] = np.arange(10)
+    assert open_local(root, "zstd") is None  # another compressor
+    assert open_local(root, "missing") is None  # no metadata
+    assert open_local(root, "") is None  # a group
+    memory = zarr.open_group(zarr.storage.MemoryStore(), mode="w")
+    memory.create_array("a", shape=(4,), dtype=np.int64)
+    assert open_local(memory, "a") is None  # not on the local file system
+
+
+def test_a_missing_episode_table_chunk_reads_as_fill_value_as_in_zarr(tmp_path):
+    url = str(tmp_path / "s.zarr")
+    write(url, {"main": [range(0, 30)]})
+    group = shard_group(url)
+    local = open_local(group, "episodes/return")
+    local.chunk_path(0).unlink()
+    np.testing.assert_array_equal(local.read(0, 30), group["episodes/return"][:30])
+
+
+def damage(path: Path, change) -> None:
+    data = bytearray(path.read_bytes())
+    change(data)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda data: data.__setitem__(slice(20, 40), b"\xff" * 20),  # damaged compressed bytes
+        lambda data: data.__setitem__(slice(4, 8), (1 << 31).to_bytes(4, "little")),  # claims 2 GB
+        lambda data: data.__delitem__(slice(30, None)),  # cut short
+    ],
+)
+def test_a_damaged_episode_table_is_named_as_zarr_names_it(tmp_path, monkeypatch, change):
+    url = str(tmp_path / "s.zarr")
+    write(url, {"main": [range(0, 30)], "clean": [range(30, 40)]})
+    local = open_local(shard_group(url), "episodes/length")
+    damage(local.chunk_path(0), change)
+    with pytest.raises(LocalReadError):
+        local.read(0, 30)
+    found = MemoryStore(url)
+    monkeypatch.setattr(reader, "_read_fields_locally", lambda *a: None)  # zarr alone
+    expected = MemoryStore(url)
+    assert found.damaged_shards == expected.damaged_shards
+    assert [s.name for s in found.shards] == [s.name for s in expected.shards]
+    if found.damaged_shards:
+        with pytest.raises(FormatError, match="shard 'main'"):
+            found.check_readable()
+
+
+def test_a_shard_whose_metadata_is_not_json_is_still_reported(tmp_path):
+    url = str(tmp_path / "s.zarr")
+    write(url, {"main": [range(0, 30)], "clean": [range(30, 40)]})
+    metadata = Path(url) / "shards" / "main" / "episodes" / "length" / "zarr.json"
+    document = json.loads(metadata.read_text())
+    document["codecs"] = "not a codec list"
+    metadata.write_text(json.dumps(document))
+    store = MemoryStore(url)
+    assert "main" in store.damaged_shards and [s.name for s in store.shards] == ["clean"]
