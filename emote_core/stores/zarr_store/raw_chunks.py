@@ -207,16 +207,6 @@ class RawColumnReader:
             except OSError:  # closed meanwhile (the read failed): nothing to ask for
                 return
 
-    def read(self, low: int, high: int, out: np.ndarray) -> None:
-        """Rows ``low:high`` into ``out`` (C-contiguous, the column's dtype, ``high - low`` rows).
-
-        Raises:
-            RawChunkError: A chunk file is not one chunk's size.
-        """
-        if len(out) != high - low:
-            raise ValueError(f"raw rows {low}:{high} need {high - low} rows to read into")
-        self.read_segments(np.array([low]), np.array([high - low]), out, np.array([0]))
-
     def read_segments(
         self, sources: np.ndarray, counts: np.ndarray, out: np.ndarray, destinations: np.ndarray
     ) -> None:
@@ -284,9 +274,17 @@ class RawColumnReader:
             ValueError: ``out`` is not a C-contiguous array of the column's dtype.
             RawChunkError: A chunk file is not one chunk's size.
         """
-        if out.dtype != self._array.dtype or not out.flags.c_contiguous:
-            raise ValueError(f"raw rows need a C-contiguous {self._array.dtype} array")
+        if (
+            out.dtype != self._array.dtype
+            or not out.flags.c_contiguous
+            or out[:1].nbytes != min(len(out), 1) * self._row_bytes
+        ):
+            raise ValueError(f"raw rows need a C-contiguous {self._array.dtype} array of its rows")
         flat = memoryview(out.reshape(-1).view(np.uint8))
+        if calls and (
+            min(min(c.lows) for c in calls) < 0 or max(max(c.highs) for c in calls) > flat.nbytes
+        ):
+            raise ValueError(f"raw rows planned outside the {len(out)} rows to read into")
         for call in calls:
             self._read_pieces(call, flat, out)
 

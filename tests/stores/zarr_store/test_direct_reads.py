@@ -233,3 +233,16 @@ def test_a_shard_whose_metadata_is_not_json_is_still_reported(tmp_path):
     metadata.write_text(json.dumps(document))
     store = MemoryStore(url)
     assert "main" in store.damaged_shards and [s.name for s in store.shards] == ["clean"]
+
+
+def test_segments_that_do_not_fit_the_destination_are_refused(tmp_path):
+    array, _ = raw_array(tmp_path, rows=256, chunk_rows=64)
+    with raw_chunks.RawColumnReader(array, raw_chunks.raw_files(array)) as column:
+        column.open(0, 256)
+        out = np.zeros((50, 3), np.float32)
+        for destinations in ([0, 45], [-3, 10]):  # past the end; before the start
+            with pytest.raises(ValueError, match="outside"):
+                column.read_segments(np.array([0, 100]), np.array([10, 10]), out, destinations)
+        with pytest.raises(ValueError, match="of its rows"):  # rows of another width
+            column.read_segments(np.array([0]), np.array([4]), np.zeros((8, 2), np.float32), [0])
+        assert not out.any()
