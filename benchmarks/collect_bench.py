@@ -1,7 +1,8 @@
 """Collection speed: emote collecting into a Zarr store against bare gymnasium vector-env stepping.
 
 For Pendulum-v1 (``sac_pendulum``) and CartPole-v1 (``dqn_cartpole``), with 1 and 8 envs, side
-by side in one run (env steps/s, median of ``--repeats``, the two sides of a ratio alternating):
+by side in one run (env steps/s, median of ``--repeats``; the two sides of a ratio alternate and
+the ratio is the median of the pairs' ratios):
 
 * random policy: ``bare`` vector-env stepping with pre-drawn actions; ``emote`` collecting into a
   Zarr store in this process (``collect_to_store``, what ``emote collect`` runs), timed from
@@ -21,6 +22,10 @@ by side in one run (env steps/s, median of ``--repeats``, the two sides of a rat
 The final commit is a fixed cost per run (~0.1 s of zarr appends here, whatever the batch
 size); over a short run it would hide the steady rate, which is what the targets are about. In a
 long run a commit falls due every 16 MB or 10 s and counts in the ``emote`` figure.
+
+Each figure runs 160k env steps by default: on this 2-core machine the ratio of 32k-step runs
+(about half a second each) swung from 0.54 to 0.90 between pairs, of 160k-step runs from 0.81 to
+1.08 (CartPole-v1, 8 envs).
 
 Run: ``python benchmarks/collect_bench.py`` (CPU; torch runs on one thread; ``--cpu-time`` on a
 machine shared with other work).
@@ -194,19 +199,21 @@ def training_path_rate(env_id: str, num_envs: int, vector_steps: int, directory:
     return rate
 
 
-def median_of(repeats: int, *measures: Callable[[], Any]) -> list[Any]:
-    """The median of ``repeats`` runs of each measure, the measures alternating (a measure that
-    returns a tuple gets the median of each of its figures)."""
-    runs: list[list[Any]] = [[] for _ in measures]
+def paired(
+    repeats: int, reference: Callable[[], float], measure: Callable[[], tuple[float, float]]
+) -> tuple[float, float, float, float]:
+    """``repeats`` runs of ``reference`` (a rate) and ``measure`` (a rate and its final
+    commit's seconds) back to back: the median of each figure and of the pairs' ratios (the
+    machine's speed drifts over seconds: a pair shares it)."""
+    references, rates, commits = [], [], []
     for _ in range(repeats):
-        for figures, measure in zip(runs, measures, strict=True):
-            figures.append(measure())
-    return [
-        tuple(statistics.median(f) for f in zip(*figures, strict=True))
-        if isinstance(figures[0], tuple)
-        else statistics.median(figures)
-        for figures in runs
-    ]
+        references.append(reference())
+        rate, commit = measure()
+        rates.append(rate)
+        commits.append(commit)
+    ratio = statistics.median(r / b for r, b in zip(rates, references, strict=True))
+    return (statistics.median(references), statistics.median(rates), ratio,
+            statistics.median(commits))  # fmt: skip
 
 
 def _verdict(ratio: float, target: float) -> str:
@@ -227,13 +234,13 @@ def report(
         for env_id, num_envs in CASES:
             target = TARGETS[num_envs]
             vector_steps = steps // num_envs
-            bare, (emote, commit) = median_of(
+            bare, emote, ratio, commit = paired(
                 repeats,
                 lambda: bare_rate(env_id, num_envs, vector_steps),  # noqa: B023
                 lambda: emote_rate(env_id, num_envs, steps, directory),  # noqa: B023
             )
             line = (f"  {env_id:<12}{num_envs:>2} envs random: bare {bare:7.0f} | emote "
-                    f"{emote:7.0f} {_verdict(emote / bare, target)} + {commit:.2f} s")  # fmt: skip
+                    f"{emote:7.0f} {_verdict(ratio, target)} + {commit:.2f} s")  # fmt: skip
             if cli:
                 cli_figure = cli_rate(env_id, num_envs, steps, directory)
                 line += f" | cli {cli_figure:7.0f} ({cli_figure / bare:.2f})"
@@ -246,20 +253,20 @@ def report(
             if policy:
                 agent = torch_agent(env_id, num_envs)
                 policy_steps = max(steps // 4, num_envs * 100)  # forward passes are slow
-                reference, (acting, commit) = median_of(
+                reference, acting, ratio, commit = paired(
                     repeats,
                     lambda: bare_rate(env_id, num_envs, policy_steps // num_envs, agent),  # noqa: B023
                     lambda: emote_rate(env_id, num_envs, policy_steps, directory, agent),  # noqa: B023
                 )
                 print(f"  {env_id:<12}{num_envs:>2} envs {RECIPES[env_id]} policy: bare+forward "
                       f"{reference:7.0f} | emote {acting:7.0f} "
-                      f"{_verdict(acting / reference, target)} + {commit:.2f} s",
+                      f"{_verdict(ratio, target)} + {commit:.2f} s",
                       flush=True)  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=32_000, help="env steps per figure")
+    parser.add_argument("--steps", type=int, default=160_000, help="env steps per figure")
     parser.add_argument("--repeats", type=int, default=3, help="figures per side (median)")
     parser.add_argument("--skip-cli", action="store_true", help="no `emote collect` subprocess")
     parser.add_argument("--skip-policy", action="store_true", help="no torch policy figures")
