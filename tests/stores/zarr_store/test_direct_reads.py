@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,16 +16,13 @@ from emote_core.errors import FormatError
 from emote_core.stores.stored import ColumnSchema
 from emote_core.stores.zarr_store import (
     MemoryStore,
-    ShardWriter,
-    create_store,
     raw_chunks,
     reader,
-    store_columns,
 )
 from emote_core.stores.zarr_store.layout import EPISODE_FIELDS, TABLE_CHECKSUM
 from emote_core.stores.zarr_store.local_arrays import LocalReadError, open_local
 from emote_core.typing import EpisodeState
-from tests.stores.zarr_store.test_bulk import assert_same_tables, load_both
+from tests.stores.zarr_store.test_bulk import assert_same_tables, load_both, write_shards
 from tests.stores.zarr_store.test_bulk import table as bulk_table
 
 WIDE = 8
@@ -51,14 +49,7 @@ def episode(identity: int) -> tuple:
 
 def write(url: str, shards: dict[str, list[range]]) -> None:
     """Each range of ids committed as one append, the shards taking turns."""
-    create_store(url, columns=store_columns(SCHEMAS, episode(0), "rewards"), length_key="rewards")
-    writers = {name: ShardWriter(url, shard=name) for name in shards}
-    for turn in range(max(len(ranges) for ranges in shards.values())):
-        for name, ranges in shards.items():
-            if turn < len(ranges):
-                writers[name].append([episode(i) for i in ranges[turn]])
-    for shard in writers.values():
-        shard.close()
+    write_shards(SimpleNamespace(schemas=SCHEMAS, make=episode), url, shards)
 
 
 def shard_group(url: str, shard: str = "main"):
