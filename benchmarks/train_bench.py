@@ -272,23 +272,40 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def collection_rates(env_id: str, num_envs: int, vector_steps: int) -> dict[str, float]:
-    """Env steps/s of a random policy (``collect_bench.py`` measures these and more): bare
-    vector-env stepping with pre-drawn actions; a floor for any per-step collector (actions
-    drawn and every step written into per-env numpy buffers, no episodes, no store); ``emote
-    collect`` into a Zarr store (its own figure, from a subprocess); and the training path
-    (GymCollector, MemoryTableProxy, store appends)."""
+def collection_rates(
+    env_id: str, num_envs: int, vector_steps: int, repeats: int = 3
+) -> dict[str, tuple[float, float]]:
+    """Env steps/s of a random policy (``collect_bench.py`` measures these and more), each with
+    its ratio to bare vector-env stepping (pre-drawn actions): a floor for any per-step
+    collector (actions drawn and every step written into per-env numpy buffers, no episodes, no
+    store); ``emote collect`` into a Zarr store (its own figure, from a subprocess); and the
+    training path (GymCollector, MemoryTableProxy, store appends). Each figure runs ``repeats``
+    times right after a bare run: the rate is the median, the ratio the median of the pairs'
+    ratios (a single run swung by ±20% here)."""
     import tempfile
 
     from collect_bench import bare_rate, cli_rate, floor_rate, training_path_rate
 
     with tempfile.TemporaryDirectory() as directory:
-        return {
-            "bare": bare_rate(env_id, num_envs, vector_steps),
-            "floor": floor_rate(env_id, num_envs, vector_steps),
-            "collect": cli_rate(env_id, num_envs, vector_steps * num_envs, directory),
-            "training": training_path_rate(env_id, num_envs, vector_steps, directory),
+        measures = {
+            "floor": lambda: floor_rate(env_id, num_envs, vector_steps),
+            "collect": lambda: cli_rate(env_id, num_envs, vector_steps * num_envs, directory),
+            "training": lambda: training_path_rate(env_id, num_envs, vector_steps, directory),
         }
+        bare: list[float] = []
+        runs: dict[str, list[tuple[float, float]]] = {name: [] for name in measures}
+        for _ in range(repeats):
+            for name, measure in measures.items():
+                bare.append(bare_rate(env_id, num_envs, vector_steps))
+                rate = measure()
+                runs[name].append((rate, rate / bare[-1]))
+        figures = {"bare": (statistics.median(bare), 1.0)}
+        for name, pairs in runs.items():
+            figures[name] = (
+                statistics.median(r for r, _ in pairs),
+                statistics.median(q for _, q in pairs),
+            )
+        return figures
 
 
 def main() -> None:
@@ -345,14 +362,13 @@ def main() -> None:
         to_sb3 = statistics.median(e / s for e, s in zip(emote_rates, sb3_rates, strict=True))
         hand_sb3 = statistics.median(h / s for h, s in zip(hand_rates, sb3_rates, strict=True))
         print(f"  ratio emote / SB3: {to_sb3:.2f}, hand-written / SB3: {hand_sb3:.2f}")
-    print("collection with a random policy into a Zarr store, env steps/s (ratio to bare "
-          "vector-env stepping; target >= 0.9)")  # fmt: skip
+    print("collection with a random policy into a Zarr store, env steps/s (median of 3; ratio "
+          "to bare vector-env stepping, median of 3 pairs; target >= 0.9)")  # fmt: skip
     for env_id, num_envs in (("Pendulum-v1", 1), ("Pendulum-v1", 8), ("CartPole-v1", 8)):
         rates = collection_rates(env_id, num_envs, vector_steps=40_000 // num_envs)
-        bare = rates["bare"]
-        print(f"  {env_id:<12}{num_envs:>2} envs: bare {bare:7.0f} | "
-              + " | ".join(f"{name} {rate:7.0f} ({rate / bare:.2f})"
-                           for name, rate in rates.items() if name != "bare"))  # fmt: skip
+        print(f"  {env_id:<12}{num_envs:>2} envs: bare {rates['bare'][0]:7.0f} | "
+              + " | ".join(f"{name} {rate:7.0f} ({ratio:.2f})"
+                           for name, (rate, ratio) in rates.items() if name != "bare"))  # fmt: skip
 
 
 if __name__ == "__main__":
