@@ -198,6 +198,11 @@ def main() -> None:
     scratch_folder = tempfile.TemporaryDirectory()
     root = Path(scratch_folder.name)
     collected = collect(args.transitions, args.seed, root / "collected.zarr")
+    if not MemoryStore(root / "collected.zarr").transition_count:
+        parser.error(
+            f"no {PIXEL_CAR_RACING_ID} episode ended in {args.transitions} steps (they run up to "
+            "1,000 steps): collect more --transitions"
+        )
     rates, episodes = stages(root / "collected.zarr", root, spaces)
     rates = {"collect": (collected, bare), **rates}
     entry = spaces.state[spaces.state.keys()[0]]
