@@ -116,6 +116,24 @@ def open_local(group: Any, path: str) -> LocalArray | None:
     return LocalArray(inside, directory, metadata, dtype, compressed)
 
 
+def read_rows_locally(
+    group: Any, paths: list[str], start: int, stop: int
+) -> list[np.ndarray] | None:
+    """Rows ``start:stop`` of each array at ``paths`` under ``group``, straight from their
+    files; ``None`` where any is not a :class:`LocalArray`, holds fewer rows or does not read:
+    the caller then reads them all through zarr, which reads them or names what is wrong."""
+    found = []
+    for path in paths:
+        array = open_local(group, path)
+        if array is None or array.shape[0] < stop:
+            return None
+        try:
+            found.append(array.read(start, stop))
+        except (OSError, LocalReadError):
+            return None
+    return found
+
+
 def direct_codecs(metadata: Any) -> bool | None:
     """Whether an array of ``metadata`` has Blosc-compressed (``True``) or raw (``False``)
     chunks in a layout read straight from files; ``None`` where it has another layout."""
@@ -158,4 +176,4 @@ def _decompress(data: bytes, expected: int, where: Path) -> bytes:
         raise LocalReadError(f"{where} does not decompress ({error})") from error
 
 
-__all__ = ["LocalArray", "LocalReadError", "direct_codecs", "open_local"]
+__all__ = ["LocalArray", "LocalReadError", "direct_codecs", "open_local", "read_rows_locally"]

@@ -33,7 +33,7 @@ from emote_core.stores.zarr_store.layout import (
     StoreColumn,
     check_format,
 )
-from emote_core.stores.zarr_store.local_arrays import LocalReadError, open_local
+from emote_core.stores.zarr_store.local_arrays import read_rows_locally
 from emote_core.typing import EpisodeState
 
 log = logging.getLogger(__name__)
@@ -92,25 +92,6 @@ def chunk_key(array: Any, row: int) -> str:
     """The store key of the chunk that holds ``row`` of a column (its only chunk across)."""
     coords = (row // int(array.chunks[0]), *([0] * (len(array.shape) - 1)))
     return f"{array.path}/{array.metadata.encode_chunk_key(coords)}"
-
-
-def _read_fields_locally(group: Any, fields: list[str], count: int) -> list[Any] | None:
-    """:func:`_read_fields` straight from the files of a local shard (see
-    :mod:`~emote_core.stores.zarr_store.local_arrays`); ``None`` where a field is not local,
-    in a layout read that way, or readable: zarr then reads them all."""
-    found: list[Any] = []
-    for field in fields:
-        array = open_local(group, f"{EPISODES}/{field}")
-        if array is None:
-            return None
-        if array.shape[0] < count:
-            found.append(int(array.shape[0]))
-            continue
-        try:
-            found.append(array.read(0, count))
-        except (OSError, LocalReadError):
-            return None
-    return found
 
 
 async def _read_fields(group: Any, fields: list[str], count: int) -> list[Any]:
@@ -184,7 +165,7 @@ class MemoryStore:
             empty = {f: np.zeros((0, *sh), dtype) for f, (dtype, sh) in EPISODE_FIELDS.items()}
             return ShardView(name, group, commit, empty)
         fields = [*EPISODE_FIELDS, TABLE_CHECKSUM]
-        found = _read_fields_locally(group, fields, count)
+        found = read_rows_locally(group, [f"{EPISODES}/{f}" for f in fields], 0, count)
         if found is None:  # not local, or something zarr has to read (or name)
             from zarr.core.sync import sync
 

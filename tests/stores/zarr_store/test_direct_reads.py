@@ -206,7 +206,7 @@ def test_a_damaged_episode_table_is_named_as_zarr_names_it(tmp_path, monkeypatch
     with pytest.raises(LocalReadError):
         local.read(0, 30)
     found = MemoryStore(url)
-    monkeypatch.setattr(reader, "_read_fields_locally", lambda *a: None)  # zarr alone
+    monkeypatch.setattr(reader, "read_rows_locally", lambda *a: None)  # zarr alone
     expected = MemoryStore(url)
     assert found.damaged_shards == expected.damaged_shards
     assert [s.name for s in found.shards] == [s.name for s in expected.shards]
@@ -237,3 +237,27 @@ def test_segments_that_do_not_fit_the_destination_are_refused(tmp_path):
         with pytest.raises(ValueError, match="of its rows"):  # rows of another width
             column.read_segments(np.array([0]), np.array([4]), np.zeros((8, 2), np.float32), [0])
         assert not out.any()
+
+
+def test_a_followers_run_of_new_episodes_reads_the_same_table_from_files(tmp_path, monkeypatch):
+    from emote_core.stores.zarr_store import tail
+
+    url = str(tmp_path / "s.zarr")
+    write(url, {"main": [range(0, 20), range(20, 30)]})
+    store = MemoryStore(url)
+    shard = store.shards[0]
+    runs = {}
+    for how in ("files", "zarr"):
+        if how == "zarr":
+            monkeypatch.setattr(tail, "read_rows_locally", lambda *a: None)
+        runs[how] = tail.read_episode_run(
+            url, shard.group, shard.commit, store.columns, shard="main", start=12, stop=30
+        )
+    assert [e[0] for e in runs["files"].episodes] == list(range(12, 30))
+    for (a, data, end), (b, expected, expected_end) in zip(
+        runs["files"].episodes, runs["zarr"].episodes, strict=True
+    ):
+        assert (a, end) == (b, expected_end)
+        for name in expected:
+            np.testing.assert_array_equal(data[name], expected[name])
+    np.testing.assert_array_equal(runs["files"].written_at, runs["zarr"].written_at)
