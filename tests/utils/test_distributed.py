@@ -92,3 +92,44 @@ def test_two_ranks_average_gradients_and_take_rank_zeros_tensors(tmp_path: Path)
         torch.testing.assert_close(result["broadcast"][0], torch.full((3,), 5.0))
         torch.testing.assert_close(result["broadcast"][1], torch.arange(4))
         assert "ranks stepped different optimisers together" in result["mismatch"]
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A stand-in process group: what ``joined`` asks of torch.distributed, in order."""
+    import torch.distributed as dist
+
+    made: list[str] = []
+    monkeypatch.setattr(distributed, "start", lambda *a, **k: made.append("start"))
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "barrier", lambda: made.append("barrier"))
+    monkeypatch.setattr(dist, "destroy_process_group", lambda: made.append("destroy"))
+    return made
+
+
+def test_a_block_that_ends_waits_for_the_other_ranks_before_leaving(calls: list[str]) -> None:
+    context = DistributedContext(rank=0, world_size=2, local_rank=0)
+    with distributed.joined(context, torch.device("cpu")):
+        calls.append("train")
+    assert calls == ["start", "train", "barrier", "destroy"]
+
+
+def test_a_block_that_raises_leaves_at_once(calls: list[str]) -> None:
+    context = DistributedContext(rank=1, world_size=2, local_rank=1)
+    with pytest.raises(KeyboardInterrupt), distributed.joined(context, torch.device("cpu")):
+        raise KeyboardInterrupt
+    assert calls == ["start", "destroy"]  # no barrier: another rank may be gone
+
+
+def test_a_barrier_a_gone_rank_breaks_still_leaves(
+    calls: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch.distributed as dist
+
+    def broken() -> None:
+        raise RuntimeError("Connection closed by peer")
+
+    monkeypatch.setattr(dist, "barrier", broken)
+    with distributed.joined(DistributedContext(0, 2, 0), torch.device("cpu")):
+        pass
+    assert calls == ["start", "destroy"]
