@@ -284,7 +284,7 @@ def collection_rates(
     ratios (a single run swung by ±20% here)."""
     import tempfile
 
-    from collect_bench import bare_rate, cli_rate, floor_rate, training_path_rate
+    from collect_bench import bare_rate, cli_rate, floor_rate, paired, training_path_rate
 
     with tempfile.TemporaryDirectory() as directory:
         measures = {
@@ -293,19 +293,16 @@ def collection_rates(
             "training": lambda: training_path_rate(env_id, num_envs, vector_steps, directory),
         }
         bare: list[float] = []
-        runs: dict[str, list[tuple[float, float]]] = {name: [] for name in measures}
-        for _ in range(repeats):
-            for name, measure in measures.items():
-                bare.append(bare_rate(env_id, num_envs, vector_steps))
-                rate = measure()
-                runs[name].append((rate, rate / bare[-1]))
-        figures = {"bare": (statistics.median(bare), 1.0)}
-        for name, pairs in runs.items():
-            figures[name] = (
-                statistics.median(r for r, _ in pairs),
-                statistics.median(q for _, q in pairs),
+        figures: dict[str, tuple[float, float]] = {}
+        for name, measure in measures.items():
+            reference, rate, ratio, _ = paired(
+                repeats,
+                lambda: bare_rate(env_id, num_envs, vector_steps),
+                lambda measure=measure: (measure(), 0.0),  # no final commit to report
             )
-        return figures
+            bare.append(reference)
+            figures[name] = (rate, ratio)
+        return {"bare": (statistics.median(bare), 1.0), **figures}
 
 
 def main() -> None:
