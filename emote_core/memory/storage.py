@@ -23,6 +23,7 @@ import psutil
 import torch
 
 from emote_core.errors import ConfigurationError
+from emote_core.utils.arrays import aligned_empty
 
 _GROWTH = 1.125
 _GIB = 1 << 30
@@ -108,7 +109,8 @@ class RingArray:
     def _allocate(self, capacity: int) -> None:
         self.capacity = capacity
         if self.device.type == "cpu":
-            self.host: np.ndarray | None = np.empty((capacity, *self.shape), dtype=self.dtype)
+            # page-aligned: stores load into these rows about twice as fast (utils/arrays.py)
+            self.host: np.ndarray | None = aligned_empty((capacity, *self.shape), self.dtype)
             self.tensor = torch.from_numpy(self.host)
         else:
             self.host = None

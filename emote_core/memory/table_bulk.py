@@ -14,6 +14,7 @@ import numpy as np
 
 from emote_core.errors import MemoryTableError, SchemaError
 from emote_core.memory.table_sampling import synchronized
+from emote_core.utils.arrays import aligned_empty
 
 BlockWriter = Callable[[dict[str, np.ndarray], np.ndarray], None]
 """``write(destinations, starts)``: fills, per stored column, the rows of a block laid out as
@@ -75,7 +76,7 @@ class TableBulkFill:
         destinations = {
             name: array.host[:rows]
             if array.host is not None
-            else np.empty((rows, *array.shape), array.dtype)
+            else aligned_empty((rows, *array.shape), array.dtype)
             for name, array in arrays.items()
         }
         try:

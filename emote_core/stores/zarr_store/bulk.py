@@ -29,6 +29,8 @@ from emote_core.stores.zarr_store.local_arrays import LocalArray, open_local
 from emote_core.stores.zarr_store.raw_chunks import RawChunkError, RawColumnReader, raw_files
 from emote_core.stores.zarr_store.reader import MemoryStore, ShardView
 from emote_core.typing import EpisodeState
+from emote_core.utils.arrays import aligned_empty
+from emote_core.utils.page_cache import read_ahead
 
 if TYPE_CHECKING:
     from emote_core.memory.table import ArrayMemoryTable
@@ -202,7 +204,7 @@ def _read_shard(
                     row = int(starts[positions[0]])  # the same layout: decode in place
                     values, at = target[row : row + high - low], first - low
                 else:
-                    values = np.empty((high - low, *array.shape[1:]), dtype=array.dtype)
+                    values = aligned_empty((high - low, *array.shape[1:]), array.dtype)
                     at = first - low
                     placed.append((column, values, at))
                 if directory is not None and _fits(values, array):
@@ -286,23 +288,39 @@ def _read_and_check(
         for a, b in bounds
     ]
     plans = [r.reader.plan(r.first, r.counts, r.at, [b for _, b in bounds]) for r in raw]
+    ahead = [  # the chunk files, in the order the parts read them
+        file
+        for part in spans
+        for r, (since, until) in zip(raw, part, strict=True)
+        for file in r.reader.to_read_ahead(since, until)
+    ]
     found = []
-    with ThreadPoolExecutor(1) as helper:
-        helper.submit(_advise, [r.reader for r in raw], spans)
-        for k, (a, b) in enumerate(bounds):
-            for r, plan in zip(raw, plans, strict=True):
-                r.reader.read_planned(plan[k], r.values)
-            part = {name: at[a:b] for name, at in rows_at.items()}
-            check = partial(damaged_episodes, columns, table, data, indices[a:b], row_starts=part)
-            found.append(helper.submit(check))
+    with (
+        ThreadPoolExecutor(1) as helper,
+        ThreadPoolExecutor(max(1, min(READ_AHEAD_THREADS, len(ahead)))) as reading_ahead,
+    ):
+        try:
+            for descriptor, size in ahead:
+                reading_ahead.submit(read_ahead, descriptor, size)
+            for k, (a, b) in enumerate(bounds):
+                for r, plan in zip(raw, plans, strict=True):
+                    r.reader.read_planned(plan[k], r.values)
+                part = {name: at[a:b] for name, at in rows_at.items()}
+                check = partial(
+                    damaged_episodes, columns, table, data, indices[a:b], row_starts=part
+                )
+                found.append(helper.submit(check))
+        finally:  # before the files close: nothing left to read ahead once read
+            reading_ahead.shutdown(cancel_futures=True)
         return np.concatenate([f.result() for f in found])
 
 
-def _advise(readers: list[RawColumnReader], spans: list[list[tuple[int, int]]]) -> None:
-    """Asks for the raw columns' chunk files to be read ahead in the order the parts read them."""
-    for part in spans:
-        for reader, (since, until) in zip(readers, part, strict=True):
-            reader.advise(since, until)
+READ_AHEAD_THREADS = 8
+"""Threads that read chunk files ahead of the loader (:func:`~emote_core.utils.page_cache.
+read_ahead` waits for each file's read: several keep the disk busy). From disk, 8 read 123 MB
+of 1 MB files about as fast as asking for all of them at once (``posix_fadvise``), and the
+page cache then holds them in 1 MB pages instead of 4 KB ones: repeat loads copy them out
+about twice as fast."""
 
 
 def _touch_pages(rows: np.ndarray) -> None:

@@ -144,6 +144,21 @@ def test_a_chunk_without_a_file_reads_as_the_fill_value_and_short_reads_are_fini
     np.testing.assert_array_equal(out, scattered(values, sources, counts, destinations, 178))
 
 
+def test_chunk_files_are_handed_out_to_read_ahead_once_each_in_row_order(tmp_path):
+    array, _ = raw_array(tmp_path, rows=256, chunk_rows=64)
+    directory = raw_chunks.raw_files(array)
+    (directory / str(array.metadata.encode_chunk_key((2, 0)))).unlink()  # rows 128:192
+    with raw_chunks.RawColumnReader(array, directory) as column:
+        column.open(0, 256)
+        first = column.to_read_ahead(70, 200)  # chunks 1, 2 (no file), 3
+        again = column.to_read_ahead(0, 256)  # chunk 0 only: the others were handed out
+        paths = [Path(f"/proc/self/fd/{fd}").resolve() for fd, _ in first + again]
+        chunks = [path.relative_to(directory.resolve()).parts for path in paths]
+        assert chunks == [("c", "1", "0"), ("c", "3", "0"), ("c", "0", "0")]
+        assert {size for _, size in first + again} == {64 * 3 * 4}  # a chunk's bytes
+        assert column.to_read_ahead(0, 256) == []
+
+
 def test_episode_tables_read_from_files_are_what_zarr_reads(tmp_path):
     url = str(tmp_path / "s.zarr")
     write(url, {"main": [range(0, 30), range(30, 31)]})

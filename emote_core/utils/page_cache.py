@@ -1,0 +1,121 @@
+"""Reading files into the kernel's page cache ahead of their reads, in large pages where Linux can.
+
+Plain read-ahead (``posix_fadvise(WILLNEED)``, or the read-ahead that reads themselves trigger)
+caches a small file read from disk in 4 KB pages. Later copies out of the cache then take about
+twice as long: a loader that reads 123 MB of 1 MB chunk files took 21-25 ms on cached 4 KB pages
+and 10-12 ms on cached 1 MB ones, on this project's machines (Linux 6.18, ext4). A file mapped
+with ``MADV_HUGEPAGE`` is read in large pages instead when a fault first touches it. So
+:func:`read_ahead` maps the file, advises huge pages, and populates one page per 2 MB of it
+(``MADV_POPULATE_READ``): the kernel reads that region in as few pages as fit.
+
+That path blocks until the file is read, so callers run it on several threads. Where it is not
+available (another platform, an older kernel, a file system or mapping that refuses it), it
+falls back to ``posix_fadvise(WILLNEED)``, and where that fails too it does nothing: read-ahead
+is only ever a hint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import sys
+from typing import Any
+
+_PROT_READ, _MAP_SHARED = 1, 1
+_MADV_HUGEPAGE, _MADV_POPULATE_READ = 14, 22
+_HUGE_PAGE = 2 << 20
+"""The span each populated page reads ahead (a PMD huge page on x86-64 and arm64)."""
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _libc() -> Any:
+    """libc's ``mmap``, ``madvise`` and ``munmap`` through ctypes (which lets go of the GIL while
+    they run), or ``None`` off Linux."""
+    if sys.platform != "linux":
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)  # the process's own symbols: libc's among them
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_int, ctypes.c_long]  # fmt: skip
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        libc.syscall.restype = ctypes.c_long
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_FAILED = ctypes.c_void_p(-1).value
+_libc_calls: Any = None
+_large_pages: bool | None = None
+"""Whether :func:`read_ahead` tries huge-page mappings: ``None`` until its first call, ``False``
+off Linux or once the kernel has refused one."""
+
+
+class _CachestatRange(ctypes.Structure):
+    _fields_ = [("offset", ctypes.c_uint64), ("length", ctypes.c_uint64)]
+
+
+class _Cachestat(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in ("cache", "dirty", "writeback", "evicted",
+                                                      "recently_evicted")]  # fmt: skip
+
+
+_CACHESTAT = 451
+"""``cachestat``'s number (Linux 6.5; the same on x86-64 and arm64)."""
+_cachestat_works = True
+
+
+def _cached(libc: Any, descriptor: int, size: int) -> bool:
+    """Whether the kernel already holds the file's first ``size`` bytes (``cachestat``: no
+    mapping, which the loader's own page faults would otherwise wait behind); ``False`` where
+    it cannot say."""
+    global _cachestat_works
+    if not _cachestat_works:
+        return False
+    found = _Cachestat()
+    span = _CachestatRange(0, size)
+    if libc.syscall(_CACHESTAT, descriptor, ctypes.byref(span), ctypes.byref(found), 0) != 0:
+        _cachestat_works = ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM)
+        return False
+    return found.cache * _PAGE >= size
+
+
+def read_ahead(descriptor: int, size: int) -> None:
+    """Has the kernel read the first ``size`` bytes of an open file into its page cache, in large
+    pages where it can (see the module's notes); blocks until they are read where it does.
+
+    Never raises: a file that cannot be read ahead is read when it is read.
+    """
+    global _large_pages, _libc_calls
+    if size <= 0:
+        return
+    if _large_pages is None:
+        _libc_calls = _libc()
+        _large_pages = _libc_calls is not None
+    if _large_pages:
+        libc = _libc_calls
+        if _cached(libc, descriptor, size):
+            return
+        address = libc.mmap(None, size, _PROT_READ, _MAP_SHARED, descriptor, 0)
+        if address is not None and address != _FAILED:
+            try:
+                if libc.madvise(address, size, _MADV_HUGEPAGE) == 0:
+                    for offset in range(0, size, _HUGE_PAGE):
+                        if libc.madvise(address + offset, _PAGE, _MADV_POPULATE_READ) != 0:
+                            break  # EINVAL: a kernel before 5.14; EFAULT: the file shrank
+                    else:
+                        return
+                if ctypes.get_errno() == errno.EINVAL:  # this kernel cannot: plain hints only
+                    _large_pages = False
+            finally:
+                libc.munmap(address, size)
+    if hasattr(os, "posix_fadvise"):
+        with contextlib.suppress(OSError):  # closed meanwhile, or a file that takes no hints
+            os.posix_fadvise(descriptor, 0, size, os.POSIX_FADV_WILLNEED)
+
+
+__all__ = ["read_ahead"]
