@@ -74,7 +74,7 @@ def _cached(libc: Any, descriptor: int, size: int) -> bool:
     mapping, which the loader's own page faults would otherwise wait behind); ``False`` where
     it cannot say."""
     global _cachestat_works
-    if not _cachestat_works:
+    if libc is None or not _cachestat_works:
         return False
     found = _Cachestat()
     span = _CachestatRange(0, size)
@@ -84,20 +84,33 @@ def _cached(libc: Any, descriptor: int, size: int) -> bool:
     return found.cache * _PAGE >= size
 
 
+def _calls() -> Any:
+    """libc's calls once looked up (``None`` where huge-page read-ahead is off)."""
+    global _large_pages, _libc_calls
+    if _large_pages is None:
+        _libc_calls = _libc()
+        _large_pages = _libc_calls is not None
+    return _libc_calls if _large_pages else None
+
+
+def needs_reading(descriptor: int, size: int) -> bool:
+    """Whether the file's first ``size`` bytes may be missing from the page cache: ``False``
+    only where the kernel says it holds them all (a call of about a microsecond, so callers
+    can skip :func:`read_ahead`, and the threads it needs, for files already cached)."""
+    return size > 0 and not _cached(_calls(), descriptor, size)
+
+
 def read_ahead(descriptor: int, size: int) -> None:
     """Has the kernel read the first ``size`` bytes of an open file into its page cache, in large
     pages where it can (see the module's notes); blocks until they are read where it does.
 
     Never raises: a file that cannot be read ahead is read when it is read.
     """
-    global _large_pages, _libc_calls
+    global _large_pages
     if size <= 0:
         return
-    if _large_pages is None:
-        _libc_calls = _libc()
-        _large_pages = _libc_calls is not None
-    if _large_pages:
-        libc = _libc_calls
+    libc = _calls()
+    if libc is not None:
         if _cached(libc, descriptor, size):
             return
         address = libc.mmap(None, size, _PROT_READ, _MAP_SHARED, descriptor, 0)
@@ -118,4 +131,4 @@ def read_ahead(descriptor: int, size: int) -> None:
             os.posix_fadvise(descriptor, 0, size, os.POSIX_FADV_WILLNEED)
 
 
-__all__ = ["read_ahead"]
+__all__ = ["needs_reading", "read_ahead"]

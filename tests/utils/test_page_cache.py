@@ -151,3 +151,19 @@ def test_a_hint_never_fails(tmp_path, fresh):
     for opened in (reader, writer, directory, descriptor):
         os.close(opened)
     page_cache.read_ahead(descriptor, MB)  # closed meanwhile
+
+
+def test_only_a_file_the_kernel_says_it_holds_needs_no_reading(tmp_path, fresh, monkeypatch):
+    descriptor = a_file(tmp_path, MB)
+    assert not page_cache.needs_reading(descriptor, 0)
+    page_cache.read_ahead(descriptor, MB)
+    if sys.platform == "linux" and page_cache._cachestat_works:
+        assert not page_cache.needs_reading(descriptor, MB)  # just read: held
+        os.fsync(descriptor)
+        os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
+        held = page_cache._cached(page_cache._calls(), descriptor, MB)
+        assert page_cache.needs_reading(descriptor, MB) == (not held)
+    monkeypatch.setattr(page_cache, "_large_pages", None)
+    monkeypatch.setattr(page_cache, "_libc", lambda: None)  # a kernel that cannot say
+    assert page_cache.needs_reading(descriptor, MB)
+    os.close(descriptor)

@@ -30,7 +30,7 @@ from emote_core.stores.zarr_store.raw_chunks import RawChunkError, RawColumnRead
 from emote_core.stores.zarr_store.reader import MemoryStore, ShardView
 from emote_core.typing import EpisodeState
 from emote_core.utils.arrays import aligned_empty
-from emote_core.utils.page_cache import read_ahead
+from emote_core.utils.page_cache import needs_reading, read_ahead
 
 if TYPE_CHECKING:
     from emote_core.memory.table import ArrayMemoryTable
@@ -274,10 +274,10 @@ def _read_and_check(
     data: dict[str, tuple[np.ndarray, None]],
     rows_at: dict[str, np.ndarray],
 ) -> np.ndarray:
-    """Reads the raw columns' episodes (their chunk files opened) part by part, a second
-    thread asking the kernel to read ahead and checking each part's episodes while the next
-    is read; returns which episodes are damaged. The other columns are in ``data`` already,
-    each episode's rows from row ``rows_at[column][j]`` on."""
+    """Reads the raw columns' episodes (their chunk files opened) part by part, threads reading
+    the chunk files not yet cached ahead of the parts and a second thread checking each part's
+    episodes while the next is read; returns which episodes are damaged. The other columns
+    are in ``data`` already, each episode's rows from row ``rows_at[column][j]`` on."""
     total = sum(int(r.counts.sum()) * r.values[:1].nbytes for r in raw)
     parts = min(len(indices), max(1, total // PART_BYTES)) if raw else 1
     if (os.cpu_count() or 1) == 1:
@@ -288,11 +288,12 @@ def _read_and_check(
         for a, b in bounds
     ]
     plans = [r.reader.plan(r.first, r.counts, r.at, [b for _, b in bounds]) for r in raw]
-    ahead = [  # the chunk files, in the order the parts read them
+    ahead = [  # the chunk files not cached yet, in the order the parts read them
         file
         for part in spans
         for r, (since, until) in zip(raw, part, strict=True)
         for file in r.reader.to_read_ahead(since, until)
+        if needs_reading(*file)
     ]
     found = []
     with (
