@@ -16,6 +16,7 @@ from emote_core.errors import FormatError
 from emote_core.stores.stored import ColumnSchema
 from emote_core.stores.zarr_store import (
     MemoryStore,
+    local_arrays,
     raw_chunks,
     reader,
 )
@@ -188,6 +189,85 @@ def test_other_layouts_and_stores_are_left_to_zarr(tmp_path):
     memory = zarr.open_group(zarr.storage.MemoryStore(), mode="w")
     memory.create_array("a", shape=(4,), dtype=np.int64)
     assert open_local(memory, "a") is None  # not on the local file system
+
+
+@pytest.mark.parametrize(
+    ("dtype", "fill"),
+    [
+        (np.float32, 0.0), (np.float32, np.nan), (np.float64, -np.inf), (np.float16, 1.5),
+        (np.int64, -(2**63)), (np.uint64, 2**64 - 1), (np.uint8, 7), (np.int16, -3),
+        (np.bool_, True), (np.float32, np.inf),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("compressed", [False, True])
+def test_metadata_in_the_writers_form_parses_as_zarr_parses_it(tmp_path, dtype, fill, compressed):
+    from zarr.core.metadata import ArrayV3Metadata
+
+    root = zarr.open_group(str(tmp_path / "z.zarr"), mode="w")
+    compressors = raw_chunks.compressor() if compressed else None  # Blosc, as the writer's
+    root.create_array(
+        "a", shape=(10, 3), chunks=(4, 3), dtype=dtype, fill_value=fill, compressors=compressors
+    )
+    document = json.loads((tmp_path / "z.zarr" / "a" / "zarr.json").read_text())
+    found = local_arrays.plain_metadata(document)
+    assert found is not None
+    metadata, found_dtype, found_compressed = found
+    expected = ArrayV3Metadata.from_dict(document)
+    assert found_dtype == np.dtype(expected.dtype.to_native_dtype())
+    assert found_compressed == compressed == local_arrays.direct_codecs(expected)
+    assert metadata.shape == expected.shape
+    assert metadata.chunk_grid.chunk_shape == tuple(expected.chunk_grid.chunk_shape)
+    assert metadata.encode_chunk_key((2, 0)) == expected.encode_chunk_key((2, 0))
+    assert type(metadata.fill_value) is type(expected.fill_value)
+    np.testing.assert_array_equal(metadata.fill_value, expected.fill_value)  # NaN equals NaN
+    local = open_local(root, "a")
+    assert local is not None and isinstance(local.metadata, local_arrays.PlainMetadata)
+    np.testing.assert_array_equal(local.read(0, 10), root["a"][:])  # all fill: no chunks
+
+
+def _changed(document: dict, path: tuple, value) -> dict:
+    changed = json.loads(json.dumps(document))
+    place = changed
+    for key in path[:-1]:
+        place = place[key]
+    if value is KeyError:
+        del place[path[-1]]
+    else:
+        place[path[-1]] = value
+    return changed
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("dimension_names",), ["t", "x"]),
+        (("chunk_key_encoding", "configuration", "separator"), "."),
+        (("codecs", 0, "configuration", "endian"), "big"),
+        (("codecs", 1), {"name": "zstd", "configuration": {"level": 0, "checksum": False}}),
+        (("codecs", 1, "configuration", "cname"), "nope"),
+        (("codecs", 1, "configuration", "clevel"), 12),
+        (("fill_value",), "0x7fc00000"),
+        (("fill_value",), True),
+        (("fill_value",), 1e300),
+        (("storage_transformers",), [{"name": "x"}]),
+        (("chunk_grid", "configuration", "chunk_shape"), [4, 2]),
+        (("chunk_grid", "name"), "rectilinear"),
+        (("data_type",), "complex64"),
+        (("shape",), [10, -3]),
+        (("shape",), [10.0, 3]),
+        (("attributes",), None),
+        (("extra",), 1),
+        (("codecs",), KeyError),
+    ],
+)  # fmt: skip
+def test_metadata_off_the_writers_form_is_left_to_zarrs_parser(tmp_path, path, value):
+    root = zarr.open_group(str(tmp_path / "z.zarr"), mode="w")
+    root.create_array(
+        "a", shape=(10, 3), chunks=(4, 3), dtype=np.float32, compressors=raw_chunks.compressor()
+    )
+    document = json.loads((tmp_path / "z.zarr" / "a" / "zarr.json").read_text())
+    assert local_arrays.plain_metadata(document) is not None
+    assert local_arrays.plain_metadata(_changed(document, path, value)) is None
 
 
 def test_a_missing_episode_table_chunk_reads_as_fill_value_as_in_zarr(tmp_path):
