@@ -310,10 +310,15 @@ def _read_and_check(
                 check = partial(
                     damaged_episodes, columns, table, data, indices[a:b], row_starts=part
                 )
-                found.append(helper.submit(check))
+                found.append((helper.submit(check), check))
         finally:  # before the files close: nothing left to read ahead once read
             reading_ahead.shutdown(cancel_futures=True)
-        return np.concatenate([f.result() for f in found])
+        # The reads done, this thread checks the parts the helper has not begun, from the last.
+        results = [check() if future.cancel() else None for future, check in reversed(found)][::-1]
+        return np.concatenate([
+            result if result is not None else future.result()
+            for result, (future, _) in zip(results, found, strict=True)
+        ])  # fmt: skip
 
 
 READ_AHEAD_THREADS = 8
