@@ -128,7 +128,8 @@ class PlainMetadata:
     """An array's metadata in exactly the form emote's writer leaves it (see
     :func:`plain_metadata`), parsed without zarr: it answers what readers ask of zarr's
     ``ArrayV3Metadata`` (``shape``, ``chunk_grid.chunk_shape``, ``fill_value``,
-    ``encode_chunk_key``). zarr's parser takes ~0.15 ms an array, ~2 ms of opening a store."""
+    ``encode_chunk_key``). Parsed here an array takes ~0.08 ms, through zarr's parser ~0.23 ms:
+    ~1.7 ms of opening a shard."""
 
     shape: tuple[int, ...]
     chunk_grid: _Grid

@@ -16,9 +16,11 @@ from emote_core.errors import FormatError
 from emote_core.stores.stored import ColumnSchema
 from emote_core.stores.zarr_store import (
     MemoryStore,
+    bulk,
     local_arrays,
     raw_chunks,
     reader,
+    tables,
 )
 from emote_core.stores.zarr_store.layout import EPISODE_FIELDS, TABLE_CHECKSUM
 from emote_core.stores.zarr_store.local_arrays import LocalReadError, open_local
@@ -356,3 +358,39 @@ def test_a_followers_run_of_new_episodes_reads_the_same_table_from_files(tmp_pat
         for name in expected:
             np.testing.assert_array_equal(data[name], expected[name])
     np.testing.assert_array_equal(runs["files"].written_at, runs["zarr"].written_at)
+
+
+@pytest.mark.parametrize("damaged", [None, 0, 57, 119])  # none; the first, a middle, the last
+def test_damage_in_any_part_is_found_whichever_thread_checks_it(tmp_path, monkeypatch, damaged):
+    # Parts of 16 KB: the helper thread checks most, the loading thread the last ones.
+    monkeypatch.setattr(bulk, "PART_BYTES", 16 << 10)
+    url = str(tmp_path / "s.zarr")
+    write(url, {"main": [range(0, 60), range(60, 120)]})
+    group = shard_group(url)
+    actions = group["columns/actions"]
+    assert raw_chunks.raw_files(actions) is not None
+    if damaged is not None:  # one byte of the episode's last action, in its raw chunk file
+        row = int(group["episodes/offset"][damaged, 0] + group["episodes/length"][damaged] - 1)
+        rows = actions.metadata.chunk_grid.chunk_shape[0]
+        chunk = Path(url) / actions.path / actions.metadata.encode_chunk_key((row // rows, 0))
+        data = bytearray(chunk.read_bytes())
+        data[(row % rows) * 8 + 3] ^= 0x40
+        chunk.write_bytes(bytes(data))
+    taken = []
+    real = tables.load_in_bulk
+
+    def spy(*args, **kwargs):
+        taken.append(real(*args, **kwargs))
+        return taken[-1]
+
+    monkeypatch.setattr(tables, "load_in_bulk", spy)
+    if damaged is None:
+        assert tables.load_table(bulk_table(200_000, obs=WIDE), [url]) == 120
+        assert taken == [120]  # loaded in bulk, every part clean
+        return
+    with pytest.raises(FormatError, match="damaged episodes") as refused:
+        tables.load_table(bulk_table(200_000, obs=WIDE), [url])
+    assert taken == [None]  # the bulk loader found it and left the naming to the other path
+    assert f"1 damaged episodes (checksum mismatch or unreadable chunks), ids [{damaged}]" in str(
+        refused.value
+    )
