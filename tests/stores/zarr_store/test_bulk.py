@@ -64,8 +64,9 @@ def write_shards(kit, url: str, shards: dict[str, list[range]]) -> None:
         writer.close()
 
 
-def load_both(monkeypatch, make, urls, **options):
-    """The table loaded in bulk and the table loaded episode by episode (bulk path off)."""
+def bulk_spy(monkeypatch) -> list:
+    """What each bulk load answers from now on (its episodes, or ``None`` where it stepped
+    aside), in a list that fills as loads run."""
     taken = []
     real = tables.load_in_bulk
 
@@ -74,6 +75,13 @@ def load_both(monkeypatch, make, urls, **options):
         return taken[-1]
 
     monkeypatch.setattr(tables, "load_in_bulk", spy)
+    return taken
+
+
+def load_both(monkeypatch, make, urls, **options):
+    """The table loaded in bulk and the table loaded episode by episode (bulk path off)."""
+    real = tables.load_in_bulk
+    taken = bulk_spy(monkeypatch)
     fast = make()
     fast_count = tables.load_table(fast, urls, **options)
     monkeypatch.setattr(tables, "load_in_bulk", lambda *a, **k: None)

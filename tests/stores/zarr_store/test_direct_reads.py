@@ -25,7 +25,12 @@ from emote_core.stores.zarr_store import (
 from emote_core.stores.zarr_store.layout import EPISODE_FIELDS, TABLE_CHECKSUM
 from emote_core.stores.zarr_store.local_arrays import LocalReadError, open_local
 from emote_core.typing import EpisodeState
-from tests.stores.zarr_store.test_bulk import assert_same_tables, load_both, write_shards
+from tests.stores.zarr_store.test_bulk import (
+    assert_same_tables,
+    bulk_spy,
+    load_both,
+    write_shards,
+)
 from tests.stores.zarr_store.test_bulk import table as bulk_table
 
 WIDE = 8
@@ -376,14 +381,7 @@ def test_damage_in_any_part_is_found_whichever_thread_checks_it(tmp_path, monkey
         data = bytearray(chunk.read_bytes())
         data[(row % rows) * 8 + 3] ^= 0x40
         chunk.write_bytes(bytes(data))
-    taken = []
-    real = tables.load_in_bulk
-
-    def spy(*args, **kwargs):
-        taken.append(real(*args, **kwargs))
-        return taken[-1]
-
-    monkeypatch.setattr(tables, "load_in_bulk", spy)
+    taken = bulk_spy(monkeypatch)
     if damaged is None:
         assert tables.load_table(bulk_table(200_000, obs=WIDE), [url]) == 120
         assert taken == [120]  # loaded in bulk, every part clean
