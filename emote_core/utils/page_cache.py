@@ -69,19 +69,20 @@ _CACHESTAT = 451
 _cachestat_works = True
 
 
-def _cached(libc: Any, descriptor: int, size: int) -> bool:
-    """Whether the kernel already holds the file's first ``size`` bytes (``cachestat``: no
-    mapping, which the loader's own page faults would otherwise wait behind); ``False`` where
-    it cannot say."""
+def _cached(libc: Any, descriptor: int, offset: int, size: int) -> bool:
+    """Whether the kernel already holds bytes ``offset:offset + size`` of the file
+    (``cachestat``: no mapping, which the loader's own page faults would otherwise wait
+    behind); ``False`` where it cannot say."""
     global _cachestat_works
     if libc is None or not _cachestat_works:
         return False
     found = _Cachestat()
-    span = _CachestatRange(0, size)
+    span = _CachestatRange(offset, size)
     if libc.syscall(_CACHESTAT, descriptor, ctypes.byref(span), ctypes.byref(found), 0) != 0:
         _cachestat_works = ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM)
         return False
-    return found.cache * _PAGE >= size
+    pages = -(-(offset + size) // _PAGE) - offset // _PAGE
+    return found.cache >= pages
 
 
 def _calls() -> Any:
@@ -93,42 +94,46 @@ def _calls() -> Any:
     return _libc_calls if _large_pages else None
 
 
-def needs_reading(descriptor: int, size: int) -> bool:
-    """Whether the file's first ``size`` bytes may be missing from the page cache: ``False``
-    only where the kernel says it holds them all (a call of about a microsecond, so callers
-    can skip :func:`read_ahead`, and the threads it needs, for files already cached)."""
-    return size > 0 and not _cached(_calls(), descriptor, size)
+def needs_reading(descriptor: int, offset: int, size: int) -> bool:
+    """Whether bytes ``offset:offset + size`` of the file may be missing from the page cache:
+    ``False`` only where the kernel says it holds them all (a call of about a microsecond, so
+    callers can skip :func:`read_ahead`, and the threads it needs, for files already cached)."""
+    return size > 0 and not _cached(_calls(), descriptor, offset, size)
 
 
-def read_ahead(descriptor: int, size: int) -> None:
-    """Has the kernel read the first ``size`` bytes of an open file into its page cache, in large
-    pages where it can (see the module's notes); blocks until they are read where it does.
+def read_ahead(descriptor: int, offset: int, size: int) -> None:
+    """Has the kernel read bytes ``offset:offset + size`` of an open file into its page cache, in
+    large pages where it can (see the module's notes); blocks until they are read where it does.
+    Only that span is mapped and populated (the kernel may read up to 4 MB past it, as far as
+    the file goes), so a file far larger than what is read costs no more.
 
     Never raises: a file that cannot be read ahead is read when it is read.
     """
     global _large_pages
-    if size <= 0:
+    if size <= 0 or offset < 0:
         return
     libc = _calls()
     if libc is not None:
-        if _cached(libc, descriptor, size):
+        if _cached(libc, descriptor, offset, size):
             return
-        address = libc.mmap(None, size, _PROT_READ, _MAP_SHARED, descriptor, 0)
+        start = offset - offset % _PAGE  # mappings start on a page
+        length = offset + size - start
+        address = libc.mmap(None, length, _PROT_READ, _MAP_SHARED, descriptor, start)
         if address is not None and address != _FAILED:
             try:
-                if libc.madvise(address, size, _MADV_HUGEPAGE) == 0:
-                    for offset in range(0, size, _HUGE_PAGE):
-                        if libc.madvise(address + offset, _PAGE, _MADV_POPULATE_READ) != 0:
+                if libc.madvise(address, length, _MADV_HUGEPAGE) == 0:
+                    for at in range(0, length, _HUGE_PAGE):
+                        if libc.madvise(address + at, _PAGE, _MADV_POPULATE_READ) != 0:
                             break  # EINVAL: a kernel before 5.14; EFAULT: the file shrank
                     else:
                         return
                 if ctypes.get_errno() == errno.EINVAL:  # this kernel cannot: plain hints only
                     _large_pages = False
             finally:
-                libc.munmap(address, size)
+                libc.munmap(address, length)
     if hasattr(os, "posix_fadvise"):
         with contextlib.suppress(OSError):  # closed meanwhile, or a file that takes no hints
-            os.posix_fadvise(descriptor, 0, size, os.POSIX_FADV_WILLNEED)
+            os.posix_fadvise(descriptor, offset, size, os.POSIX_FADV_WILLNEED)
 
 
 __all__ = ["needs_reading", "read_ahead"]

@@ -301,8 +301,8 @@ def _read_and_check(
         ThreadPoolExecutor(max(1, min(READ_AHEAD_THREADS, len(ahead)))) as reading_ahead,
     ):
         try:
-            for descriptor, size in ahead:
-                reading_ahead.submit(read_ahead, descriptor, size)
+            for file in ahead:
+                reading_ahead.submit(read_ahead, *file)
             for k, (a, b) in enumerate(bounds):
                 for r, plan in zip(raw, plans, strict=True):
                     r.reader.read_planned(plan[k], r.values)

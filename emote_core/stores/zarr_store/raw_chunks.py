@@ -137,7 +137,7 @@ class RawColumnReader:
         self._row_bytes = array.dtype.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
         self._trailing = (0,) * (len(array.shape) - 1)
         self._files: dict[int, int | None] = {}
-        self._advised: set[int] = set()
+        self._advised: dict[int, int] = {}  # per chunk, the row read ahead up to
 
     def __enter__(self) -> RawColumnReader:
         return self
@@ -188,20 +188,25 @@ class RawColumnReader:
         for chunk in self._chunks(low, high):
             self._open(chunk)
 
-    def to_read_ahead(self, low: int, high: int) -> list[tuple[int, int]]:
-        """The open chunk files of rows ``low:high`` not handed out before, as ``(descriptor,
-        bytes)`` for :func:`~emote_core.utils.page_cache.read_ahead`, in row order. Read ahead
-        in the order they are read, all before the reads reach them, a first load from disk
-        reads at about the pace of one large file (measured 2.5x slower reading the files one
-        after another unasked, and ~2x slower asking column by column while the reads took the
-        columns in turn)."""
+    def to_read_ahead(self, low: int, high: int) -> list[tuple[int, int, int]]:
+        """The bytes of rows ``low:high`` in the open chunk files, less those handed out
+        before, as ``(descriptor, offset, size)`` for
+        :func:`~emote_core.utils.page_cache.read_ahead`, in row order (calls going up the rows,
+        as the loader's parts do). Only rows that are read are read ahead, however large a
+        chunk its metadata claims. Read ahead in the order they are read, all before the reads
+        reach them, a first load from disk reads at about the pace of one large file (measured
+        2.5x slower reading the files one after another unasked, and ~2x slower asking column
+        by column while the reads took the columns in turn)."""
+        rows, size = self._chunk_rows, self._row_bytes
         found = []
         for chunk in self._chunks(low, high):
             descriptor = self._files.get(chunk)
-            if descriptor is None or chunk in self._advised:
+            first = max(low, chunk * rows, self._advised.get(chunk, 0))
+            stop = min(high, (chunk + 1) * rows)
+            if descriptor is None or first >= stop:
                 continue
-            self._advised.add(chunk)
-            found.append((descriptor, self._chunk_rows * self._row_bytes))
+            self._advised[chunk] = stop
+            found.append((descriptor, (first - chunk * rows) * size, (stop - first) * size))
         return found
 
     def read_segments(

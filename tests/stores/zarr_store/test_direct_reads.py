@@ -152,18 +152,24 @@ def test_a_chunk_without_a_file_reads_as_the_fill_value_and_short_reads_are_fini
     np.testing.assert_array_equal(out, scattered(values, sources, counts, destinations, 178))
 
 
-def test_chunk_files_are_handed_out_to_read_ahead_once_each_in_row_order(tmp_path):
+def test_rows_are_handed_out_to_read_ahead_once_each_in_row_order(tmp_path):
     array, _ = raw_array(tmp_path, rows=256, chunk_rows=64)
     directory = raw_chunks.raw_files(array)
     (directory / str(array.metadata.encode_chunk_key((2, 0)))).unlink()  # rows 128:192
+    row = 3 * 4  # bytes
     with raw_chunks.RawColumnReader(array, directory) as column:
         column.open(0, 256)
-        first = column.to_read_ahead(70, 200)  # chunks 1, 2 (no file), 3
-        again = column.to_read_ahead(0, 256)  # chunk 0 only: the others were handed out
-        paths = [Path(f"/proc/self/fd/{fd}").resolve() for fd, _ in first + again]
-        chunks = [path.relative_to(directory.resolve()).parts for path in paths]
-        assert chunks == [("c", "1", "0"), ("c", "3", "0"), ("c", "0", "0")]
-        assert {size for _, size in first + again} == {64 * 3 * 4}  # a chunk's bytes
+        first = column.to_read_ahead(70, 200)  # chunks 1 (from row 70), 2 (no file), 3 (to 200)
+        again = column.to_read_ahead(0, 256)  # chunk 0, and what is left of chunks 1 and 3
+        spans = [
+            (Path(f"/proc/self/fd/{fd}").resolve().relative_to(directory.resolve()).parts[1],
+             offset, size)
+            for fd, offset, size in first + again
+        ]  # fmt: skip
+        assert spans == [
+            ("1", 6 * row, 58 * row), ("3", 0, 8 * row),  # the rows asked for
+            ("0", 0, 64 * row), ("3", 8 * row, 56 * row),  # chunk 1 was handed out past 128
+        ]  # fmt: skip
         assert column.to_read_ahead(0, 256) == []
 
 
