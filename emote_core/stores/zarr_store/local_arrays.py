@@ -149,11 +149,12 @@ def plain_metadata(document: dict[str, Any]) -> tuple[PlainMetadata, np.dtype, b
     if set(document) - {"dimension_names"} != _PLAIN_KEYS:
         return None
     shape, name = document["shape"], document["data_type"]
-    if not _sizes(shape, 0) or name not in _NUMERIC or document["storage_transformers"] != []:
+    if not _sizes(shape, 0) or not _among(name, _NUMERIC) or document["storage_transformers"] != []:
         return None
     dtype = np.dtype(name)
     grid = document["chunk_grid"]
-    chunks = grid.get("configuration", {}).get("chunk_shape") if isinstance(grid, dict) else None
+    settings = grid.get("configuration") if isinstance(grid, dict) else None
+    chunks = settings.get("chunk_shape") if isinstance(settings, dict) else None
     if (
         grid != {"name": "regular", "configuration": {"chunk_shape": chunks}}
         or not _sizes(chunks, 1)
@@ -196,6 +197,11 @@ def _sizes(values: Any, least: int) -> bool:
     )
 
 
+def _among(value: Any, names: set[str]) -> bool:
+    """Whether ``value`` is one of ``names`` (any JSON value: a list or object is none)."""
+    return isinstance(value, str) and value in names
+
+
 def _blosc(codec: Any) -> bool:
     """Whether ``codec`` is a Blosc codec as zarr writes one (every setting valid)."""
     if not isinstance(codec, dict) or set(codec) != {"name", "configuration"}:
@@ -207,10 +213,10 @@ def _blosc(codec: Any) -> bool:
         and set(settings) == {"typesize", "cname", "clevel", "shuffle", "blocksize"}
         and type(settings["typesize"]) is int
         and settings["typesize"] >= 1
-        and settings["cname"] in _BLOSC_NAMES
+        and _among(settings["cname"], _BLOSC_NAMES)
         and type(settings["clevel"]) is int
         and 0 <= settings["clevel"] <= 9
-        and settings["shuffle"] in _SHUFFLES
+        and _among(settings["shuffle"], _SHUFFLES)
         and type(settings["blocksize"]) is int
         and settings["blocksize"] >= 0
     )

@@ -271,6 +271,10 @@ def _changed(document: dict, path: tuple, value) -> dict:
         (("attributes",), None),
         (("extra",), 1),
         (("codecs",), KeyError),
+        (("data_type",), {"name": "float32", "configuration": {}}),  # unhashable values
+        (("chunk_grid", "configuration"), []),
+        (("codecs", 1, "configuration", "cname"), ["lz4"]),
+        (("codecs", 1, "configuration", "shuffle"), {"shuffle": 1}),
     ],
 )  # fmt: skip
 def test_metadata_off_the_writers_form_is_left_to_zarrs_parser(tmp_path, path, value):
