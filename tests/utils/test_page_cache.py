@@ -107,11 +107,10 @@ def test_a_file_dropped_from_the_cache_is_cached_again(tmp_path, fresh):
     os.close(descriptor)
 
 
+@linux
 def test_a_kernel_that_refuses_huge_pages_gets_plain_hints_from_then_on(
     tmp_path, fresh, monkeypatch
 ):
-    if sys.platform != "linux":
-        pytest.skip("huge-page read-ahead is Linux's")
     descriptor = a_file(tmp_path, MB)
     hints = []
     monkeypatch.setattr(page_cache.os, "posix_fadvise", lambda *args: hints.append(args))
