@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -59,30 +60,88 @@ def damaged_episodes(
         row_starts: Per column, the row of ``data`` each episode's rows start at, where they
             are not laid out as in the column (scattered to their places in a table).
     """
-    rows = [
-        (data[c.name], *_rows_in_data(c, table, indices, row_base, row_starts)) for c in columns
-    ]
-    parts = 1 if FAST_CRC32 else min(len(indices), os.cpu_count() or 1, 4)
-    if parts > 1 and sum(v.nbytes for (v, _), *_ in rows) > PARALLEL_CHECKSUM_BYTES:
+    checks = EpisodeChecks(columns, table, data, indices, row_base=row_base, row_starts=row_starts)
+    count = len(indices)
+    parts = 1 if FAST_CRC32 else min(count, os.cpu_count() or 1, 4)
+    if parts > 1 and checks.nbytes > PARALLEL_CHECKSUM_BYTES:
         from concurrent.futures import ThreadPoolExecutor
 
         # zlib's crc32 lets go of the GIL: spread the episodes over threads
-        bounds = np.linspace(0, len(indices), parts + 1).astype(int)
+        bounds = np.linspace(0, count, parts + 1).astype(int).tolist()
         with ThreadPoolExecutor(parts) as pool:
-            found = list(
-                pool.map(lambda b: _checksums(rows, slice(*b)), itertools.pairwise(bounds))
-            )
-        checksums = np.concatenate([f[0] for f in found])
-        unreadable = np.concatenate([f[1] for f in found])
-    else:
-        checksums, unreadable = _checksums(rows, slice(0, len(indices)))
-    damaged = unreadable | (checksums != table["checksum"][indices])
-    if TABLE_CHECKSUM in table:
-        expected = table[TABLE_CHECKSUM]
-        inside = indices < len(expected)
-        damaged[~inside] = True  # committed rows the checksum array does not reach
-        damaged[inside] |= table_checksums(table, indices[inside]) != expected[indices[inside]]
-    return damaged
+            found = list(pool.map(lambda b: checks.checksums(*b), itertools.pairwise(bounds)))
+        return checks.damaged(np.concatenate(found))
+    return checks.damaged(checks.checksums(0, count))
+
+
+class EpisodeChecks:
+    """The checks of :func:`damaged_episodes`, made ready once (where each episode's rows are,
+    which are out of reach or unreadable) so that the data's checksums can be taken a few
+    episodes at a time, right after their rows are read (the bulk loader checks each part while
+    it is still in the core's cache), on any thread.
+
+    Arguments as :func:`damaged_episodes`'s.
+    """
+
+    def __init__(
+        self,
+        columns: list[StoreColumn],
+        table: dict[str, np.ndarray],
+        data: Mapping[str, tuple[np.ndarray, np.ndarray | None]],
+        indices: np.ndarray,
+        *,
+        row_base: Mapping[str, int] | None = None,
+        row_starts: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
+        self._table, self._indices = table, np.asarray(indices)
+        self.unreadable = np.zeros(len(indices), dtype=bool)
+        """Episodes with rows outside their column's data or marked unreadable."""
+        self._pieces: list[tuple[Any, list[int], list[int]]] = []
+        self.nbytes = 0
+        """The bytes of data the checks read."""
+        for column in columns:  # in the store's order: each episode's checksum chains them
+            values, bad = data[column.name]
+            starts, stops, base = _rows_in_data(column, table, self._indices, row_base, row_starts)
+            starts, stops = starts - base, stops - base
+            outside = (starts < 0) | (stops > len(values))
+            if bad is not None and len(bad):  # any unreadable row among an episode's
+                marked = np.concatenate([[0], np.cumsum(bad, dtype=np.int64)])
+                within = np.clip(starts, 0, len(bad)), np.clip(stops, 0, len(bad))
+                outside |= marked[within[1]] > marked[within[0]]
+            self.unreadable |= outside
+            self.nbytes += values.nbytes
+            if values.flags.c_contiguous:  # byte ranges of one flat view: no array per episode
+                row = values.dtype.itemsize * int(np.prod(values.shape[1:], dtype=np.int64))
+                source: Any = memoryview(values.reshape(-1).view(np.uint8))
+                starts, stops = starts * row, stops * row
+            else:
+                source = values
+            self._pieces.append((source, starts.tolist(), stops.tolist()))
+
+    def checksums(self, low: int, high: int) -> np.ndarray:
+        """The crc32 of episodes ``low:high`` (positions in ``indices``), chained over the
+        columns; 0 for unreadable episodes."""
+        skip = self.unreadable[low:high].tolist()
+        found = [0] * (high - low)
+        for source, starts, stops in self._pieces:
+            flat = isinstance(source, memoryview)
+            for j, (start, stop) in enumerate(zip(starts[low:high], stops[low:high], strict=True)):
+                if skip[j]:
+                    continue
+                rows = source[start:stop] if flat else np.ascontiguousarray(source[start:stop])
+                found[j] = crc32(rows, found[j])
+        return np.array(found, dtype=np.uint32)
+
+    def damaged(self, checksums: np.ndarray) -> np.ndarray:
+        """Which episodes are damaged, given every episode's :meth:`checksums` in order."""
+        table, indices = self._table, self._indices
+        damaged = self.unreadable | (checksums != table["checksum"][indices])
+        if TABLE_CHECKSUM in table:
+            expected = table[TABLE_CHECKSUM]
+            inside = indices < len(expected)
+            damaged[~inside] = True  # committed rows the checksum array does not reach
+            damaged[inside] |= table_checksums(table, indices[inside]) != expected[indices[inside]]
+        return damaged
 
 
 def _rows_in_data(
@@ -104,33 +163,4 @@ PARALLEL_CHECKSUM_BYTES = 16 << 20
 """Above this many bytes, zlib's crc32 (without zlib-ng) runs on several threads."""
 
 
-def _checksums(
-    rows: list[tuple[tuple[np.ndarray, np.ndarray | None], np.ndarray, np.ndarray, int]],
-    part: slice,
-) -> tuple[np.ndarray, np.ndarray]:
-    """crc32 of each episode of ``part`` chained over the columns, and which are unreadable."""
-    count = len(range(*part.indices(len(rows[0][1])))) if rows else 0
-    checksums = np.zeros(count, dtype=np.uint32)
-    unreadable = np.zeros(count, dtype=bool)
-    for (values, bad), starts, stops, base in rows:
-        starts, stops = starts[part] - base, stops[part] - base
-        found = checksums.tolist()
-        contiguous = values.flags.c_contiguous
-        if contiguous:  # slices of one flat view: no array per episode
-            flat = memoryview(values.reshape(-1).view(np.uint8))
-            row = values.dtype.itemsize * int(np.prod(values.shape[1:], dtype=np.int64))
-        for j, (start, stop) in enumerate(zip(starts.tolist(), stops.tolist(), strict=True)):
-            if unreadable[j]:
-                continue
-            if start < 0 or stop > len(values) or (bad is not None and bad[start:stop].any()):
-                unreadable[j] = True
-                continue
-            if contiguous:
-                found[j] = crc32(flat[start * row : stop * row], found[j])
-            else:
-                found[j] = crc32(np.ascontiguousarray(values[start:stop]), found[j])
-        checksums = np.array(found, dtype=np.uint32)
-    return checksums, unreadable
-
-
-__all__ = ["PARALLEL_CHECKSUM_BYTES", "damaged_episodes", "episode_rows"]
+__all__ = ["PARALLEL_CHECKSUM_BYTES", "EpisodeChecks", "damaged_episodes", "episode_rows"]

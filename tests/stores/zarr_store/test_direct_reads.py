@@ -377,7 +377,7 @@ def test_a_followers_run_of_new_episodes_reads_the_same_table_from_files(tmp_pat
 
 @pytest.mark.parametrize("damaged", [None, 0, 57, 119])  # none; the first, a middle, the last
 def test_damage_in_any_part_is_found_whichever_thread_checks_it(tmp_path, monkeypatch, damaged):
-    # Parts of 16 KB: the helper thread checks most, the loading thread the last ones.
+    # Parts of 16 KB, which the two threads take in turn, each checking what it read.
     monkeypatch.setattr(bulk, "PART_BYTES", 16 << 10)
     url = str(tmp_path / "s.zarr")
     write(url, {"main": [range(0, 60), range(60, 120)]})
@@ -402,3 +402,52 @@ def test_damage_in_any_part_is_found_whichever_thread_checks_it(tmp_path, monkey
     assert f"1 damaged episodes (checksum mismatch or unreadable chunks), ids [{damaged}]" in str(
         refused.value
     )
+
+
+def reads_on_both_threads(monkeypatch, fail_on: str | None = None) -> list[str]:
+    """Which thread ("main" or "helper") reads each part from now on; the loading thread waits
+    at its first part until the helper has read one, so both read parts whatever the timing.
+    ``fail_on``: that thread's first read fails as a vanished chunk file would."""
+    import threading
+
+    seen, helper_read = [], threading.Event()
+    real = raw_chunks.RawColumnReader.read_planned
+
+    def read_planned(self, calls, out):
+        who = "main" if threading.current_thread() is threading.main_thread() else "helper"
+        if who == "main" and "main" not in seen:
+            assert helper_read.wait(10), "no part was read on a second thread"
+        seen.append(who)
+        try:
+            if who == fail_on:
+                raise FileNotFoundError(f"a chunk file went away ({who})")
+            real(self, calls, out)
+        finally:
+            if who == "helper":
+                helper_read.set()
+
+    monkeypatch.setattr(raw_chunks.RawColumnReader, "read_planned", read_planned)
+    return seen
+
+
+def test_two_threads_read_and_check_the_parts_into_the_same_table(tmp_path, monkeypatch):
+    monkeypatch.setattr(bulk, "PART_BYTES", 16 << 10)
+    url = str(tmp_path / "s.zarr")
+    write(url, {"main": [range(0, 60), range(60, 120)]})
+    seen = reads_on_both_threads(monkeypatch)
+    loaded, expected, taken = load_both(monkeypatch, lambda: bulk_table(200_000, obs=WIDE), [url])
+    assert taken[0] == 120 and {"main", "helper"} <= set(seen)
+    assert_same_tables(loaded, expected)
+
+
+@pytest.mark.parametrize("fail_on", ["main", "helper"])
+def test_a_read_failing_on_either_thread_leaves_the_load_to_the_other_path(
+    tmp_path, monkeypatch, fail_on
+):
+    monkeypatch.setattr(bulk, "PART_BYTES", 16 << 10)
+    url = str(tmp_path / "s.zarr")
+    write(url, {"main": [range(0, 60), range(60, 120)]})
+    reads_on_both_threads(monkeypatch, fail_on=fail_on)
+    taken = bulk_spy(monkeypatch)
+    assert tables.load_table(bulk_table(200_000, obs=WIDE), [url]) == 120
+    assert taken == [None]  # stepped aside: the episode-by-episode path read every episode
