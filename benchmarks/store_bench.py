@@ -234,51 +234,52 @@ def load_figures(numpy_load, store_load, npy_files, store_files) -> tuple[float,
 
 def checksum_cost(store_load) -> float:
     """The share of a load spent checking episode checksums (best of 3 loads, each timed whole
-    and in ``damaged_episodes``, which the reader calls once per shard)."""
-    from emote_core.stores.zarr_store import bulk, reader
+    and inside ``EpisodeChecks.checksums``, summed over the threads that take them: the bulk
+    loader's two threads each check the parts they read)."""
+    from emote_core.stores.zarr_store.checks import EpisodeChecks
 
-    check = reader.damaged_episodes
-    spent = [0.0]
+    check = EpisodeChecks.checksums
+    spent: list[float] = []
 
-    def timed(*args, **kwargs):
+    def timed(self, low, high):
         start = time.perf_counter()
         try:
-            return check(*args, **kwargs)
+            return check(self, low, high)
         finally:
-            spent[0] += time.perf_counter() - start
+            spent.append(time.perf_counter() - start)  # one call: safe from either thread
 
-    reader.damaged_episodes = bulk.damaged_episodes = timed
+    EpisodeChecks.checksums = timed
     try:
         shares = []
         for _ in range(3):
-            spent[0] = 0.0
+            spent.clear()
             total = store_load()
-            shares.append(spent[0] / total)
+            shares.append(sum(spent) / total)
     finally:
-        reader.damaged_episodes = bulk.damaged_episodes = check
+        EpisodeChecks.checksums = check
     return min(shares)
 
 
 def checksum_wall_share(store_load) -> float:
     """The share of a load's wall time that checking checksums adds: best of 5 loads against
-    best of 5 with ``damaged_episodes`` answering "none damaged" unread (the checks run on a
-    second thread while raw columns are read, so time inside them overstates their cost)."""
-    from emote_core.stores.zarr_store import bulk
+    best of 5 with the checksums taken as the episode table says, the rows unread (the checks
+    share the cores with the reads, so time inside them overstates their cost)."""
+    from emote_core.stores.zarr_store.checks import EpisodeChecks
 
-    check = bulk.damaged_episodes
+    check = EpisodeChecks.checksums
 
-    def unchecked(columns, table, data, indices, **kwargs):
-        return np.zeros(len(indices), dtype=bool)
+    def unchecked(self, low, high):
+        return self._table["checksum"][self._indices[low:high]]
 
     checked, skipped = [], []
     try:
         for _ in range(5):
-            bulk.damaged_episodes = check
+            EpisodeChecks.checksums = check
             checked.append(store_load())
-            bulk.damaged_episodes = unchecked
+            EpisodeChecks.checksums = unchecked
             skipped.append(store_load())
     finally:
-        bulk.damaged_episodes = check
+        EpisodeChecks.checksums = check
     return max(0.0, 1 - min(skipped) / min(checked))
 
 
