@@ -132,7 +132,7 @@ class RawColumnReader:
 
     def __init__(self, array: Any, directory: Path) -> None:
         self._array = array
-        self._directory = directory
+        self._directory = os.path.join(directory, "")  # a string: ~5 us less per file opened
         self._chunk_rows = int(array.metadata.chunk_grid.chunk_shape[0])
         self._row_bytes = array.dtype.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
         self._trailing = (0,) * (len(array.shape) - 1)
@@ -167,7 +167,7 @@ class RawColumnReader:
         """
         if chunk not in self._files:
             try:
-                descriptor: int | None = os.open(self._directory / self._key(chunk), os.O_RDONLY)
+                descriptor: int | None = os.open(self._directory + self._key(chunk), os.O_RDONLY)
             except FileNotFoundError:
                 descriptor = None
             self._files[chunk] = descriptor
