@@ -13,7 +13,7 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -29,6 +29,7 @@ from emote_core.stores.zarr_store.reader import MemoryStore, ShardView
 from emote_core.typing import EpisodeState
 from emote_core.utils.arrays import aligned_empty
 from emote_core.utils.page_cache import needs_reading, read_ahead
+from emote_core.utils.threading import quick_switches
 
 if TYPE_CHECKING:
     from emote_core.memory.table import ArrayMemoryTable
@@ -308,6 +309,7 @@ def _read_and_check(
 
     threads = 1 if (os.cpu_count() or 1) == 1 else READ_THREADS
     with (
+        quick_switches() if threads > 1 else nullcontext(),  # neither thread waits out 5 ms
         ThreadPoolExecutor(max(1, threads - 1)) as helpers,
         ThreadPoolExecutor(max(1, min(READ_AHEAD_THREADS, len(ahead)))) as reading_ahead,
     ):

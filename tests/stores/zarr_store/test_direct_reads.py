@@ -451,3 +451,26 @@ def test_a_read_failing_on_either_thread_leaves_the_load_to_the_other_path(
     taken = bulk_spy(monkeypatch)
     assert tables.load_table(bulk_table(200_000, obs=WIDE), [url]) == 120
     assert taken == [None]  # stepped aside: the episode-by-episode path read every episode
+
+
+def test_the_threads_hand_the_gil_over_quickly_while_they_read(tmp_path, monkeypatch):
+    import sys
+
+    from emote_core.utils.threading import QUICK_SWITCH_SECONDS
+
+    url = str(tmp_path / "s.zarr")
+    write(url, {"main": [range(0, 30)]})
+    intervals = []
+    real = raw_chunks.RawColumnReader.read_planned
+
+    def read_planned(self, calls, out):
+        intervals.append(sys.getswitchinterval())
+        real(self, calls, out)
+
+    monkeypatch.setattr(raw_chunks.RawColumnReader, "read_planned", read_planned)
+    monkeypatch.setattr(bulk.os, "cpu_count", lambda: 2)
+    before = sys.getswitchinterval()
+    assert tables.load_table(bulk_table(200_000, obs=WIDE), [url]) == 30
+    quick = pytest.approx(min(before, QUICK_SWITCH_SECONDS))
+    assert intervals and all(interval == quick for interval in intervals)
+    assert sys.getswitchinterval() == before
