@@ -262,10 +262,11 @@ class _RawRead(NamedTuple):
 PART_BYTES = 8 << 20
 """Raw columns are read in parts of about this many bytes. Two threads take the parts in turn,
 each reading a part's rows and then checking its episodes, so that both cores copy and both
-check. Loading 140 MB of rows from the page cache took 36-50 ms that way, against 46-61 ms
-reading on one thread while a second checked the parts behind it (1.33-1.36x ``np.load``
-against 1.62-1.71x, runs taking turns). Smaller parts lose to the work each part costs:
-1 MB parts took 66 ms, 4 MB ones 38-52 ms."""
+check. Loads of 1M transitions (140 MB of rows) from the page cache took a median 36-50 ms
+that way, against 46-62 ms reading on one thread while a second checked the parts behind it
+(loads taking turns in one process, 8 of 11 such comparisons; the other 3 came out even or
+slower, in slow spells of a shared 2-core machine). Smaller parts lose to the work each part
+costs: 1 MB parts took 66 ms, 4 MB ones 38-53 ms."""
 
 READ_THREADS = 2
 """Threads that read and check the parts (one where the machine has one core)."""
