@@ -261,12 +261,14 @@ class _RawRead(NamedTuple):
 
 PART_BYTES = 8 << 20
 """Raw columns are read in parts of about this many bytes. Two threads take the parts in turn,
-each reading a part's rows and then checking its episodes, so that both cores copy and both
-check. Loads of 1M transitions (140 MB of rows) from the page cache took a median 36-50 ms
-that way, against 46-62 ms reading on one thread while a second checked the parts behind it
-(loads taking turns in one process, 8 of 11 such comparisons; the other 3 came out even or
-slower, in slow spells of a shared 2-core machine). Smaller parts lose to the work each part
-costs: 1 MB parts took 66 ms, 4 MB ones 38-53 ms."""
+each reading a part's rows and then checking its episodes, so that both cores copy, fault in
+the table's fresh pages and check. Loads of 1M transitions (140 MB of rows) from the page cache
+took a median 36-50 ms that way, against 46-62 ms reading on one thread while a second checked
+the parts behind it (loads taking turns in one process, 8 of 11 such comparisons), and 53-99 ms
+against 65-560 ms in fresh processes. Where one core faults in fresh pages slowly (on the VMs
+this was measured on, the first core after another had freed the last table: ~25x slower
+zeroing), the other takes most parts. Smaller parts lose to the work each part costs: 1 MB
+parts took 66 ms, 4 MB ones 38-53 ms."""
 
 READ_THREADS = 2
 """Threads that read and check the parts (one where the machine has one core)."""
