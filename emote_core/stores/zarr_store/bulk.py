@@ -367,8 +367,9 @@ about twice as fast."""
 def _touch_pages(rows: np.ndarray) -> None:
     """Faults the pages of a fresh destination in, one thread in order: zarr's decoders writing
     them from several threads at once were measured 1.3-5x slower at it (the kernel's page
-    faults contend), more than this costs (~12 ms for 128 MB). Raw columns, read on one
-    thread, need none: the read faults them in for less (~6 ms less for 128 MB here)."""
+    faults contend), more than this costs (~12 ms for 128 MB). Raw columns need none: the
+    reads fault them in, each thread its own parts' (touching them first on one thread cost
+    ~6 ms more for 128 MB here)."""
     flat = rows.reshape(-1).view(np.uint8)
     flat[:: 1 << 12] = 0
 
