@@ -104,10 +104,10 @@ class EpisodeChecks:
             starts, stops, base = _rows_in_data(column, table, self._indices, row_base, row_starts)
             starts, stops = starts - base, stops - base
             outside = (starts < 0) | (stops > len(values))
-            if bad is not None and len(bad):  # any unreadable row among an episode's
-                marked = np.concatenate([[0], np.cumsum(bad, dtype=np.int64)])
-                within = np.clip(starts, 0, len(bad)), np.clip(stops, 0, len(bad))
-                outside |= marked[within[1]] > marked[within[0]]
+            if bad is not None and bad.any():  # an unreadable row among an episode's?
+                rows = np.flatnonzero(bad)  # (no array the size of the column: fresh memory
+                # costs, and this runs once per column in verify)
+                outside |= np.searchsorted(rows, starts) < np.searchsorted(rows, stops)
             self.unreadable |= outside
             self.nbytes += values.nbytes
             if values.flags.c_contiguous:  # byte ranges of one flat view: no array per episode
