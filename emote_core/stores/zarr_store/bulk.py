@@ -264,7 +264,7 @@ PART_BYTES = 8 << 20
 each reading a part's rows and then checking its episodes, so that both cores copy, fault in
 the table's fresh pages and check. Loads of 1M transitions (140 MB of rows) from the page cache
 took a median 36-50 ms that way, against 46-62 ms reading on one thread while a second checked
-the parts behind it (loads taking turns in one process, 8 of 11 such comparisons), and 53-99 ms
+the parts behind it (loads taking turns in one process, 8 of 12 such comparisons), and 53-99 ms
 against 65-560 ms in fresh processes. Where one core faults in fresh pages slowly (on the VMs
 this was measured on, the first core after another had freed the last table: ~25x slower
 zeroing), the other takes most parts. Smaller parts lose to the work each part costs: 1 MB
