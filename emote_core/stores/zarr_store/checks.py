@@ -36,18 +36,14 @@ def episode_rows(
     return starts, starts + lengths
 
 
-def damaged_episodes(
-    columns: list[StoreColumn],
-    table: dict[str, np.ndarray],
-    data: Mapping[str, tuple[np.ndarray, np.ndarray | None]],
-    indices: np.ndarray,
-    *,
-    row_base: Mapping[str, int] | None = None,
-    row_starts: Mapping[str, np.ndarray] | None = None,
-) -> np.ndarray:
+class EpisodeChecks:
     """Which of episodes ``indices`` have unreadable rows, data that does not match their
     checksum, or a row of the episode table (id, offsets, length, end state, return) that does
-    not match the table's checksum (where the shard has one).
+    not match the table's checksum (where the shard has one): :meth:`all_damaged` answers for
+    every episode at once. Made ready once (where each episode's rows are, which are out of
+    reach or unreadable), the data's checksums can also be taken a few episodes at a time
+    (:meth:`checksums`, on any thread, then :meth:`damaged`): the bulk loader checks each part
+    right after reading it.
 
     Args:
         columns: The stored columns, in the store's order (the order checksums chain them in).
@@ -59,28 +55,6 @@ def damaged_episodes(
             ``data`` starts at the column's first row).
         row_starts: Per column, the row of ``data`` each episode's rows start at, where they
             are not laid out as in the column (scattered to their places in a table).
-    """
-    checks = EpisodeChecks(columns, table, data, indices, row_base=row_base, row_starts=row_starts)
-    count = len(indices)
-    parts = 1 if FAST_CRC32 else min(count, os.cpu_count() or 1, 4)
-    if parts > 1 and checks.nbytes > PARALLEL_CHECKSUM_BYTES:
-        from concurrent.futures import ThreadPoolExecutor
-
-        # zlib's crc32 lets go of the GIL: spread the episodes over threads
-        bounds = np.linspace(0, count, parts + 1).astype(int).tolist()
-        with ThreadPoolExecutor(parts) as pool:
-            found = list(pool.map(lambda b: checks.checksums(*b), itertools.pairwise(bounds)))
-        return checks.damaged(np.concatenate(found))
-    return checks.damaged(checks.checksums(0, count))
-
-
-class EpisodeChecks:
-    """The checks of :func:`damaged_episodes`, made ready once (where each episode's rows are,
-    which are out of reach or unreadable) so that the data's checksums can be taken a few
-    episodes at a time, right after their rows are read (the bulk loader checks each part while
-    it is still in the core's cache), on any thread.
-
-    Arguments as :func:`damaged_episodes`'s.
     """
 
     def __init__(
@@ -117,6 +91,20 @@ class EpisodeChecks:
             else:
                 source = values
             self._pieces.append((source, starts.tolist(), stops.tolist()))
+
+    def all_damaged(self) -> np.ndarray:
+        """Which of the episodes are damaged, every one checked."""
+        count = len(self._indices)
+        parts = 1 if FAST_CRC32 else min(count, os.cpu_count() or 1, 4)
+        if parts > 1 and self.nbytes > PARALLEL_CHECKSUM_BYTES:
+            from concurrent.futures import ThreadPoolExecutor
+
+            # zlib's crc32 lets go of the GIL: spread the episodes over threads
+            bounds = np.linspace(0, count, parts + 1).astype(int).tolist()
+            with ThreadPoolExecutor(parts) as pool:
+                found = list(pool.map(lambda b: self.checksums(*b), itertools.pairwise(bounds)))
+            return self.damaged(np.concatenate(found))
+        return self.damaged(self.checksums(0, count))
 
     def checksums(self, low: int, high: int) -> np.ndarray:
         """The crc32 of episodes ``low:high`` (positions in ``indices``), chained over the
@@ -163,4 +151,4 @@ PARALLEL_CHECKSUM_BYTES = 16 << 20
 """Above this many bytes, zlib's crc32 (without zlib-ng) runs on several threads."""
 
 
-__all__ = ["PARALLEL_CHECKSUM_BYTES", "EpisodeChecks", "damaged_episodes", "episode_rows"]
+__all__ = ["PARALLEL_CHECKSUM_BYTES", "EpisodeChecks", "episode_rows"]

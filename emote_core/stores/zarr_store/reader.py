@@ -19,7 +19,7 @@ from emote_core.stores.zarr_store.acceleration import (
     uses_zarrs,
     with_default_pipeline,
 )
-from emote_core.stores.zarr_store.checks import damaged_episodes, episode_rows
+from emote_core.stores.zarr_store.checks import EpisodeChecks, episode_rows
 from emote_core.stores.zarr_store.commits import shard_commit
 from emote_core.stores.zarr_store.groups import child_names, open_group
 from emote_core.stores.zarr_store.layout import (
@@ -253,7 +253,7 @@ class MemoryStore:
                 continue
             problems: list[str] = []
             read = {c.name: self._committed_rows(shard, c.name, problems) for c in self.columns}
-            damaged = damaged_episodes(self.columns, shard.table, read, chosen)
+            damaged = EpisodeChecks(self.columns, shard.table, read, chosen).all_damaged()
             if damaged.any():
                 self._damaged(shard, chosen[damaged], skip_damaged, problems)
             data = {name: values for name, (values, _) in read.items()}
@@ -419,7 +419,6 @@ __all__ = [
     "MemoryStore",
     "ShardView",
     "chunk_key",
-    "damaged_episodes",
     "episode_rows",
     "read_rows",
 ]

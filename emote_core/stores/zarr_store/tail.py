@@ -16,6 +16,7 @@ import numpy as np
 
 from emote_core.errors import FormatError
 from emote_core.stores.stored import EpisodeRecord
+from emote_core.stores.zarr_store.checks import EpisodeChecks
 from emote_core.stores.zarr_store.layout import (
     COLUMNS,
     EPISODE_FIELDS,
@@ -26,7 +27,7 @@ from emote_core.stores.zarr_store.layout import (
     StoreColumn,
 )
 from emote_core.stores.zarr_store.local_arrays import read_rows_locally
-from emote_core.stores.zarr_store.reader import damaged_episodes, read_rows
+from emote_core.stores.zarr_store.reader import read_rows
 from emote_core.typing import EpisodeState
 
 log = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ def read_episode_run(
         if column.rows != RowKind.EPISODE:
             bases[column.name] = first
     indices = np.arange(count)
-    damaged = damaged_episodes(columns, table, data, indices, row_base=bases)
+    damaged = EpisodeChecks(columns, table, data, indices, row_base=bases).all_damaged()
     if damaged.any():
         ids = [int(i) for i in table["id"][damaged][:10]]
         cause = f"; {problems[0]}" if problems else ""

@@ -13,12 +13,12 @@ from typing import Any
 import numpy as np
 
 from emote_core.stores.zarr_store.acceleration import open_array
+from emote_core.stores.zarr_store.checks import EpisodeChecks
 from emote_core.stores.zarr_store.layout import COLUMNS, SHARDS, TABLE_CHECKSUM, RowKind
 from emote_core.stores.zarr_store.reader import (
     MemoryStore,
     ShardView,
     chunk_key,
-    damaged_episodes,
     episode_rows,
     read_rows,
 )
@@ -144,7 +144,7 @@ def _verify_shard(store: MemoryStore, shard: ShardView, report: VerifyReport) ->
             f"{where}: its episode table has no checksums (written by an earlier emote); ids, "
             "end states and returns are unchecked until a writer appends to it"
         )
-    damaged = damaged_episodes(store.columns, table, read, np.arange(count))
+    damaged = EpisodeChecks(store.columns, table, read, np.arange(count)).all_damaged()
     for k in np.flatnonzero(damaged):
         report.damaged_episodes.append(
             {"shard": shard.name, "index": int(k), "id": int(table["id"][k])}

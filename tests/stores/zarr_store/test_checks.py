@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from emote_core.stores.stored import ColumnSchema
-from emote_core.stores.zarr_store.checks import EpisodeChecks, damaged_episodes
+from emote_core.stores.zarr_store.checks import EpisodeChecks
 from emote_core.stores.zarr_store.layout import (
     TABLE_CHECKSUM,
     RowKind,
@@ -82,9 +82,8 @@ def test_a_changed_byte_damages_its_episode_alone_and_only_that_one():
     checks = EpisodeChecks(COLUMNS, table, read(data), np.arange(9))
     damaged = checks.damaged(in_parts(checks, 9, 2))
     assert np.flatnonzero(damaged).tolist() == [4]
-    np.testing.assert_array_equal(
-        damaged, damaged_episodes(COLUMNS, table, read(data), np.arange(9))
-    )
+    whole = EpisodeChecks(COLUMNS, table, read(data), np.arange(9)).all_damaged()
+    np.testing.assert_array_equal(damaged, whole)
 
 
 def test_unreadable_rows_damage_the_episodes_they_fall_in_not_their_neighbours():
