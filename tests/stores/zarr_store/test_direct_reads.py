@@ -410,6 +410,7 @@ def reads_on_both_threads(monkeypatch, fail_on: str | None = None) -> list[str]:
     ``fail_on``: that thread's first read fails as a vanished chunk file would."""
     import threading
 
+    monkeypatch.setattr(bulk.os, "cpu_count", lambda: 2)  # two threads on any machine
     seen, helper_read = [], threading.Event()
     real = raw_chunks.RawColumnReader.read_planned
 
