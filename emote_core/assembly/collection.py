@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from emote_core.recipes.schema import Recipe
+from emote_core.stores.episode_batch import EpisodeBatch
 
 __all__ = [
     "FLUSH_BYTES",
@@ -42,6 +43,7 @@ FLUSH_SECONDS = 10.0
 """...or at least this often, so that a stopped or killed collector loses little."""
 _STEPS_PER_CALL = 64  # vector steps per collector call with a step budget
 _RECENT_EPISODES = 20  # the shown return is the mean of this many recent episodes
+_REWARDS = "rewards"  # the collector's reward column
 
 
 @dataclass(frozen=True)
@@ -83,29 +85,30 @@ class CollectionResult:
 
 
 class _Batches:
-    """Completed episodes waiting to be committed to the store in one append."""
+    """Finished episodes waiting to be committed to the store in one append: the collector's
+    batches, one per cut."""
 
     def __init__(self, appender: Any, flush_seconds: float) -> None:
         self.appender = appender
         self.flush_seconds = flush_seconds
-        self.pending: list[tuple[int, dict[str, Any], Any]] = []
+        self.pending: list[EpisodeBatch] = []
         self.bytes = 0
         self.flushed_at = time.perf_counter()
         self.episodes = 0
         self.transitions = 0
         self.recent_returns: deque[float] = deque(maxlen=_RECENT_EPISODES)
-        self._unsummed: deque[Any] = deque(maxlen=_RECENT_EPISODES)  # rewards not yet summed
+        self._unsummed: deque[EpisodeBatch] = deque(maxlen=_RECENT_EPISODES)  # not yet summed
 
-    def add(self, identity: int, sequence: dict[str, Any], end_state: Any) -> None:
-        self.pending.append((identity, sequence, end_state))
-        self.bytes += sum(value.nbytes for value in sequence.values())
+    def add(self, batch: EpisodeBatch) -> None:
+        self.pending.append(batch)
+        self.bytes += batch.nbytes
         # Summed when shown, and only the last few: many short episodes end between reports.
-        self._unsummed.append(sequence["rewards"])
+        self._unsummed.append(batch)
 
     def recent_return(self) -> float | None:
-        if self._unsummed:
-            self.recent_returns.extend(float(rewards.sum()) for rewards in self._unsummed)
-            self._unsummed.clear()
+        for batch in self._unsummed:
+            self.recent_returns.extend(batch.returns(_REWARDS).tolist())
+        self._unsummed.clear()
         if not self.recent_returns:
             return None
         return sum(self.recent_returns) / len(self.recent_returns)
@@ -115,10 +118,13 @@ class _Batches:
         return bool(self.pending) and (self.bytes >= FLUSH_BYTES or waited > self.flush_seconds)
 
     def flush(self) -> None:
-        batch, self.pending, self.bytes = self.pending, [], 0
-        self.appender.append(batch)
+        if not self.pending:
+            return
+        batch = EpisodeBatch.join(self.pending)
+        self.pending, self.bytes = [], 0
+        self.appender.append_batch(batch)
         self.episodes += len(batch)
-        self.transitions += sum(len(episode[1]["rewards"]) for episode in batch)
+        self.transitions += batch.transitions
         self.flushed_at = time.perf_counter()
 
 
@@ -217,12 +223,7 @@ def collect_to_store(
         env.close()
         raise
     batches = _Batches(appender, flush_seconds)
-
-    def finished(identity: int, sequence: dict[str, Any], end_state: Any) -> None:
-        # Pending episodes held as the store keeps them: frame stacks as single frames.
-        batches.add(identity, dict(schema.stored_sequence(sequence)), end_state)
-
-    collector = BatchGymCollector(env=env, agent=agent, on_episode=finished, seed=recipe.seed)
+    collector = BatchGymCollector(env=env, agent=agent, on_batch=batches.add, seed=recipe.seed)
 
     def report(phase: str) -> None:
         if on_progress is not None:

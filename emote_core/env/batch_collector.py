@@ -4,7 +4,7 @@
 is what training needs (episodes enter the table the moment they end). Filling a store with
 experience needs less: this collector keeps each vector step as the arrays the environment
 returned (one ``append`` per step, no per-agent objects) and cuts them into episodes every
-``chunk_steps`` vector steps, with numpy slicing per environment slot. The episodes it hands out
+``chunk_steps`` vector steps, with one gather per column. The episodes it hands out
 are exactly those a ``GymCollector`` + ``MemoryTableProxy`` pair would store for the same
 environment, seed and agent draws: the same rows, the same end states, in the same order (by the
 step they ended in, then by slot), which tests/env/test_batch_collector.py checks.
@@ -19,9 +19,11 @@ call's actions at once through ``act_steps(steps, num_envs)``, mapped to the env
 action space in one go.
 
 Per-episode work is kept small, since random episodes are short: steps are kept as the arrays
-the environment returned, and at a cut each chunk is copied once into slot-major arrays, so an
-episode that began in the chunk is handed out as views of those (its observations joined with
-its final one).
+the environment returned, and at a cut every column of the episodes that finished is built in two
+copies, whatever their number: the chunk's steps, the rows carried over from earlier chunks and
+the final observations joined end to end, then gathered into episode order with one index. The
+finished episodes go out together as one :class:`~emote_core.stores.episode_batch.EpisodeBatch`
+(``on_batch``, what a store appends in one go) or one by one as views of it (``on_episode``).
 """
 
 from __future__ import annotations
@@ -35,11 +37,17 @@ import numpy as np
 from emote_core.env.dict_gym import ACTIONS_KEY, REWARD_KEY, DictGymWrapper
 from emote_core.errors import ConfigurationError
 from emote_core.memory.proxy import REWARDS_COLUMN
+from emote_core.stores.episode_batch import EpisodeBatch
 from emote_core.typing import DictObservation, EpisodeState
 
 EpisodeSink = Callable[[int, dict[str, np.ndarray], EpisodeState], None]
 """Receives ``(identity, sequence, end_state)`` for each finished episode, as
 ``MemoryTableProxy.episode_listeners`` do."""
+BatchSink = Callable[[EpisodeBatch], None]
+"""Receives the episodes that finished since the last cut, together, in the order they finished."""
+
+CHUNK_ROWS = 2048
+"""Rows (vector steps times environments) a chunk holds by default before it is cut."""
 
 _NO_SLOTS = np.zeros(0, dtype=np.int64)
 _INITIAL = EpisodeState.INITIAL
@@ -49,30 +57,25 @@ _INTERRUPTED = EpisodeState.INTERRUPTED
 
 
 class _Slot:
-    """The unfinished episode of one environment slot: chunks not yet joined."""
+    """The rows of one environment slot's unfinished episode that earlier chunks held: per
+    column, views of those chunks' joined rows (strided: a chunk's rows are step after step)."""
 
-    __slots__ = ("actions", "observations", "rewards")
+    __slots__ = ("pieces", "rows")
 
     def __init__(self) -> None:
-        self.observations: dict[str, list[np.ndarray]] = {}
-        self.actions: list[np.ndarray] = []
-        self.rewards: list[np.ndarray] = []
+        self.pieces: dict[str, list[np.ndarray]] = {}
+        self.rows = 0
 
-    def extend(self, observations: dict[str, np.ndarray], actions: Any, rewards: Any) -> None:
-        for key, rows in observations.items():
-            self.observations.setdefault(key, []).append(rows)
-        self.actions.append(actions)
-        self.rewards.append(rewards)
+    def extend(self, pieces: dict[str, np.ndarray], rows: int) -> None:
+        for name, piece in pieces.items():
+            self.pieces.setdefault(name, []).append(piece)
+        self.rows += rows
 
-    def close(self, final: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        sequence = {
-            key: np.concatenate([*chunks, final[key][None]])
-            for key, chunks in self.observations.items()
-        }
-        sequence[ACTIONS_KEY] = np.concatenate(self.actions)
-        sequence[REWARDS_COLUMN] = np.concatenate(self.rewards)  # float32 chunks
-        self.observations, self.actions, self.rewards = {}, [], []
-        return sequence
+    def take(self) -> tuple[dict[str, list[np.ndarray]], int]:
+        """The carried pieces and their rows, forgotten here."""
+        taken = self.pieces, self.rows
+        self.pieces, self.rows = {}, 0
+        return taken
 
 
 class BatchGymCollector:
@@ -83,16 +86,23 @@ class BatchGymCollector:
         agent: Acts for all slots: ``agent.act_batch(observations)`` if it has it, else any agent
             proxy (``agent({id: DictObservation})``).
         on_episode: Called with ``(identity, sequence, end_state)`` for each finished episode;
-            identities count from ``first_identity``.
+            identities count from ``first_identity``. The sequence's arrays are views of the
+            cut's joined rows.
+        on_batch: Called at each cut that finished episodes with them as one
+            :class:`~emote_core.stores.episode_batch.EpisodeBatch` (before ``on_episode`` hears
+            of them one by one).
         seed: Seeds the environments at the first reset; ``None`` leaves them unseeded.
-        chunk_steps: Vector steps kept as they came before they are cut into episodes.
+        chunk_steps: Vector steps kept as they came before they are cut into episodes; by
+            default enough for :data:`CHUNK_ROWS` rows (256 steps of 8 envs, 2048 of one): a
+            cut costs about the same whatever its size.
         first_identity: The identity of the first finished episode.
         track_returns: Also keep every finished episode's ``(return, length)``, summed in
             float64 as :class:`~emote_core.env.dict_gym.DictGymWrapper` sums them, for
             :meth:`drain_completed_episodes` (a collector that logs returns asks for it).
 
     Raises:
-        ConfigurationError: If ``chunk_steps`` is not a positive integer.
+        ConfigurationError: If ``chunk_steps`` is not a positive integer, or neither sink is
+            given.
     """
 
     def __init__(
@@ -100,17 +110,23 @@ class BatchGymCollector:
         *,
         env: DictGymWrapper,
         agent: Any,
-        on_episode: EpisodeSink,
+        on_episode: EpisodeSink | None = None,
+        on_batch: BatchSink | None = None,
         seed: int | None = None,
-        chunk_steps: int = 256,
+        chunk_steps: int | None = None,
         first_identity: int = 0,
         track_returns: bool = False,
     ) -> None:
+        if chunk_steps is None:
+            chunk_steps = -(-CHUNK_ROWS // env.num_envs)
         if isinstance(chunk_steps, bool) or not isinstance(chunk_steps, int) or chunk_steps < 1:
             raise ConfigurationError(f"chunk_steps must be a positive integer; got {chunk_steps!r}")
+        if on_episode is None and on_batch is None:
+            raise ConfigurationError("BatchGymCollector needs on_episode or on_batch")
         self.env = env
         self.agent = agent
         self.on_episode = on_episode
+        self.on_batch = on_batch
         self.seed = seed
         self.chunk_steps = chunk_steps
         self.env_steps = 0
@@ -122,7 +138,8 @@ class BatchGymCollector:
         self._observations: dict[str, np.ndarray] | None = None
         self._slots = [_Slot() for _ in range(env.num_envs)]
         self._pending: list[tuple[dict[str, np.ndarray], np.ndarray, Any]] = []
-        self._finals: dict[tuple[int, int], tuple[dict[str, np.ndarray], EpisodeState]] = {}
+        # (step in the chunk, slot, final observation, end state), in the order they finished.
+        self._finals: list[tuple[int, int, dict[str, np.ndarray], EpisodeState]] = []
         # The last step's rewards and ended slots: what a per-agent proxy is told (see _act).
         self._last: tuple[Any, Any] | None = None
         self._agent_ids = list(range(env.num_envs))
@@ -171,7 +188,7 @@ class BatchGymCollector:
                     for slot in ended.tolist():
                         # terminated wins over truncated (EpisodeState.from_gymnasium)
                         state = _TERMINAL if terminated[slot] else _INTERRUPTED
-                        finals[(at, slot)] = (final_observation(infos, slot), state)
+                        finals.append((at, slot, final_observation(infos, slot), state))
                         self._agent_ids[slot] = self._next_agent_id  # the slot's next episode
                         self._next_agent_id += 1
                     self.completed_episodes += len(ended)
@@ -226,59 +243,115 @@ class BatchGymCollector:
         pending, finals = self._pending, self._finals
         if not pending:
             return
-        self._pending, self._finals = [], {}
-        # Slot-major copies of the chunk, (num_envs, steps, ...): the rows an episode spent in
-        # the chunk are one contiguous slice, handed out as a view (no copy per episode).
-        observations = {
-            key: _slot_major([step[0][key] for step in pending]) for key in pending[0][0]
-        }
-        actions = _slot_major([step[1] for step in pending])
+        self._pending, self._finals = [], []
+        steps, count = len(pending), len(self._slots)
+        # Each column's rows: the chunk's, step after step (row t * count + slot), then those
+        # the finished episodes carried from earlier chunks, then (observations) their finals.
+        parts = {key: [step[0][key] for step in pending] for key in pending[0][0]}
+        extra_rows = dict.fromkeys(parts, 1)
+        parts[ACTIONS_KEY] = [step[1] for step in pending]
+        parts[REWARDS_COLUMN] = [step[2] for step in pending]
+        extra_rows.update(dict.fromkeys((ACTIONS_KEY, REWARDS_COLUMN), 0))
+        raw_rewards = None
+        if self._returns is not None:  # the environment's values, summed as DictGymWrapper sums
+            raw_rewards = np.concatenate(parts[REWARDS_COLUMN]).reshape(steps, count)
+        starts = [0] * count
+        runs = self._runs(finals, parts, starts, raw_rewards)
+        rows = {}
+        for name, chunk in parts.items():
+            if extra_rows[name]:
+                chunk += [final[name][None] for _, _, final, _ in finals]
+            rows[name] = np.concatenate(
+                chunk, dtype=np.float32 if name == REWARDS_COLUMN else None
+            )  # rewards as float32, the form tables store
+        # The rows of every slot's unfinished episode wait for a later cut, as views.
         returns, lengths = self._returns, self._lengths
-        if returns is None:  # one copy, straight to float32
-            raw_rewards = rewards = _slot_major([step[2] for step in pending], np.float32)
-        else:  # the environment's values too, to sum the returns as DictGymWrapper does
-            raw_rewards = _slot_major([step[2] for step in pending])
-            rewards = raw_rewards.astype(np.float32)
-        starts = [0] * len(self._slots)
-        slots, on_episode = self._slots, self.on_episode
-        for step, slot in sorted(finals):  # by the step an episode ended in, then by slot
-            final, state = finals[(step, slot)]
-            start, stop = starts[slot], step + 1
-            record = slots[slot]
-            if record.actions:  # it began in an earlier chunk
-                record.extend(
-                    {key: rows[slot, start:stop] for key, rows in observations.items()},
-                    actions[slot, start:stop],
-                    rewards[slot, start:stop],
+        for slot, start in enumerate(starts):
+            if start < steps:
+                first, end = start * count + slot, steps * count
+                self._slots[slot].extend(
+                    {name: joined[first:end:count] for name, joined in rows.items()}, steps - start
                 )
-                sequence = record.close(final)
-            else:
-                sequence = {
-                    key: np.concatenate((rows[slot, start:stop], final[key][None]))
-                    for key, rows in observations.items()
-                }
-                sequence[ACTIONS_KEY] = actions[slot, start:stop]
-                sequence[REWARDS_COLUMN] = rewards[slot, start:stop]
-            if returns is not None:  # summed one by one from 0.0, as DictGymWrapper sums them
-                total = sum(raw_rewards[slot, start:stop].tolist(), returns[slot])
-                self._completed.append((float(total), lengths[slot] + stop - start))
+                if returns is not None and raw_rewards is not None:
+                    returns[slot] = sum(raw_rewards[start:, slot].tolist(), returns[slot])
+                    lengths[slot] += steps - start
+        if runs is not None:
+            self._hand_out(self._gather(finals, runs, rows, extra_rows, steps * count))
+
+    def _runs(
+        self,
+        finals: list[tuple[int, int, dict[str, np.ndarray], EpisodeState]],
+        parts: dict[str, list[Any]],
+        starts: list[int],
+        raw_rewards: np.ndarray | None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Where each finished episode's rows are: ``(carried rows, first chunk row, chunk
+        rows)``; the carried pieces go onto ``parts`` and ``starts`` is left at each slot's
+        first unfinished step."""
+        if not finals:
+            return None
+        count = len(self._slots)
+        chunk_first, chunk_rows, carried = [], [], []
+        returns, lengths = self._returns, self._lengths
+        for step, slot, _, _ in finals:
+            start = starts[slot]
+            starts[slot] = step + 1
+            chunk_first.append(start * count + slot)
+            chunk_rows.append(step + 1 - start)
+            pieces, rows = self._slots[slot].take()
+            carried.append(rows)
+            for name, piece in pieces.items():
+                parts[name] += piece
+            if returns is not None and raw_rewards is not None:
+                # summed one by one from 0.0, over the cuts, as DictGymWrapper sums them
+                total = sum(raw_rewards[start : step + 1, slot].tolist(), returns[slot])
+                self._completed.append((float(total), lengths[slot] + step + 1 - start))
                 returns[slot], lengths[slot] = 0.0, 0
-            on_episode(self._next_identity, sequence, state)
-            self._next_identity += 1
-            starts[slot] = stop
-        end = len(pending)
-        for slot, record in enumerate(slots):
-            if starts[slot] < end:
-                if returns is not None:
-                    returns[slot] = sum(
-                        raw_rewards[slot, starts[slot] : end].tolist(), returns[slot]
-                    )
-                    lengths[slot] += end - starts[slot]
-                record.extend(
-                    {key: rows[slot, starts[slot] : end] for key, rows in observations.items()},
-                    actions[slot, starts[slot] : end],
-                    rewards[slot, starts[slot] : end],
-                )
+        return (np.array(carried, dtype=np.int64), np.array(chunk_first, dtype=np.int64),
+                np.array(chunk_rows, dtype=np.int64))  # fmt: skip
+
+    def _gather(
+        self,
+        finals: list[tuple[int, int, dict[str, np.ndarray], EpisodeState]],
+        runs: tuple[np.ndarray, np.ndarray, np.ndarray],
+        rows: dict[str, np.ndarray],
+        extra_rows: dict[str, int],
+        chunk_rows: int,
+    ) -> EpisodeBatch:
+        """The finished episodes, each column's rows gathered into episode order."""
+        carried, chunk_first, here = runs
+        episodes, count = len(finals), len(self._slots)
+        carried_first = chunk_rows + np.cumsum(carried) - carried
+        ones = np.ones(episodes, dtype=np.int64)
+        final_first = chunk_rows + int(carried.sum()) + np.arange(episodes)
+        index = {  # each episode: its carried rows, its chunk rows (count apart), its final
+            0: _gather_index(
+                np.stack([carried_first, chunk_first], 1).ravel(),
+                np.stack([ones, ones * count], 1).ravel(),
+                np.stack([carried, here], 1).ravel(),
+            ),
+            1: _gather_index(
+                np.stack([carried_first, chunk_first, final_first], 1).ravel(),
+                np.stack([ones, ones * count, ones], 1).ravel(),
+                np.stack([carried, here, ones], 1).ravel(),
+            ),
+        }
+        identity = self._next_identity
+        self._next_identity += episodes
+        return EpisodeBatch(
+            identities=np.arange(identity, identity + episodes, dtype=np.int64),
+            lengths=carried + here,
+            end_states=np.array([int(state) for *_, state in finals], dtype=np.int8),
+            columns={name: joined[index[extra_rows[name]]] for name, joined in rows.items()},
+            extra_rows=extra_rows,
+        )
+
+    def _hand_out(self, batch: EpisodeBatch) -> None:
+        if self.on_batch is not None:
+            self.on_batch(batch)
+        if self.on_episode is not None:
+            for episode in batch.episodes():
+                self.on_episode(*episode)
 
     def _act(self, observations: dict[str, np.ndarray]) -> np.ndarray:
         if self._act_batch is not None:
@@ -308,9 +381,12 @@ def batch_actions(agent: Any) -> tuple[Any, Any]:
     return getattr(agent, "act_batch", None), getattr(agent, "act_steps", None)
 
 
-def _slot_major(steps: list[Any], dtype: Any = None) -> np.ndarray:
-    """``steps`` arrays of ``(num_envs, ...)`` as one contiguous ``(num_envs, steps, ...)``."""
-    return np.ascontiguousarray(np.stack(steps).swapaxes(0, 1), dtype=dtype)
+def _gather_index(first: np.ndarray, stride: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The rows of runs one after another: run ``k`` is ``rows[k]`` rows from ``first[k]``,
+    ``stride[k]`` apart."""
+    total = int(rows.sum())
+    offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(rows) - rows, rows)
+    return np.repeat(first, rows) + np.repeat(stride, rows) * offsets
 
 
-__all__ = ["BatchGymCollector", "EpisodeSink", "batch_actions"]
+__all__ = ["CHUNK_ROWS", "BatchGymCollector", "BatchSink", "EpisodeSink", "batch_actions"]

@@ -372,6 +372,10 @@ class DictObsMemoryTable(DictMemoryTable):
             return sequence
         return unstack_frames(sequence, self.frame_stacks, self.spaces)
 
+    @property
+    def stores_as_given(self) -> bool:
+        return not self.frame_stacks
+
 
 class DictObsNStepMemoryTable(DictObsMemoryTable):
     """A table for n-step TD learning on dict observations: one bootstrap observation per window.

@@ -214,6 +214,11 @@ class ArrayMemoryTable(TableSampling, TableBulkFill):
         """
         return sequence
 
+    @property
+    def stores_as_given(self) -> bool:
+        """Whether :meth:`stored_sequence` gives every sequence back unchanged."""
+        return True
+
     def _insert(
         self, identity: int, values: dict[str, Any], length: int, end_state: EpisodeState
     ) -> None:

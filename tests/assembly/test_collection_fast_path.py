@@ -38,8 +38,9 @@ def per_agent_episodes(recipe, num_envs: int, vector_steps: int) -> list[tuple]:
     [
         ("dqn_cartpole", [], 5, 300),  # short TERMINAL episodes, often several in one step
         ("dqn_cartpole", [], 1, 400),
-        # INTERRUPTED at 300 steps: episodes span the 256-step chunks and the 64-step calls
-        ("sac_pendulum", ["env.max_episode_steps=300"], 2, 700),
+        # INTERRUPTED at 300 steps: episodes span the 512-step chunks (2048 rows over 4 envs)
+        # and the 64-step calls
+        ("sac_pendulum", ["env.max_episode_steps=300"], 4, 700),
     ],
 )
 def test_collect_stores_what_the_per_agent_path_collects(
@@ -87,7 +88,7 @@ def test_the_shown_return_is_the_mean_of_the_last_twenty_episodes(tmp_path: Path
         shown.append((progress.episodes, progress.recent_return))
 
     out = str(tmp_path / "store.zarr")
-    collect_to_store(recipe, out, steps=3_000, num_envs=4, on_progress=on_progress,
+    collect_to_store(recipe, out, steps=12_000, num_envs=4, on_progress=on_progress,
                      count_store=False)  # fmt: skip
     returns = MemoryStore(out).shards[0].table["return"]
     assert len(returns) > 40 and shown[0] == (0, None)

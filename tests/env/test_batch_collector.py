@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 
 from emote_core.env import BatchGymCollector, DictGymWrapper, GymCollector, make_vector_env
+from emote_core.env.batch_collector import CHUNK_ROWS
 from emote_core.errors import ConfigurationError
 from emote_core.memory import DictObsMemoryTable, MemoryTableProxy
 from emote_core.proxies import RandomAgentProxy
+from emote_core.stores.episode_batch import EpisodeBatch
 from emote_core.typing import EpisodeState
 
 
@@ -39,8 +41,9 @@ def batch_episodes(env_id: str, num_envs: int, steps: int, agent_kind: str) -> l
                 return random_agent(observations)
 
         agent = PerAgentOnly()
+    batches: list[EpisodeBatch] = []
     collector = BatchGymCollector(
-        env=env, agent=agent, seed=11, chunk_steps=7,
+        env=env, agent=agent, seed=11, chunk_steps=7, on_batch=batches.append,
         on_episode=lambda *episode: episodes.append(episode),
     )  # fmt: skip
     # Uneven calls: episodes and chunks straddle the calls' boundaries.
@@ -50,6 +53,9 @@ def batch_episodes(env_id: str, num_envs: int, steps: int, agent_kind: str) -> l
     assert collector.completed_episodes == len(episodes)
     assert collector.env_steps == steps * num_envs
     env.close()
+    # The batches hold the same episodes, each cut's in the order they were handed out.
+    assert len(batches) >= 2 and all(len(batch) for batch in batches)
+    assert_same_episodes([e for batch in batches for e in batch.episodes()], episodes)
     return episodes
 
 
@@ -98,4 +104,8 @@ def test_collect_episodes_and_settings() -> None:
     assert len(seen) == collector.completed_episodes and all(n >= 1 for n in seen)
     with pytest.raises(ConfigurationError, match="chunk_steps must be a positive integer"):
         BatchGymCollector(env=env, agent=None, on_episode=print, chunk_steps=0)
+    with pytest.raises(ConfigurationError, match="needs on_episode or on_batch"):
+        BatchGymCollector(env=env, agent=None)
+    # By default a chunk holds CHUNK_ROWS rows, whatever the number of environments.
+    assert collector.chunk_steps == CHUNK_ROWS // 2
     env.close()

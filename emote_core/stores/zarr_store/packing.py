@@ -5,7 +5,9 @@ Collectors hand over many short episodes (a random CartPole episode is ~20 steps
 per episode is kept to a few attribute checks: an array that already has its column's dtype and
 rows is taken as it is, the checksums are computed over slices of the joined columns, and the
 returns with one ``np.add.reduceat``. Anything else goes through :func:`conform`, which says
-exactly what does not fit.
+exactly what does not fit. An :class:`~emote_core.stores.episode_batch.EpisodeBatch`, whose
+columns a collector has already joined, is checked column by column instead
+(:meth:`PackedBatch.joined`).
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from typing import Any
 import numpy as np
 
 from emote_core.errors import SchemaError
+from emote_core.stores.episode_batch import EpisodeBatch
 from emote_core.stores.stored import EpisodeRecord
 from emote_core.stores.summary import reward_column
 from emote_core.stores.zarr_store.layout import RowKind, StoreColumn
 from emote_core.typing import EpisodeState
 
 _ENDS = frozenset({EpisodeState.TERMINAL, EpisodeState.INTERRUPTED})
+_END_CODES = np.array([int(state) for state in _ENDS], dtype=np.int8)
 
 
 class PackedBatch:
@@ -81,14 +85,65 @@ class PackedBatch:
             self.lengths[k] = length
             self.end_states[k] = int(end_state)
         self.columns = {name: np.concatenate(arrays) for name, arrays in parts.items()}
+        returns = None
+        if reward is not None and not (
+            rewards_as_given and self.columns[reward].size == int(self.lengths.sum())
+        ):
+            returns = np.array([float(np.sum(r, dtype=np.float64)) for r in raw_rewards])
+        self._derive(columns, reward, returns)
+
+    @classmethod
+    def joined(
+        cls, columns: Sequence[StoreColumn], length_key: str, batch: EpisodeBatch
+    ) -> PackedBatch | None:
+        """``batch`` packed as it is: ``None`` unless every column of the store is there with
+        its rows per episode and its shape, in a dtype that casts to the store's, and every
+        episode ends TERMINAL or INTERRUPTED (the episode-by-episode packing then says what is
+        wrong)."""
+        count = len(batch)
+        if length_key not in batch.columns or not np.isin(batch.end_states, _END_CODES).all():
+            return None
+        packed = {}
+        for column in columns:
+            rows, schema = batch.columns.get(column.name), column.schema
+            if (
+                column.rows == RowKind.EPISODE
+                or type(rows) is not np.ndarray
+                or batch.extra_rows.get(column.name) != column.extra_rows
+                or len(rows) != int(batch.lengths.sum()) + column.extra_rows * count
+                or not np.can_cast(rows.dtype, schema.dtype, casting="same_kind")
+            ):
+                return None
+            if rows.shape[1:] != schema.shape:
+                if not (rows.ndim == 1 and schema.shape == (1,)):
+                    return None
+                rows = rows.reshape(-1, 1)
+            packed[column.name] = np.ascontiguousarray(rows, dtype=schema.dtype)
+        self = cls.__new__(cls)
+        self.identities = batch.identities.astype(np.int64, copy=False)
+        self.lengths = batch.lengths.astype(np.int64, copy=False)
+        self.end_states = batch.end_states.astype(np.int8, copy=False)
+        self.columns = packed
+        self._derive(columns, reward_column(set(packed)))
+        return self
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def _derive(
+        self, columns: Sequence[StoreColumn], reward: str | None, returns: np.ndarray | None = None
+    ) -> None:
+        """The step offsets, checksums and returns (summed from the packed rows unless given)
+        of the packed episodes."""
+        count = len(self.lengths)
         self.step_offsets = np.cumsum(self.lengths) - self.lengths
         self.checksums = self._checksums(columns, count)
         if reward is None:
             self.returns = np.full(count, np.nan)
-        elif rewards_as_given and self.columns[reward].size == int(self.lengths.sum()):
+        elif returns is None:
             self.returns = _segment_sums(self.columns[reward].reshape(-1), self.lengths)
         else:
-            self.returns = np.array([float(np.sum(r, dtype=np.float64)) for r in raw_rewards])
+            self.returns = returns
 
     def _checksums(self, columns: Sequence[StoreColumn], count: int) -> np.ndarray:
         """Each episode's CRC-32 over its rows of every column in turn (the bytes as stored)."""

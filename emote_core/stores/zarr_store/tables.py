@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from emote_core.errors import FormatError
+from emote_core.stores.episode_batch import EpisodeBatch
 from emote_core.stores.provenance import Provenance
 from emote_core.stores.stored import (
     ColumnSchema,
@@ -97,6 +98,7 @@ class StoreAppender:
                     raise
         self.writer = ShardWriter(self.url, shard=shard, provenance=provenance)
         self._stored_sequence = table.stored_sequence
+        self._as_given = table.stores_as_given
 
     def append(self, episodes: Sequence[EpisodeRecord]) -> None:
         """Commits ``episodes`` in batches of about :data:`BATCH_BYTES`, each in the form the
@@ -105,6 +107,15 @@ class StoreAppender:
         stored = [(k, self._stored_sequence(data), end) for k, data, end in episodes]
         for batch in batches(stored, BATCH_BYTES):
             self.writer.append(batch)
+
+    def append_batch(self, episodes: EpisodeBatch) -> None:
+        """Commits ``episodes``, joined column by column as a collector hands them out, in one
+        append; episode by episode, as :meth:`append` commits them, where the table stores
+        sequences in another form."""
+        if self._as_given:
+            self.writer.append_batch(episodes)
+        else:
+            self.append(list(episodes.episodes()))
 
     def close(self) -> None:
         """Lets go of the shard's lease (committed episodes stay)."""

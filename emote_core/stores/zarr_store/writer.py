@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from emote_core.errors import FormatError
+from emote_core.stores.episode_batch import EpisodeBatch
 from emote_core.stores.locations import storage_errors
 from emote_core.stores.provenance import ENV_ID, PROVENANCE, Provenance, with_session
 from emote_core.stores.stored import ColumnSchema, EpisodeRecord
@@ -334,9 +335,26 @@ class ShardWriter:
             return
         batch = PackedBatch(self.columns, self.length_key, episodes)
         with storage_errors(self.url):  # an object store that fails mid-run: one line
-            self._append(batch, episodes)
+            self._append(batch)
 
-    def _append(self, batch: PackedBatch, episodes: Sequence[EpisodeRecord]) -> None:
+    def append_batch(self, episodes: EpisodeBatch) -> None:
+        """Appends episodes joined column by column and commits them, as :meth:`append` does
+        their records; a batch whose columns are not exactly as the store keeps them is
+        checked episode by episode.
+
+        Raises:
+            SchemaError: If an episode does not match the store's columns (nothing is written).
+        """
+        if not len(episodes):
+            return
+        batch = PackedBatch.joined(self.columns, self.length_key, episodes)
+        if batch is None:
+            self.append(list(episodes.episodes()))
+            return
+        with storage_errors(self.url):
+            self._append(batch)
+
+    def _append(self, batch: PackedBatch) -> None:
         self.lease.check()
         self._choose_codecs(batch)
         rows = dict(self.commit["rows"])
@@ -347,16 +365,14 @@ class ShardWriter:
             rows[column.name] += len(data)
         transitions = int(self.commit["transitions"])
         step_offsets = transitions + batch.step_offsets
-        offsets = np.stack(
-            [step_offsets, step_offsets + first_episode + np.arange(len(episodes))], 1
-        )
+        offsets = np.stack([step_offsets, step_offsets + first_episode + np.arange(len(batch))], 1)
         fields = {
             "id": batch.identities,
             "offset": offsets,
             "length": batch.lengths,
             "end_state": batch.end_states,
             "return": batch.returns,
-            "written_at": np.full(len(episodes), time.time()),
+            "written_at": np.full(len(batch), time.time()),
             "checksum": batch.checksums,
         }
         for name, values in fields.items():
@@ -364,7 +380,7 @@ class ShardWriter:
         _write_rows(self._table_checksums, first_episode, table_checksums(fields))
         commit = {
             "sequence": int(self.commit["sequence"]) + 1,
-            "episodes": first_episode + len(episodes),
+            "episodes": first_episode + len(batch),
             "transitions": transitions + int(batch.lengths.sum()),
             "rows": rows,
         }

@@ -1,14 +1,17 @@
 """PackedBatch packs a batch exactly as a plain per-episode loop would: the same rows, returns and
-checksums, whatever form each episode's arrays come in; a bad episode is still refused."""
+checksums, whatever form each episode's arrays come in; a bad episode is still refused. A batch a
+collector has joined packs the same, and one that does not fit is left to those checks."""
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 
 import numpy as np
 import pytest
 
 from emote_core.errors import SchemaError
+from emote_core.stores.episode_batch import EpisodeBatch
 from emote_core.stores.stored import ColumnSchema
 from emote_core.stores.zarr_store.packing import PackedBatch, conform
 from emote_core.stores.zarr_store.writer import store_columns
@@ -99,3 +102,58 @@ def test_a_bad_episode_anywhere_in_a_batch_is_refused_and_named() -> None:
         PackedBatch(COLUMNS, "rewards", [(101, missing, EpisodeState.TERMINAL)])
     with pytest.raises(SchemaError, match="episode 100 ends RUNNING"):
         PackedBatch(COLUMNS, "rewards", [(100, episodes[0][1], EpisodeState.RUNNING)])
+
+
+STEP_COLUMNS = store_columns(SCHEMAS[:3], None, "rewards", observation_like=["obs"])
+EXTRA_ROWS = {"obs": 1, "actions": 0, "rewards": 0}
+
+
+def step_episodes() -> list[tuple]:
+    """Episodes as a collector hands them out: every column as the store keeps it."""
+    episodes = []
+    for k, data, end in mixed_episodes(np.float32):
+        rewards = np.ascontiguousarray(np.reshape(data["rewards"], (-1, 1)))
+        episodes.append((k, {"obs": data["obs"], "actions": np.asarray(data["actions"]),
+                             "rewards": rewards}, end))  # fmt: skip
+    return episodes
+
+
+@pytest.mark.parametrize("form", ["as stored", "flat rewards", "int32 actions", "float64 obs"])
+def test_a_joined_batch_packs_as_its_episodes_would(form: str) -> None:
+    episodes = step_episodes()
+    for _, data, _ in episodes:
+        if form == "flat rewards":
+            data["rewards"] = data["rewards"].reshape(-1)
+        elif form == "int32 actions":  # cast to the store's int64, as conform casts
+            data["actions"] = data["actions"].astype(np.int32)
+        elif form == "float64 obs":  # cast down (same kind), as conform casts
+            data["obs"] = data["obs"].astype(np.float64)
+    joined = PackedBatch.joined(STEP_COLUMNS, "rewards", EpisodeBatch.of(episodes, EXTRA_ROWS))
+    expected = PackedBatch(STEP_COLUMNS, "rewards", episodes)
+    assert joined is not None and len(joined) == len(episodes)
+    for name, rows in expected.columns.items():
+        assert joined.columns[name].dtype == rows.dtype, name
+        np.testing.assert_array_equal(joined.columns[name], rows, err_msg=name)
+    for field in ("checksums", "returns", "lengths", "identities", "end_states", "step_offsets"):
+        np.testing.assert_array_equal(getattr(joined, field), getattr(expected, field), field)
+
+
+def test_a_joined_batch_that_does_not_fit_is_left_to_the_episode_checks() -> None:
+    batch = EpisodeBatch.of(step_episodes(), EXTRA_ROWS)
+
+    def changed(**fields) -> EpisodeBatch:
+        return dataclasses.replace(batch, **fields)
+
+    columns = dict(batch.columns)
+    assert PackedBatch.joined(STEP_COLUMNS, "rewards", batch) is not None
+    assert PackedBatch.joined(COLUMNS, "rewards", batch) is None  # a tag column to fill
+    unfit = [
+        changed(columns={n: v for n, v in columns.items() if n != "actions"}),
+        changed(columns=dict(columns, actions=columns["actions"].astype(np.float32))),
+        changed(columns=dict(columns, obs=columns["obs"][:-1])),
+        changed(columns=dict(columns, obs=np.zeros((len(columns["obs"]), 4), np.float32))),
+        changed(extra_rows=dict(EXTRA_ROWS, obs=0)),
+        changed(end_states=np.full(len(batch), int(EpisodeState.RUNNING), np.int8)),
+    ]
+    for bad in unfit:
+        assert PackedBatch.joined(STEP_COLUMNS, "rewards", bad) is None
