@@ -7,7 +7,10 @@ the ratio is the median of the pairs' ratios):
 * random policy: ``bare`` vector-env stepping with pre-drawn actions; ``emote`` collecting into a
   Zarr store in this process (``collect_to_store``, what ``emote collect`` runs), timed from
   after its setup to its last running report (every step taken, every commit that fell due
-  made), the seconds of its final cut and commit printed beside it; ``cli``: the figure
+  made), the seconds of its final cut and commit printed beside it; ``in turns``: the two
+  again, taking turns every collector call (64 vector steps, 512 steps of one env) in one run,
+  each timed on its own, so that both see the same seconds of the machine (the separate runs'
+  ratios swing by a fifth between pairs here; these stay within 0.02); ``cli``: the figure
   ``emote collect --json`` reports from a subprocess (final commit included). The issue's
   targets: >= 0.9x bare with 8 envs, >= 0.75x with 1 env.
 * a real torch policy (the recipe's acting network, untrained: SAC's Gaussian policy, DQN's
@@ -110,6 +113,38 @@ def emote_rate(
         ):
             collect_to_store(recipe, out, policy="bench", **options)
     return steps / (times["running"] - times["start"]), times["end"] - times["running"]
+
+
+def interleaved_rates(
+    env_id: str, num_envs: int, steps: int, directory: str
+) -> tuple[float, float]:
+    """Bare stepping and ``collect_to_store`` taking turns: after each collector call, a second
+    vector env steps as many vector steps with pre-drawn actions, timed on its own and taken out
+    of the collection's time. The two share every second of the machine's drift (on this
+    machine the separate runs' ratios swing by a fifth between pairs). Returns both env
+    steps/s: ``(bare, emote)``."""
+    bare = make_vector_env(env_id, num_envs=num_envs)
+    bare.reset(seed=0)
+    bare.action_space.seed(0)
+    actions = np.stack([bare.action_space.sample() for _ in range(-(-steps // num_envs))])
+    done, spent, times = [0], [0.0], {}
+
+    def on_progress(progress: CollectionProgress) -> None:
+        times[progress.phase] = CLOCK()
+        if progress.phase == "running":
+            started, step = CLOCK(), bare.step
+            for action in actions[done[0] : progress.env_steps // num_envs]:
+                step(action)
+            done[0] = progress.env_steps // num_envs
+            spent[0] += CLOCK() - started
+            times["running"] = CLOCK()  # the collection's time resumes here
+
+    out = tempfile.mkdtemp(dir=directory, suffix=".zarr")
+    collect_to_store(load_recipe(RECIPES[env_id]), out, steps=steps, num_envs=num_envs,
+                     count_store=False, on_progress=on_progress)  # fmt: skip
+    bare.close()
+    collected = times["running"] - times["start"] - spent[0]
+    return done[0] * num_envs / spent[0], steps / collected
 
 
 def cli_rate(env_id: str, num_envs: int, steps: int, directory: str) -> float:
@@ -241,6 +276,10 @@ def report(
             )
             line = (f"  {env_id:<12}{num_envs:>2} envs random: bare {bare:7.0f} | emote "
                     f"{emote:7.0f} {_verdict(ratio, target)} + {commit:.2f} s")  # fmt: skip
+            turns = [interleaved_rates(env_id, num_envs, steps, directory) for _ in range(repeats)]
+            line += (f" | in turns: bare {statistics.median(b for b, _ in turns):7.0f} emote "
+                     f"{statistics.median(e for _, e in turns):7.0f} "
+                     f"{_verdict(statistics.median(e / b for b, e in turns), target)}")  # fmt: skip
             if cli:
                 cli_figure = cli_rate(env_id, num_envs, steps, directory)
                 line += f" | cli {cli_figure:7.0f} ({cli_figure / bare:.2f})"

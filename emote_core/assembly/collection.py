@@ -41,7 +41,8 @@ FLUSH_BYTES = 16 << 20
 """Pending episodes are committed in batches of about this many bytes..."""
 FLUSH_SECONDS = 10.0
 """...or at least this often, so that a stopped or killed collector loses little."""
-_STEPS_PER_CALL = 64  # vector steps per collector call with a step budget
+_ROWS_PER_CALL = 512  # env steps per collector call with a step budget (64 vector steps of 8)
+_CUT_SECONDS = 1.0  # finished episodes are handed out at least this often (shown, committed)
 _RECENT_EPISODES = 20  # the shown return is the mean of this many recent episodes
 _REWARDS = "rewards"  # the collector's reward column
 
@@ -243,6 +244,7 @@ def collect_to_store(
     env_steps = 0
     interrupted = False
     switched_at = 0  # completed episodes at the last policy switch
+    cut_at, cut_seconds = started, min(_CUT_SECONDS, flush_seconds)
     try:
         report("start")
         while (
@@ -255,13 +257,17 @@ def collect_to_store(
             # Steps: whole chunks of vector steps; episodes: one at a time, to stop on time.
             vector_steps = 1
             if steps is not None:
-                vector_steps = min(_STEPS_PER_CALL, -(-(steps - env_steps) // env.num_envs))
+                per_call = max(1, _ROWS_PER_CALL // env.num_envs)
+                vector_steps = min(per_call, -(-(steps - env_steps) // env.num_envs))
             env_steps += collector.collect(vector_steps)
             if follower is not None and collector.completed_episodes > switched_at:
                 newer = follower.poll()
                 if newer is not None:
                     collector.switch_agent(newer)
                     switched_at = collector.completed_episodes
+            if time.perf_counter() - cut_at > cut_seconds:  # the collector's chunks are long
+                collector.cut_finished()
+                cut_at = time.perf_counter()
             if batches.due():
                 batches.flush()
             report("running")

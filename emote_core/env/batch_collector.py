@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces as gym_spaces
 
 from emote_core.env.dict_gym import ACTIONS_KEY, REWARD_KEY, DictGymWrapper
 from emote_core.errors import ConfigurationError
@@ -46,8 +47,10 @@ EpisodeSink = Callable[[int, dict[str, np.ndarray], EpisodeState], None]
 BatchSink = Callable[[EpisodeBatch], None]
 """Receives the episodes that finished since the last cut, together, in the order they finished."""
 
-CHUNK_ROWS = 2048
-"""Rows (vector steps times environments) a chunk holds by default before it is cut."""
+CHUNK_ROWS = 8192
+"""Rows (vector steps times environments) a chunk holds at most by default before it is cut..."""
+CHUNK_BYTES = 32 << 20
+"""...and bytes of observations (a chunk of 84x84 RGB frames, four stacked, is ~390 rows)."""
 
 _NO_SLOTS = np.zeros(0, dtype=np.int64)
 _INITIAL = EpisodeState.INITIAL
@@ -93,8 +96,10 @@ class BatchGymCollector:
             of them one by one).
         seed: Seeds the environments at the first reset; ``None`` leaves them unseeded.
         chunk_steps: Vector steps kept as they came before they are cut into episodes; by
-            default enough for :data:`CHUNK_ROWS` rows (256 steps of 8 envs, 2048 of one): a
-            cut costs about the same whatever its size.
+            default enough for :data:`CHUNK_ROWS` rows (1024 steps of 8 envs, 8192 of one) or
+            :data:`CHUNK_BYTES` of observations, whichever is less: a cut costs about the same
+            whatever its size. A collector that needs its episodes sooner calls
+            :meth:`cut_finished`.
         first_identity: The identity of the first finished episode.
         track_returns: Also keep every finished episode's ``(return, length)``, summed in
             float64 as :class:`~emote_core.env.dict_gym.DictGymWrapper` sums them, for
@@ -118,7 +123,8 @@ class BatchGymCollector:
         track_returns: bool = False,
     ) -> None:
         if chunk_steps is None:
-            chunk_steps = -(-CHUNK_ROWS // env.num_envs)
+            rows = min(CHUNK_ROWS, CHUNK_BYTES // _row_bytes(env.env.single_observation_space))
+            chunk_steps = max(1, rows // env.num_envs)
         if isinstance(chunk_steps, bool) or not isinstance(chunk_steps, int) or chunk_steps < 1:
             raise ConfigurationError(f"chunk_steps must be a positive integer; got {chunk_steps!r}")
         if on_episode is None and on_batch is None:
@@ -137,7 +143,8 @@ class BatchGymCollector:
         self._act_batch, self._act_steps = batch_actions(agent)
         self._observations: dict[str, np.ndarray] | None = None
         self._slots = [_Slot() for _ in range(env.num_envs)]
-        self._pending: list[tuple[dict[str, np.ndarray], np.ndarray, Any]] = []
+        # The chunk's steps: observations (the plain array, or a dict), actions, rewards.
+        self._pending: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
         # (step in the chunk, slot, final observation, end state), in the order they finished.
         self._finals: list[tuple[int, int, dict[str, np.ndarray], EpisodeState]] = []
         # The last step's rewards and ended slots: what a per-agent proxy is told (see _act).
@@ -158,7 +165,7 @@ class BatchGymCollector:
         env, vector = self.env, self.env.env
         step_vector, observation_batch = vector.step, env.observation_batch
         final_observation = env.final_observation
-        pending, finals = self._pending, self._finals
+        (seen, acted, rewarded), finals = self._pending, self._finals
         observations = self._observations
         if observations is None:
             raw, _ = vector.reset(seed=self.seed)
@@ -170,12 +177,14 @@ class BatchGymCollector:
             block = np.asarray(self._act_steps(steps, env.num_envs))
             planned = zip(block, env.env_actions(block, steps=steps), strict=True)
         quiet = bytes(env.num_envs)  # the flags' bytes when no episode ends (bool arrays)
-        plain = env.plain_observation_key  # a Box observation kept as it came
-        chunk_steps, last = self.chunk_steps, self._last
+        plain = env.plain_observation_key  # a Box observation kept as it came, not in a dict
+        current = observations if plain is None else observations[plain]
+        chunk_steps = self.chunk_steps
+        rewards, ended = self._last if self._last is not None else (None, None)
         for step in planned:
             if step is None:
-                self._last = last
-                actions = self._act(observations)
+                self._last = (rewards, ended) if rewards is not None else None
+                actions = self._act(current if plain is None else {plain: current})
                 step = actions, env.env_actions(actions)
             actions = step[0]
             raw, rewards, terminated, truncated, infos = step_vector(step[1])
@@ -184,7 +193,7 @@ class BatchGymCollector:
             else:
                 ended = (terminated | truncated).nonzero()[0]
                 if len(ended):
-                    at = len(pending)
+                    at = len(seen)
                     for slot in ended.tolist():
                         # terminated wins over truncated (EpisodeState.from_gymnasium)
                         state = _TERMINAL if terminated[slot] else _INTERRUPTED
@@ -192,14 +201,15 @@ class BatchGymCollector:
                         self._agent_ids[slot] = self._next_agent_id  # the slot's next episode
                         self._next_agent_id += 1
                     self.completed_episodes += len(ended)
-            last = (rewards, ended)
-            pending.append((observations, actions, rewards))
-            observations = {plain: raw} if plain is not None else observation_batch(raw)
-            if len(pending) >= chunk_steps:
+            seen.append(current)
+            acted.append(actions)
+            rewarded.append(rewards)
+            current = raw if plain is not None else observation_batch(raw)
+            if len(seen) >= chunk_steps:
                 self.cut()
-                pending, finals = self._pending, self._finals
-        self._last = last
-        self._observations = observations
+                (seen, acted, rewarded), finals = self._pending, self._finals
+        self._last = (rewards, ended) if rewards is not None else None
+        self._observations = current if plain is None else {plain: current}
         self.env_steps += steps * env.num_envs
         return steps * env.num_envs
 
@@ -240,17 +250,21 @@ class BatchGymCollector:
 
     def cut(self) -> None:
         """Hands out every episode that has finished so far (in the order they finished)."""
-        pending, finals = self._pending, self._finals
-        if not pending:
+        (seen, acted, rewarded), finals = self._pending, self._finals
+        if not seen:
             return
-        self._pending, self._finals = [], []
-        steps, count = len(pending), len(self._slots)
+        self._pending, self._finals = ([], [], []), []
+        steps, count = len(seen), len(self._slots)
         # Each column's rows: the chunk's, step after step (row t * count + slot), then those
         # the finished episodes carried from earlier chunks, then (observations) their finals.
-        parts = {key: [step[0][key] for step in pending] for key in pending[0][0]}
+        plain = self.env.plain_observation_key
+        if plain is not None:
+            parts = {plain: seen}
+        else:
+            parts = {key: [step[key] for step in seen] for key in seen[0]}
         extra_rows = dict.fromkeys(parts, 1)
-        parts[ACTIONS_KEY] = [step[1] for step in pending]
-        parts[REWARDS_COLUMN] = [step[2] for step in pending]
+        parts[ACTIONS_KEY] = acted
+        parts[REWARDS_COLUMN] = rewarded
         extra_rows.update(dict.fromkeys((ACTIONS_KEY, REWARDS_COLUMN), 0))
         raw_rewards = None
         if self._returns is not None:  # the environment's values, summed as DictGymWrapper sums
@@ -381,6 +395,14 @@ def batch_actions(agent: Any) -> tuple[Any, Any]:
     return getattr(agent, "act_batch", None), getattr(agent, "act_steps", None)
 
 
+def _row_bytes(space: Any) -> int:
+    """The bytes of one observation of ``space`` (a Box, or a Dict of them)."""
+    if isinstance(space, gym_spaces.Dict):
+        return sum(_row_bytes(part) for part in space.spaces.values()) or 1
+    dtype = np.dtype(getattr(space, "dtype", None) or np.float32)
+    return max(1, int(np.prod(getattr(space, "shape", None) or ())) * dtype.itemsize)
+
+
 def _gather_index(first: np.ndarray, stride: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """The rows of runs one after another: run ``k`` is ``rows[k]`` rows from ``first[k]``,
     ``stride[k]`` apart."""
@@ -389,4 +411,11 @@ def _gather_index(first: np.ndarray, stride: np.ndarray, rows: np.ndarray) -> np
     return np.repeat(first, rows) + np.repeat(stride, rows) * offsets
 
 
-__all__ = ["CHUNK_ROWS", "BatchGymCollector", "BatchSink", "EpisodeSink", "batch_actions"]
+__all__ = [
+    "CHUNK_BYTES",
+    "CHUNK_ROWS",
+    "BatchGymCollector",
+    "BatchSink",
+    "EpisodeSink",
+    "batch_actions",
+]

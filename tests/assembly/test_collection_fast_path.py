@@ -38,14 +38,20 @@ def per_agent_episodes(recipe, num_envs: int, vector_steps: int) -> list[tuple]:
     [
         ("dqn_cartpole", [], 5, 300),  # short TERMINAL episodes, often several in one step
         ("dqn_cartpole", [], 1, 400),
-        # INTERRUPTED at 300 steps: episodes span the 512-step chunks (2048 rows over 4 envs)
-        # and the 64-step calls
+        # INTERRUPTED at 300 steps: episodes span the 256-step chunks (1024 rows, set below, over
+        # 4 envs) and the collector calls (128 vector steps of 4 envs)
         ("sac_pendulum", ["env.max_episode_steps=300"], 4, 700),
     ],
 )
 def test_collect_stores_what_the_per_agent_path_collects(
-    tmp_path: Path, recipe_name: str, overrides: list[str], num_envs: int, vector_steps: int
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    recipe_name: str,
+    overrides: list[str],
+    num_envs: int,
+    vector_steps: int,
 ) -> None:
+    monkeypatch.setattr("emote_core.env.batch_collector.CHUNK_ROWS", 1_024)
     recipe = load_recipe(recipe_name, overrides)
     out = str(tmp_path / "store.zarr")
     result = collect_to_store(
@@ -88,7 +94,7 @@ def test_the_shown_return_is_the_mean_of_the_last_twenty_episodes(tmp_path: Path
         shown.append((progress.episodes, progress.recent_return))
 
     out = str(tmp_path / "store.zarr")
-    collect_to_store(recipe, out, steps=12_000, num_envs=4, on_progress=on_progress,
+    collect_to_store(recipe, out, steps=40_000, num_envs=4, on_progress=on_progress,
                      count_store=False)  # fmt: skip
     returns = MemoryStore(out).shards[0].table["return"]
     assert len(returns) > 40 and shown[0] == (0, None)

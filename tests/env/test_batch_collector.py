@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from emote_core.env import BatchGymCollector, DictGymWrapper, GymCollector, make_vector_env
-from emote_core.env.batch_collector import CHUNK_ROWS
+from emote_core.env.batch_collector import CHUNK_BYTES, CHUNK_ROWS
 from emote_core.errors import ConfigurationError
 from emote_core.memory import DictObsMemoryTable, MemoryTableProxy
 from emote_core.proxies import RandomAgentProxy
@@ -106,6 +106,12 @@ def test_collect_episodes_and_settings() -> None:
         BatchGymCollector(env=env, agent=None, on_episode=print, chunk_steps=0)
     with pytest.raises(ConfigurationError, match="needs on_episode or on_batch"):
         BatchGymCollector(env=env, agent=None)
-    # By default a chunk holds CHUNK_ROWS rows, whatever the number of environments.
+    # By default a chunk holds CHUNK_ROWS rows, whatever the number of environments...
     assert collector.chunk_steps == CHUNK_ROWS // 2
     env.close()
+    # ...or CHUNK_BYTES of observations, fewer where they are images.
+    frames = DictGymWrapper(make_vector_env("emote/PixelPendulum-v0", num_envs=2))
+    pixels = BatchGymCollector(env=frames, agent=None, on_episode=print)
+    row = int(np.prod(frames.env.single_observation_space.shape))  # uint8
+    assert pixels.chunk_steps == min(CHUNK_ROWS, CHUNK_BYTES // row) // 2 < CHUNK_ROWS // 2
+    frames.close()
