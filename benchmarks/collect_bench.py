@@ -88,45 +88,60 @@ def bare_rate(env_id: str, num_envs: int, vector_steps: int, forward: Any = None
     return rate
 
 
+def _collect(
+    env_id: str,
+    num_envs: int,
+    steps: int,
+    directory: str,
+    agent: Any,
+    on_progress: Callable[[CollectionProgress], None],
+) -> None:
+    """``collect_to_store`` into a fresh store, with the random policy or ``agent`` (through
+    the path a checkpoint's agent takes)."""
+    recipe = load_recipe(RECIPES[env_id])
+    out = tempfile.mkdtemp(dir=directory, suffix=".zarr")
+    options: dict[str, Any] = {"steps": steps, "num_envs": num_envs, "count_store": False,
+                               "on_progress": on_progress}  # fmt: skip
+    if agent is None:
+        collect_to_store(recipe, out, **options)
+        return
+    record = PolicyRecord(PolicyKind.RANDOM)  # provenance only: the store is thrown away
+    with mock.patch(
+        "emote_core.assembly.compatibility.collect_agent", return_value=(agent, record)
+    ):
+        collect_to_store(recipe, out, policy="bench", **options)
+
+
 def emote_rate(
     env_id: str, num_envs: int, steps: int, directory: str, agent: Any = None
 ) -> tuple[float, float]:
     """``collect_to_store`` into a fresh store: env steps/s from its start report (after the
     setup) to its last running report (every step taken, every commit that fell due made), and
     the seconds of what follows (the last cut and the final commit); with ``agent``, acting with
-    it instead of the random policy, through the path a checkpoint's agent takes."""
-    recipe = load_recipe(RECIPES[env_id])
-    out = tempfile.mkdtemp(dir=directory, suffix=".zarr")
+    it instead of the random policy."""
     times: dict[str, float] = {}
 
     def on_progress(progress: CollectionProgress) -> None:
         times[progress.phase] = CLOCK()
 
-    options: dict[str, Any] = {"steps": steps, "num_envs": num_envs, "count_store": False,
-                               "on_progress": on_progress}  # fmt: skip
-    if agent is None:
-        collect_to_store(recipe, out, **options)
-    else:
-        record = PolicyRecord(PolicyKind.RANDOM)  # provenance only: the store is thrown away
-        with mock.patch(
-            "emote_core.assembly.compatibility.collect_agent", return_value=(agent, record)
-        ):
-            collect_to_store(recipe, out, policy="bench", **options)
+    _collect(env_id, num_envs, steps, directory, agent, on_progress)
     return steps / (times["running"] - times["start"]), times["end"] - times["running"]
 
 
 def interleaved_rates(
-    env_id: str, num_envs: int, steps: int, directory: str
+    env_id: str, num_envs: int, steps: int, directory: str, agent: Any = None
 ) -> tuple[float, float]:
     """Bare stepping and ``collect_to_store`` taking turns: after each collector call, a second
-    vector env steps as many vector steps with pre-drawn actions, timed on its own and taken out
+    vector env steps as many vector steps with pre-drawn actions (and ``agent``'s batched
+    forward pass on each step's observations, with a policy), timed on its own and taken out
     of the collection's time. The two share every second of the machine's drift (on this
     machine the separate runs' ratios swing by a fifth between pairs). Returns both env
     steps/s: ``(bare, emote)``."""
     bare = make_vector_env(env_id, num_envs=num_envs)
-    bare.reset(seed=0)
+    observations = [bare.reset(seed=0)[0]]
     bare.action_space.seed(0)
     actions = np.stack([bare.action_space.sample() for _ in range(-(-steps // num_envs))])
+    act = agent.act_batch if agent is not None else None
     done, spent, times = [0], [0.0], {}
 
     def on_progress(progress: CollectionProgress) -> None:
@@ -134,14 +149,16 @@ def interleaved_rates(
         if progress.phase == "running":
             started, step = CLOCK(), bare.step
             for action in actions[done[0] : progress.env_steps // num_envs]:
-                step(action)
+                if act is None:
+                    step(action)
+                else:
+                    act({"obs": observations[0]})
+                    observations[0] = step(action)[0]
             done[0] = progress.env_steps // num_envs
             spent[0] += CLOCK() - started
             times["running"] = CLOCK()  # the collection's time resumes here
 
-    out = tempfile.mkdtemp(dir=directory, suffix=".zarr")
-    collect_to_store(load_recipe(RECIPES[env_id]), out, steps=steps, num_envs=num_envs,
-                     count_store=False, on_progress=on_progress)  # fmt: skip
+    _collect(env_id, num_envs, steps, directory, agent, on_progress)
     bare.close()
     collected = times["running"] - times["start"] - spent[0]
     return done[0] * num_envs / spent[0], steps / collected
@@ -251,6 +268,23 @@ def paired(
             statistics.median(commits))  # fmt: skip
 
 
+def _in_turns(
+    env_id: str,
+    num_envs: int,
+    steps: int,
+    directory: str,
+    repeats: int,
+    target: float,
+    agent: Any = None,
+) -> str:
+    """The ``in turns`` figures of a case: medians of ``repeats`` runs."""
+    turns = [interleaved_rates(env_id, num_envs, steps, directory, agent) for _ in range(repeats)]
+    return (f" | in turns: bare{'+forward' if agent is not None else ''} "
+            f"{statistics.median(b for b, _ in turns):7.0f} emote "
+            f"{statistics.median(e for _, e in turns):7.0f} "
+            f"{_verdict(statistics.median(e / b for b, e in turns), target)}")  # fmt: skip
+
+
 def _verdict(ratio: float, target: float) -> str:
     return f"{ratio:.2f} (target >= {target}: {'met' if ratio >= target else 'MISSED'})"
 
@@ -276,10 +310,7 @@ def report(
             )
             line = (f"  {env_id:<12}{num_envs:>2} envs random: bare {bare:7.0f} | emote "
                     f"{emote:7.0f} {_verdict(ratio, target)} + {commit:.2f} s")  # fmt: skip
-            turns = [interleaved_rates(env_id, num_envs, steps, directory) for _ in range(repeats)]
-            line += (f" | in turns: bare {statistics.median(b for b, _ in turns):7.0f} emote "
-                     f"{statistics.median(e for _, e in turns):7.0f} "
-                     f"{_verdict(statistics.median(e / b for b, e in turns), target)}")  # fmt: skip
+            line += _in_turns(env_id, num_envs, steps, directory, repeats, target)
             if cli:
                 cli_figure = cli_rate(env_id, num_envs, steps, directory)
                 line += f" | cli {cli_figure:7.0f} ({cli_figure / bare:.2f})"
@@ -297,9 +328,10 @@ def report(
                     lambda: bare_rate(env_id, num_envs, policy_steps // num_envs, agent),  # noqa: B023
                     lambda: emote_rate(env_id, num_envs, policy_steps, directory, agent),  # noqa: B023
                 )
+                turns = _in_turns(env_id, num_envs, policy_steps, directory, repeats, target, agent)
                 print(f"  {env_id:<12}{num_envs:>2} envs {RECIPES[env_id]} policy: bare+forward "
                       f"{reference:7.0f} | emote {acting:7.0f} "
-                      f"{_verdict(ratio, target)} + {commit:.2f} s",
+                      f"{_verdict(ratio, target)} + {commit:.2f} s{turns}",
                       flush=True)  # fmt: skip
 
 

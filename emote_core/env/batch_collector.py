@@ -3,9 +3,9 @@
 :class:`~emote_core.env.collectors.GymCollector` feeds a memory proxy one agent at a time, which
 is what training needs (episodes enter the table the moment they end). Filling a store with
 experience needs less: this collector keeps each vector step as the arrays the environment
-returned (one ``append`` per step, no per-agent objects) and cuts them into episodes every
-``chunk_steps`` vector steps, with one gather per column. The episodes it hands out
-are exactly those a ``GymCollector`` + ``MemoryTableProxy`` pair would store for the same
+returned (a list append per array, no per-agent objects) and cuts them into episodes every
+``chunk_steps`` vector steps, with one gather per column. The episodes it hands out are exactly
+those a ``GymCollector`` + ``MemoryTableProxy`` pair would store for the same
 environment, seed and agent draws: the same rows, the same end states, in the same order (by the
 step they ended in, then by slot), which tests/env/test_batch_collector.py checks.
 
