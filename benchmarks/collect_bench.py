@@ -10,7 +10,7 @@ the ratio is the median of the pairs' ratios):
   made), the seconds of its final cut and commit printed beside it; ``in turns``: the two
   again, taking turns every collector call (64 vector steps, 512 steps of one env) in one run,
   each timed on its own, so that both see the same seconds of the machine (the separate runs'
-  ratios swing by a fifth between pairs here; these stay within 0.02); ``cli``: the figure
+  ratios swing by a fifth between pairs here; these stay within 0.03); ``cli``: the figure
   ``emote collect --json`` reports from a subprocess (final commit included). The issue's
   targets: >= 0.9x bare with 8 envs, >= 0.75x with 1 env.
 * a real torch policy (the recipe's acting network, untrained: SAC's Gaussian policy, DQN's
