@@ -274,12 +274,14 @@ def collect_to_store(
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        collector.cut()  # the episodes finished since the last cut
         try:
-            batches.flush()
+            collector.cut()  # the episodes finished since the last cut
         finally:
-            appender.close()
-            env.close()
+            try:
+                batches.flush()  # what was handed out is committed, whatever the cut did
+            finally:
+                appender.close()
+                env.close()
     report("end")  # with the returns of the episodes the last cut handed out
     seconds = time.perf_counter() - started
     summary = _summary(

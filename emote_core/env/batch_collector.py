@@ -249,12 +249,20 @@ class BatchGymCollector:
         return taken
 
     def cut(self) -> None:
-        """Hands out every episode that has finished so far (in the order they finished)."""
+        """Hands out every episode that has finished so far (in the order they finished).
+
+        Nothing changes until the episodes are built: a cut that fails or is interrupted
+        (Ctrl-C) leaves every step to the next one. After a :meth:`collect` that was
+        interrupted, a cut still hands out every episode that finished in a step it recorded
+        whole.
+        """
         (seen, acted, rewarded), finals = self._pending, self._finals
-        if not seen:
+        steps, count = min(len(seen), len(acted), len(rewarded)), len(self._slots)
+        if not steps:
             return
-        self._pending, self._finals = ([], [], []), []
-        steps, count = len(seen), len(self._slots)
+        if not len(seen) == len(acted) == len(rewarded):  # a step torn by Ctrl-C: left out
+            seen, acted, rewarded = seen[:steps], acted[:steps], rewarded[:steps]
+            finals = [final for final in finals if final[0] < steps]
         # Each column's rows: the chunk's, step after step (row t * count + slot), then those
         # the finished episodes carried from earlier chunks, then (observations) their finals.
         plain = self.env.plain_observation_key
@@ -268,18 +276,28 @@ class BatchGymCollector:
         extra_rows.update(dict.fromkeys((ACTIONS_KEY, REWARDS_COLUMN), 0))
         raw_rewards = None
         if self._returns is not None:  # the environment's values, summed as DictGymWrapper sums
-            raw_rewards = np.concatenate(parts[REWARDS_COLUMN]).reshape(steps, count)
+            raw_rewards = np.concatenate(rewarded).reshape(steps, count)
         starts = [0] * count
-        runs = self._runs(finals, parts, starts, raw_rewards)
+        runs, carried, completed = self._runs(finals, starts, raw_rewards)
         rows = {}
         for name, chunk in parts.items():
-            if extra_rows[name]:
-                chunk += [final[name][None] for _, _, final, _ in finals]
+            ends = [final[name][None] for _, _, final, _ in finals] if extra_rows[name] else []
             rows[name] = np.concatenate(
-                chunk, dtype=np.float32 if name == REWARDS_COLUMN else None
+                [*chunk, *carried.get(name, ()), *ends],
+                dtype=np.float32 if name == REWARDS_COLUMN else None,
             )  # rewards as float32, the form tables store
-        # The rows of every slot's unfinished episode wait for a later cut, as views.
+        batch = None
+        if runs is not None:
+            batch = self._gather(finals, runs, rows, extra_rows, steps * count)
+        # Built: now the collector moves on.
+        self._pending, self._finals = ([], [], []), []
         returns, lengths = self._returns, self._lengths
+        for _, slot, _, _ in finals:
+            self._slots[slot].take()
+            if returns is not None:
+                returns[slot], lengths[slot] = 0.0, 0
+        self._completed += completed
+        # The rows of every slot's unfinished episode wait for a later cut, as views.
         for slot, start in enumerate(starts):
             if start < steps:
                 first, end = start * count + slot, steps * count
@@ -289,40 +307,49 @@ class BatchGymCollector:
                 if returns is not None and raw_rewards is not None:
                     returns[slot] = sum(raw_rewards[start:, slot].tolist(), returns[slot])
                     lengths[slot] += steps - start
-        if runs is not None:
-            self._hand_out(self._gather(finals, runs, rows, extra_rows, steps * count))
+        if batch is not None:
+            self._next_identity += len(batch)
+            self._hand_out(batch)
 
     def _runs(
         self,
         finals: list[tuple[int, int, dict[str, np.ndarray], EpisodeState]],
-        parts: dict[str, list[Any]],
         starts: list[int],
         raw_rewards: np.ndarray | None,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """Where each finished episode's rows are: ``(carried rows, first chunk row, chunk
-        rows)``; the carried pieces go onto ``parts`` and ``starts`` is left at each slot's
-        first unfinished step."""
+    ) -> tuple[
+        tuple[np.ndarray, np.ndarray, np.ndarray] | None,
+        dict[str, list[np.ndarray]],
+        list[tuple[float, int]],
+    ]:
+        """Where each finished episode's rows are, ``(carried rows, first chunk row, chunk
+        rows)``; the pieces they carried from earlier chunks, per column; and (with
+        ``track_returns``) their returns and lengths. ``starts`` is left at each slot's first
+        unfinished step; nothing else changes."""
         if not finals:
-            return None
+            return None, {}, []
         count = len(self._slots)
         chunk_first, chunk_rows, carried = [], [], []
+        pieces: dict[str, list[np.ndarray]] = {}
+        completed = []
         returns, lengths = self._returns, self._lengths
         for step, slot, _, _ in finals:
             start = starts[slot]
             starts[slot] = step + 1
             chunk_first.append(start * count + slot)
             chunk_rows.append(step + 1 - start)
-            pieces, rows = self._slots[slot].take()
-            carried.append(rows)
-            for name, piece in pieces.items():
-                parts[name] += piece
+            record = self._slots[slot]
+            carried.append(record.rows if start == 0 else 0)
+            if start == 0:  # the slot's first episode to finish here: it began earlier
+                for name, piece in record.pieces.items():
+                    pieces.setdefault(name, []).extend(piece)
             if returns is not None and raw_rewards is not None:
                 # summed one by one from 0.0, over the cuts, as DictGymWrapper sums them
-                total = sum(raw_rewards[start : step + 1, slot].tolist(), returns[slot])
-                self._completed.append((float(total), lengths[slot] + step + 1 - start))
-                returns[slot], lengths[slot] = 0.0, 0
-        return (np.array(carried, dtype=np.int64), np.array(chunk_first, dtype=np.int64),
+                before = (returns[slot], lengths[slot]) if start == 0 else (0.0, 0)
+                total = sum(raw_rewards[start : step + 1, slot].tolist(), before[0])
+                completed.append((float(total), before[1] + step + 1 - start))
+        runs = (np.array(carried, dtype=np.int64), np.array(chunk_first, dtype=np.int64),
                 np.array(chunk_rows, dtype=np.int64))  # fmt: skip
+        return runs, pieces, completed
 
     def _gather(
         self,
@@ -351,7 +378,6 @@ class BatchGymCollector:
             ),
         }
         identity = self._next_identity
-        self._next_identity += episodes
         return EpisodeBatch(
             identities=np.arange(identity, identity + episodes, dtype=np.int64),
             lengths=carried + here,

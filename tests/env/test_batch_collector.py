@@ -115,3 +115,61 @@ def test_collect_episodes_and_settings() -> None:
     row = int(np.prod(frames.env.single_observation_space.shape))  # uint8
     assert pixels.chunk_steps == min(CHUNK_ROWS, CHUNK_BYTES // row) // 2 < CHUNK_ROWS // 2
     frames.close()
+
+
+class _InterruptedConcatenate:
+    """numpy, except that its ``calls``-th ``concatenate`` raises KeyboardInterrupt (Ctrl-C)."""
+
+    def __init__(self, calls: int) -> None:
+        self.calls = calls
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(np, name)
+
+    def concatenate(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        self.calls -= 1
+        if self.calls == 0:
+            raise KeyboardInterrupt
+        return np.concatenate(*args, **kwargs)
+
+
+@pytest.mark.parametrize("interrupted_at", [1, 2, 3])
+def test_an_interrupted_cut_leaves_every_episode_to_the_next(
+    monkeypatch: pytest.MonkeyPatch, interrupted_at: int
+) -> None:
+    expected = per_agent_episodes("Pendulum-v1", 2, 450)
+    env = DictGymWrapper(make_vector_env("Pendulum-v1", num_envs=2))
+    episodes: list[tuple] = []
+    collector = BatchGymCollector(
+        env=env, agent=RandomAgentProxy(action_space=env.single_action_space, seed=3), seed=11,
+        chunk_steps=130, on_episode=lambda *episode: episodes.append(episode),
+    )  # fmt: skip
+    collector.collect(300)  # two cuts: episodes carried over, one finished at step 200
+    flaky = _InterruptedConcatenate(interrupted_at)
+    with monkeypatch.context() as patched:
+        patched.setattr("emote_core.env.batch_collector.np", flaky)
+        with pytest.raises(KeyboardInterrupt):
+            collector.cut()  # in the middle of building the chunk's columns
+    collector.collect(150)
+    collector.cut()
+    env.close()
+    assert_same_episodes(episodes, expected)
+
+
+def test_a_step_torn_by_an_interrupt_is_left_out() -> None:
+    expected = per_agent_episodes("CartPole-v1", 3, 120)
+    env = DictGymWrapper(make_vector_env("CartPole-v1", num_envs=3))
+    episodes: list[tuple] = []
+    collector = BatchGymCollector(
+        env=env, agent=RandomAgentProxy(action_space=env.single_action_space, seed=3), seed=11,
+        chunk_steps=500, on_episode=lambda *episode: episodes.append(episode),
+    )  # fmt: skip
+    collector.collect(120)
+    # Ctrl-C between a step's records: its observations kept, its actions and rewards not,
+    # an episode ending in it noted
+    seen, _, _ = collector._pending
+    seen.append(seen[-1])
+    collector._finals.append((120, 0, {"obs": seen[-1][0]}, EpisodeState.TERMINAL))
+    collector.cut()
+    env.close()
+    assert_same_episodes(episodes, expected)
