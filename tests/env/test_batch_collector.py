@@ -133,17 +133,23 @@ class _InterruptedConcatenate:
         return np.concatenate(*args, **kwargs)
 
 
+def recorder(env_id: str, num_envs: int, chunk_steps: int) -> tuple[Any, BatchGymCollector, list]:
+    """A collector with per_agent_episodes' seeds, and the list its episodes go to."""
+    env = DictGymWrapper(make_vector_env(env_id, num_envs=num_envs))
+    episodes: list[tuple] = []
+    collector = BatchGymCollector(
+        env=env, agent=RandomAgentProxy(action_space=env.single_action_space, seed=3), seed=11,
+        chunk_steps=chunk_steps, on_episode=lambda *episode: episodes.append(episode),
+    )  # fmt: skip
+    return env, collector, episodes
+
+
 @pytest.mark.parametrize("interrupted_at", [1, 2, 3])
 def test_an_interrupted_cut_leaves_every_episode_to_the_next(
     monkeypatch: pytest.MonkeyPatch, interrupted_at: int
 ) -> None:
     expected = per_agent_episodes("Pendulum-v1", 2, 450)
-    env = DictGymWrapper(make_vector_env("Pendulum-v1", num_envs=2))
-    episodes: list[tuple] = []
-    collector = BatchGymCollector(
-        env=env, agent=RandomAgentProxy(action_space=env.single_action_space, seed=3), seed=11,
-        chunk_steps=130, on_episode=lambda *episode: episodes.append(episode),
-    )  # fmt: skip
+    env, collector, episodes = recorder("Pendulum-v1", 2, chunk_steps=130)
     collector.collect(300)  # two cuts: episodes carried over, one finished at step 200
     flaky = _InterruptedConcatenate(interrupted_at)
     with monkeypatch.context() as patched:
@@ -158,12 +164,7 @@ def test_an_interrupted_cut_leaves_every_episode_to_the_next(
 
 def test_a_step_torn_by_an_interrupt_is_left_out() -> None:
     expected = per_agent_episodes("CartPole-v1", 3, 120)
-    env = DictGymWrapper(make_vector_env("CartPole-v1", num_envs=3))
-    episodes: list[tuple] = []
-    collector = BatchGymCollector(
-        env=env, agent=RandomAgentProxy(action_space=env.single_action_space, seed=3), seed=11,
-        chunk_steps=500, on_episode=lambda *episode: episodes.append(episode),
-    )  # fmt: skip
+    env, collector, episodes = recorder("CartPole-v1", 3, chunk_steps=500)
     collector.collect(120)
     # Ctrl-C between a step's records: its observations kept, its actions and rewards not,
     # an episode ending in it noted
