@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from emote_core.memory.proxy import REWARDS_COLUMN
 from emote_core.recipes.schema import Recipe
 from emote_core.stores.episode_batch import EpisodeBatch
 
@@ -44,7 +45,6 @@ FLUSH_SECONDS = 10.0
 _ROWS_PER_CALL = 512  # env steps per collector call with a step budget (64 vector steps of 8)
 _CUT_SECONDS = 1.0  # finished episodes are handed out at least this often (shown, committed)
 _RECENT_EPISODES = 20  # the shown return is the mean of this many recent episodes
-_REWARDS = "rewards"  # the collector's reward column
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class _Batches:
 
     def recent_return(self) -> float | None:
         for batch in self._unsummed:
-            self.recent_returns.extend(batch.returns(_REWARDS).tolist())
+            self.recent_returns.extend(batch.returns(REWARDS_COLUMN).tolist())
         self._unsummed.clear()
         if not self.recent_returns:
             return None
@@ -245,6 +245,7 @@ def collect_to_store(
     interrupted = False
     switched_at = 0  # completed episodes at the last policy switch
     cut_at, cut_seconds = started, min(_CUT_SECONDS, flush_seconds)
+    per_call = max(1, _ROWS_PER_CALL // env.num_envs)  # vector steps per call with a step budget
     try:
         report("start")
         while (
@@ -257,7 +258,6 @@ def collect_to_store(
             # Steps: whole chunks of vector steps; episodes: one at a time, to stop on time.
             vector_steps = 1
             if steps is not None:
-                per_call = max(1, _ROWS_PER_CALL // env.num_envs)
                 vector_steps = min(per_call, -(-(steps - env_steps) // env.num_envs))
             env_steps += collector.collect(vector_steps)
             if follower is not None and collector.completed_episodes > switched_at:

@@ -74,11 +74,8 @@ class _Slot:
             self.pieces.setdefault(name, []).append(piece)
         self.rows += rows
 
-    def take(self) -> tuple[dict[str, list[np.ndarray]], int]:
-        """The carried pieces and their rows, forgotten here."""
-        taken = self.pieces, self.rows
+    def clear(self) -> None:
         self.pieces, self.rows = {}, 0
-        return taken
 
 
 class BatchGymCollector:
@@ -151,9 +148,8 @@ class BatchGymCollector:
         self._last: tuple[Any, Any] | None = None
         self._agent_ids = list(range(env.num_envs))
         self._next_agent_id = env.num_envs
-        # The return and length each slot's open episode had at the last cut (track_returns).
+        # The return each slot's open episode had at the last cut (track_returns).
         self._returns: list[float] | None = [0.0] * env.num_envs if track_returns else None
-        self._lengths = [0] * env.num_envs
         self._completed: list[tuple[float, int]] = []
 
     def collect(self, steps: int) -> int:
@@ -291,11 +287,11 @@ class BatchGymCollector:
             batch = self._gather(finals, runs, rows, extra_rows, steps * count)
         # Built: now the collector moves on.
         self._pending, self._finals = ([], [], []), []
-        returns, lengths = self._returns, self._lengths
+        returns = self._returns
         for _, slot, _, _ in finals:
-            self._slots[slot].take()
+            self._slots[slot].clear()
             if returns is not None:
-                returns[slot], lengths[slot] = 0.0, 0
+                returns[slot] = 0.0
         self._completed += completed
         # The rows of every slot's unfinished episode wait for a later cut, as views.
         for slot, start in enumerate(starts):
@@ -306,7 +302,6 @@ class BatchGymCollector:
                 )
                 if returns is not None and raw_rewards is not None:
                     returns[slot] = sum(raw_rewards[start:, slot].tolist(), returns[slot])
-                    lengths[slot] += steps - start
         if batch is not None:
             self._next_identity += len(batch)
             self._hand_out(batch)
@@ -331,22 +326,23 @@ class BatchGymCollector:
         chunk_first, chunk_rows, carried = [], [], []
         pieces: dict[str, list[np.ndarray]] = {}
         completed = []
-        returns, lengths = self._returns, self._lengths
+        returns = self._returns
         for step, slot, _, _ in finals:
             start = starts[slot]
             starts[slot] = step + 1
             chunk_first.append(start * count + slot)
             chunk_rows.append(step + 1 - start)
             record = self._slots[slot]
-            carried.append(record.rows if start == 0 else 0)
-            if start == 0:  # the slot's first episode to finish here: it began earlier
+            first = start == 0  # the slot's first episode to finish here: it may have begun earlier
+            carried.append(record.rows if first else 0)
+            if first:
                 for name, piece in record.pieces.items():
                     pieces.setdefault(name, []).extend(piece)
             if returns is not None and raw_rewards is not None:
                 # summed one by one from 0.0, over the cuts, as DictGymWrapper sums them
-                before = (returns[slot], lengths[slot]) if start == 0 else (0.0, 0)
-                total = sum(raw_rewards[start : step + 1, slot].tolist(), before[0])
-                completed.append((float(total), before[1] + step + 1 - start))
+                before = returns[slot] if first else 0.0
+                total = sum(raw_rewards[start : step + 1, slot].tolist(), before)
+                completed.append((float(total), carried[-1] + step + 1 - start))
         runs = (np.array(carried, dtype=np.int64), np.array(chunk_first, dtype=np.int64),
                 np.array(chunk_rows, dtype=np.int64))  # fmt: skip
         return runs, pieces, completed

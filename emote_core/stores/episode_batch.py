@@ -57,14 +57,9 @@ class EpisodeBatch:
         return np.cumsum(self.lengths + self.extra_rows[name])
 
     def returns(self, reward: str) -> np.ndarray:
-        """Each episode's sum of column ``reward``, in float64 (0 for an empty episode)."""
-        values = self.columns[reward].reshape(len(self.columns[reward]), -1)[:, 0]
-        sums = np.zeros(len(self), dtype=np.float64)
-        filled = self.lengths > 0
-        if filled.any():
-            starts = (self.row_ends(reward) - self.lengths - self.extra_rows[reward])[filled]
-            sums[filled] = np.add.reduceat(values, starts, dtype=np.float64)
-        return sums
+        """Each episode's sum of column ``reward`` (one row per transition), in float64 (0 for
+        an empty episode)."""
+        return segment_sums(self.columns[reward].reshape(-1), self.lengths)
 
     def episodes(self) -> Iterator[tuple[int, dict[str, np.ndarray], EpisodeState]]:
         """Each episode as ``(identity, {column: rows}, end_state)``, its rows views of the
@@ -115,4 +110,14 @@ class EpisodeBatch:
         )
 
 
-__all__ = ["EpisodeBatch"]
+def segment_sums(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The float64 sum of each run of ``lengths`` values (0 for an empty run)."""
+    sums = np.zeros(len(lengths), dtype=np.float64)
+    filled = lengths > 0
+    if filled.any():
+        starts = (np.cumsum(lengths) - lengths)[filled]
+        sums[filled] = np.add.reduceat(values, starts, dtype=np.float64)
+    return sums
+
+
+__all__ = ["EpisodeBatch", "segment_sums"]

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from emote_core.errors import SchemaError
-from emote_core.stores.episode_batch import EpisodeBatch
+from emote_core.stores.episode_batch import EpisodeBatch, segment_sums
 from emote_core.stores.stored import EpisodeRecord
 from emote_core.stores.summary import reward_column
 from emote_core.stores.zarr_store.layout import RowKind, StoreColumn
@@ -141,7 +141,7 @@ class PackedBatch:
         if reward is None:
             self.returns = np.full(count, np.nan)
         elif returns is None:
-            self.returns = _segment_sums(self.columns[reward].reshape(-1), self.lengths)
+            self.returns = segment_sums(self.columns[reward].reshape(-1), self.lengths)
         else:
             self.returns = returns
 
@@ -165,16 +165,6 @@ class PackedBatch:
                 checksum = zlib.crc32(view[starts[k] : ends[k]], checksum)
             checksums[k] = checksum
         return checksums
-
-
-def _segment_sums(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The float64 sum of each run of ``lengths`` values (0 for an empty run)."""
-    sums = np.zeros(len(lengths), dtype=np.float64)
-    filled = lengths > 0
-    if filled.any():
-        starts = (np.cumsum(lengths) - lengths)[filled]
-        sums[filled] = np.add.reduceat(values, starts, dtype=np.float64)
-    return sums
 
 
 def conform(identity: int, column: StoreColumn, value: Any, length: int) -> np.ndarray:
