@@ -243,9 +243,6 @@ def main() -> None:
         print("cuda_bench: torch sees no CUDA device; nothing to measure here")
         return
     torch.set_num_threads(1)
-    # Each configuration compiles its own callbacks' methods again (dynamo guards on the
-    # instance): room for all of them, instead of falling back to eager after eight.
-    torch._dynamo.config.cache_size_limit = 64
     sections = args.sections.split(",")
     if "updates" in sections:
         section_updates(args.updates)

@@ -153,7 +153,7 @@ class Callback:
         for hook in cls.extra_hooks:
             function = vars(cls).get(hook)
             if function is not None and not getattr(function, "_emote_extra_hook", False):
-                setattr(cls, hook, _wrap_extra_hook(hook, function))
+                setattr(cls, hook, wrap_extra_hook(hook, function))
             declared = getattr(cls, hook, None)
             if declared is None:
                 raise CallbackDefinitionError(
@@ -277,8 +277,12 @@ class Callback:
         return f"{type(self).__name__}(name={self.name!r})"
 
 
-def _wrap_extra_hook(hook: str, function: Callable[..., Any]) -> Callable[..., Any]:
-    """Makes an extra hook select its keyword arguments by name, like a lifecycle hook."""
+def wrap_extra_hook(hook: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    """Makes an extra hook select its keyword arguments by name, like a lifecycle hook.
+
+    The wrapped ``function`` is the result's ``__wrapped__``; every extra hook shares the
+    wrapper's code, so ``torch.compile`` is given the hook's own function (see
+    :func:`~emote_core.callbacks.compiled.compile_methods`)."""
     plan = _HookPlan.of(function)
 
     @functools.wraps(function)
@@ -323,4 +327,11 @@ class BatchCallback(Callback, ABC):
         """Returns a batch; parameters are selected by name from the keyword arguments given."""
 
 
-__all__ = ["LIFECYCLE_HOOKS", "BatchCallback", "Callback", "Order", "repeated_names"]
+__all__ = [
+    "LIFECYCLE_HOOKS",
+    "BatchCallback",
+    "Callback",
+    "Order",
+    "repeated_names",
+    "wrap_extra_hook",
+]

@@ -24,13 +24,15 @@ the GPU; their checkpoints load into eager runs as usual.
 
 from __future__ import annotations
 
+import functools
 import logging
+import types
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
 
-from emote_core.callback import Callback, Order
+from emote_core.callback import Callback, Order, wrap_extra_hook
 from emote_core.callbacks.loss import LossCallback, set_capturable
 from emote_core.errors import ConfigurationError
 from emote_core.trainer import StateDict
@@ -64,11 +66,72 @@ def compile_methods(callbacks: Iterable[Callback], **options: Any) -> int:
             method = getattr(callback, name)
             if getattr(method, "_emote_compiled", False):
                 continue
-            compiled = torch.compile(method, **options)
-            compiled._emote_compiled = True  # type: ignore[attr-defined]
-            setattr(callback, name, compiled)
+            setattr(callback, name, _compiled(callback, name, method, options))
             count += 1
     return count
+
+
+def _compiled(callback: Callback, name: str, method: Any, options: dict[str, Any]) -> Any:
+    """``torch.compile`` of one callback's method, on a copy of its function of its own, run
+    with the callback's pending logs set aside.
+
+    Dynamo keeps compiled graphs per code object, up to ``recompile_limit`` (8) of them, and
+    checks their guards in turn on every call. An extra hook (a loss's ``loss``) is a wrapper
+    that selects its arguments by name, whose code every extra hook of every class shares:
+    compiling it put every loss's graphs in one list, and from the ninth on the losses ran
+    eagerly. Instances of one class share their method's code too (ten Q losses would). So each
+    callback's method is compiled from a copy of the function with a code object of its own,
+    and an extra hook's argument selection runs before it, uncompiled.
+
+    Scalars logged inside a compiled method go to the callback's pending logs, a dict that
+    dynamo guards: whether it held values on entry (it does until a logger reads them) would
+    compile each method twice. The method always meets it empty; what it held is put back, and
+    what the method logged added, afterwards.
+    """
+    function = getattr(method, "__func__", None)
+    if function is None or getattr(method, "__self__", None) is not callback:
+        return _with_logs_set_aside(torch.compile(method, **options), callback)  # not a method
+    extra_hook = getattr(function, "_emote_extra_hook", False)
+    body = torch.compile(_own_copy(function.__wrapped__ if extra_hook else function), **options)
+    run = _with_logs_set_aside(body, callback)
+    if extra_hook:
+        run = wrap_extra_hook(name, run)
+        run._emote_compiled = True  # type: ignore[attr-defined]
+    return types.MethodType(run, callback)
+
+
+def _own_copy(function: Any) -> Any:
+    """``function`` with a code object of its own (equal to its own, not the same object)."""
+    copy = types.FunctionType(
+        function.__code__.replace(), function.__globals__, function.__name__,
+        function.__defaults__, function.__closure__,
+    )  # fmt: skip
+    copy.__kwdefaults__ = function.__kwdefaults__
+    return functools.update_wrapper(copy, function)
+
+
+def _with_logs_set_aside(compiled: Any, callback: Callback) -> Any:
+    """``compiled`` run with ``callback``'s pending scalar logs emptied around it (the same
+    dict, which CUDA-graph replays write to, holding what it held plus what was logged)."""
+    attributes = callback.__dict__
+
+    @functools.wraps(compiled)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        pending = attributes.get("_pending_scalars")
+        if not pending:
+            return compiled(*args, **kwargs)
+        held = dict(pending)
+        pending.clear()
+        try:
+            return compiled(*args, **kwargs)
+        finally:
+            logged = dict(pending)
+            pending.clear()
+            pending.update(held)
+            pending.update(logged)
+
+    run._emote_compiled = True  # type: ignore[attr-defined]
+    return run
 
 
 def batch_callbacks(callbacks: Iterable[Callback]) -> list[Callback]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -108,6 +109,50 @@ def test_compiled_losses_train_as_eager_losses_do_on_the_cpu() -> None:
     assert compile_methods(compiled, backend="aot_eager") == 0  # never twice
     train(compiled, loader, 6)
     assert_same_training(eager, compiled, atol=1e-6)
+
+
+class LogReader(Callback):
+    """Reads the callbacks' scalar logs after every other update, as a logger does."""
+
+    def __init__(self, callbacks: list[Callback]) -> None:
+        super().__init__(name="log_reader")
+        self.callbacks = callbacks
+
+    def end_batch(self, bp_step: int) -> None:
+        if bp_step % 2 == 0:
+            for callback in self.callbacks:
+                _ = callback.scalar_logs
+
+
+def compiled_graphs(callbacks: list[Callback], loader: MemoryLoader, updates: int) -> Counter:
+    """Trains ``updates`` steps with the callbacks' methods compiled (backend ``aot_eager``),
+    their logs read as a logger reads them, and returns dynamo's counters."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()  # graphs of other tests' callbacks would count against the limit
+    counters.clear()
+    compile_methods(callbacks, backend="aot_eager")
+    train([*callbacks, LogReader(callbacks)], loader, updates)
+    return Counter(
+        graphs=counters["stats"]["unique_graphs"], breaks=sum(counters["graph_break"].values())
+    )
+
+
+def test_each_compiled_method_is_one_graph_compiled_once() -> None:
+    callbacks, loader = sac("cpu")
+    # The target, two Q losses, the policy loss and the temperature: one whole graph each.
+    # Logs read between updates, step numbers and the frozen Q networks recompile nothing.
+    assert compiled_graphs(callbacks, loader, 8) == Counter(graphs=5, breaks=0)
+
+
+def test_many_losses_of_one_class_all_run_compiled() -> None:
+    callbacks, loader = sac("cpu")
+    target = callbacks[0]
+    losses = []
+    for k in range(10):  # beyond dynamo's 8 graphs per function
+        q = ActionValueMlp(observation_dim=3, action_dim=2, hidden_dims=(8,))
+        losses.append(QLoss(name=f"q{k}", q=q, optimizer=torch.optim.Adam(q.parameters())))
+    assert compiled_graphs([target, *losses], loader, 3) == Counter(graphs=11, breaks=0)
 
 
 @pytest.mark.slow

@@ -140,6 +140,11 @@ class DiscriminatorLoss(LossCallback):
         ConfigurationError: If ``grad_loss_weight`` is negative or not finite.
     """
 
+    compiled_methods: ClassVar[tuple[str, ...]] = ()
+    """Not compiled: the gradient penalty differentiates the score's gradient, and the backward
+    pass of a ``torch.compile``'d function cannot be differentiated again (training failed at
+    its first update with ``training.compile = "compile"``)."""
+
     def __init__(
         self,
         *,

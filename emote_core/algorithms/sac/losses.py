@@ -144,11 +144,10 @@ class PolicyLoss(LossCallback):
         """``mean(alpha * log pi(a|s) - min(Q1(s, a), Q2(s, a)))`` with ``a ~ pi(.|s)``."""
         inputs = flatten_observation(observation, self.observation_keys)
         actions, log_probs = sample_policy(self.policy, inputs)
-        with frozen(self._q_parameters):
-            q_values = torch.min(
-                self.q1(observation=inputs, actions=actions),
-                self.q2(observation=inputs, actions=actions),
-            )
+        q_values = torch.min(
+            self.q1(observation=inputs, actions=actions),
+            self.q2(observation=inputs, actions=actions),
+        )
         alpha = self.ln_alpha.detach().exp()
         self._log_probs = log_probs.detach()
         self.log_scalar(f"training/{self.name}_entropy", -self._log_probs.mean())
@@ -160,7 +159,8 @@ class PolicyLoss(LossCallback):
         Returns:
             ``{data_group: {"policy_log_probs": (B, 1), "policy_log_probs_step": bp_step}}``.
         """
-        super().backward(**state)
+        with frozen(self._q_parameters):  # here, not in loss: torch.compile breaks at it
+            super().backward(**state)
         log_probs, self._log_probs = self._log_probs, None
         return {
             self.data_group: {
@@ -274,21 +274,13 @@ class AlphaLoss(LossCallback):
         return self.target_entropy
 
     def loss(
-        self,
-        observation: dict[str, Tensor],
-        bp_step: int | None = None,
-        policy_log_probs: Tensor | None = None,
-        policy_log_probs_step: int | None = None,
+        self, observation: dict[str, Tensor], policy_log_probs: Tensor | None = None
     ) -> Tensor:
-        """``-mean(ln_alpha * (log pi(a|s) + target_entropy))``."""
+        """``-mean(ln_alpha * (log pi(a|s) + target_entropy))``, with ``log pi(a|s)`` the
+        ``policy_log_probs`` given (:meth:`backward` passes them only when :class:`PolicyLoss`
+        made them on this batch) or else of actions sampled now."""
         log_probs = policy_log_probs
-        fresh = (
-            self.reuse_policy_log_probs
-            and log_probs is not None
-            and bp_step is not None
-            and policy_log_probs_step == bp_step
-        )
-        if not fresh:
+        if log_probs is None:
             inputs = flatten_observation(observation, self.observation_keys)
             with torch.no_grad():
                 _, log_probs = sample_policy(self.policy, inputs)
@@ -296,7 +288,18 @@ class AlphaLoss(LossCallback):
         return -(self.ln_alpha * error).mean()
 
     def backward(self, **state: Any) -> None:
-        """One temperature step, then the clamp, the logs and the target-entropy schedule."""
+        """One temperature step, then the clamp, the logs and the target-entropy schedule.
+
+        The policy loss's log-probabilities are reused only when they are this step's
+        (decided here, not in :meth:`loss`, so that a compiled loss sees no step numbers).
+        """
+        step = state.get("bp_step")
+        if not (
+            self.reuse_policy_log_probs
+            and step is not None
+            and state.get(POLICY_LOG_PROBS_STEP_KEY) == step
+        ):
+            state = {**state, POLICY_LOG_PROBS_KEY: None}
         super().backward(**state)
         if self.max_ln_alpha is not None:
             with torch.no_grad():
