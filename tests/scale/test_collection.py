@@ -144,8 +144,8 @@ def test_a_killed_worker_loses_only_its_tail_and_restarts_on_a_new_shard(
 ) -> None:
     store = tmp_path / "h.zarr"
     recipe = load_recipe("sac_hit_the_middle", ["seed=5"])
-    collection = RayCollection(
-        recipe, str(store), workers=2, episodes=600, restart_delay=0.2, flush_seconds=0.1
+    collection = RayCollection(  # 3,000 episodes a worker: ~2 s, several of the driver's polls
+        recipe, str(store), workers=2, episodes=6_000, restart_delay=0.2, flush_seconds=0.1
     )
     killed = _killer(collection, "sigkill", after_commit=True)
     collection.on_progress = lambda progress: None  # totals() runs at every poll
@@ -159,10 +159,10 @@ def test_a_killed_worker_loses_only_its_tail_and_restarts_on_a_new_shard(
     assert shards["w0"]["episodes"] >= killed[0]  # what it committed before dying stays
     assert shards["w0-r1"]["status"] == "finished" and shards["w1"]["status"] == "finished"
     # The restart collected what w0 had not committed: the budget is met in committed episodes.
-    assert shards["w0"]["episodes"] + shards["w0-r1"]["episodes"] == 300
-    assert summary["episodes"] == 600 == summary["store_totals"]["episodes"]
+    assert shards["w0"]["episodes"] + shards["w0-r1"]["episodes"] == 3_000
+    assert summary["episodes"] == 6_000 == summary["store_totals"]["episodes"]
     assert summary["lost_workers"] == []
-    assert verify(runner, store)["episodes"] == 600
+    assert verify(runner, store)["episodes"] == 6_000
 
 
 def test_without_restarts_a_killed_worker_is_lost_and_the_command_fails(
