@@ -56,6 +56,12 @@ UPDATE_TARGET, SAMPLING_TARGET, PENDULUM_TARGET, EAGER_MULTIPLE = 5_000, 10e6, 1
 def _updates(
     mode: str, batches_per_sample: int, episodes, env, updates: int, fused: bool = False
 ) -> float:
+    """Updates/s of ``mode``; for compiled modes, also says how many graphs torch.compile made
+    of the update callbacks' methods (SAC's five: the target and four losses, one each when
+    nothing splits them) and how many graph breaks it met."""
+    from torch._dynamo.utils import counters
+
+    counters.clear()
     callbacks, loader = emote_sac(episodes, env, DEVICE, fused_adam=fused)
     loader = MemoryLoader(
         table=loader.table, rollout_count=BATCH, rollout_length=1,
@@ -64,6 +70,11 @@ def _updates(
     running, _ = compiled_training_callbacks(callbacks, mode=mode, device=DEVICE)
     Trainer([*running, BackPropStepsTerminator(bp_steps=30)], loader).train()  # compile, capture
     _synchronize(DEVICE)
+    if mode.startswith("compile"):
+        graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
+        adam = ", fused Adam" if fused else ""
+        print(f"  ({mode}, {batches_per_sample} batches/sample{adam}: torch.compile made "
+              f"{graphs} graphs, {breaks} graph breaks)")  # fmt: skip
     started = time.perf_counter()
     Trainer([*running, BackPropStepsTerminator(bp_steps=updates)], loader).train()
     _synchronize(DEVICE)
