@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -99,6 +99,11 @@ class CurlLoss(LossCallback):
         ConfigurationError: If an argument is out of range, the encoder has no parameters or
             another feature width, or the target encoder does not match it.
     """
+
+    compiled_methods: ClassVar[tuple[str, ...]] = ("contrastive_logits",)
+    """Under ``training.compile``, the encoders and projections compile; the augmentations stay
+    eager: they draw from the augmentor's own generator, which ``torch.compile`` cannot trace
+    (compiled whole, the loss broke at each of those draws: 4 graph breaks an update)."""
 
     def __init__(
         self,

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from emote_core.callbacks.checkpointing import Checkpointer, CheckpointLoader, list_checkpoints
+from emote_core.callbacks.compiled import compile_methods
 from emote_core.callbacks.generic import BackPropStepsTerminator
 from emote_core.errors import ConfigurationError, MissingStateKeyError
 from emote_core.nn import Conv2dEncoder, CurlLoss, ImageAugmentor
@@ -145,6 +146,28 @@ def test_training_raises_contrastive_accuracy_and_lowers_the_loss() -> None:
     assert accuracy_after >= 0.8  # chance is 1/16
     assert accuracy_after > accuracy_before + 0.2
     assert loss_after < 0.5 * loss_before
+
+
+def test_compiled_the_encoders_are_one_graph_and_steps_match_eager_ones() -> None:
+    from torch._dynamo.utils import counters
+
+    data = torch.Generator().manual_seed(1)
+    batches = [torch.rand(8, 16, 16, 3, generator=data) for _ in range(3)]
+    torch.manual_seed(0)
+    eager = make_curl(projection_dim=16)
+    torch.manual_seed(0)
+    compiled = make_curl(projection_dim=16)
+    torch._dynamo.reset()
+    counters.clear()
+    assert compile_methods([compiled], backend="aot_eager") == 1
+    for batch in batches:
+        eager.backward(observation={KEY: batch})
+        compiled.backward(observation={KEY: batch})
+    # The augmentations, drawn from the augmentor's own generator, stay out of the graph.
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    for a, b in zip(eager.encoder.parameters(), compiled.encoder.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    assert compiled.scalar_logs["loss/curl"] == pytest.approx(eager.scalar_logs["loss/curl"])
 
 
 def test_target_encoder_moves_by_exactly_tau_toward_the_online_one() -> None:
