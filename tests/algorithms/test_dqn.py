@@ -133,13 +133,7 @@ def test_q_loss_weights_each_window_by_its_importance_weight(huber: bool) -> Non
 
 
 def test_dqn_learns_the_better_arm_of_a_bandit(one_torch_thread: None) -> None:
-    table = DictObsMemoryTable(spaces=SPACES, maxlen=10_000, seed=0)
-    rng = np.random.default_rng(0)
-    for identity in range(400):
-        arm = int(rng.integers(2))
-        reward = (1.0 if arm == 1 else 0.2) + rng.normal(0.0, 0.1)
-        add_episode(table, identity, [0.5, 0.5], [arm], [reward], EpisodeState.TERMINAL)
-
+    table = bandit_table(400)
     torch.manual_seed(0)
     q = DiscreteActionValueMlp(observation_dim=1, num_actions=2, hidden_dims=(32,))
     callbacks = [
@@ -151,3 +145,43 @@ def test_dqn_learns_the_better_arm_of_a_bandit(one_torch_thread: None) -> None:
     values = q(torch.tensor([[0.5]])).detach().flatten()
     assert values.argmax().item() == 1
     assert values.tolist() == pytest.approx([0.2, 1.0], abs=0.1)
+
+
+def bandit_table(episodes: int, seed: int = 0) -> DictObsMemoryTable:
+    """One-step episodes of a two-armed bandit: arm 1 pays about 1, arm 0 about 0.2."""
+    table = DictObsMemoryTable(spaces=SPACES, maxlen=10_000, seed=seed)
+    rng = np.random.default_rng(seed)
+    for identity in range(episodes):
+        arm = int(rng.integers(2))
+        reward = (1.0 if arm == 1 else 0.2) + rng.normal(0.0, 0.1)
+        add_episode(table, identity, [0.5, 0.5], [arm], [reward], EpisodeState.TERMINAL)
+    return table
+
+
+def test_compiled_dqn_is_one_graph_a_callback_and_trains_as_eager_dqn(
+    one_torch_thread: None,
+) -> None:
+    from torch._dynamo.utils import counters
+
+    from emote_core.callbacks.compiled import compile_methods
+
+    def trained(compiled: bool) -> nn.Module:
+        torch.manual_seed(0)
+        q = DiscreteActionValueMlp(observation_dim=1, num_actions=2, hidden_dims=(16,))
+        callbacks = [
+            QTarget(q=q, q_target_network=copy.deepcopy(q), target_update_interval=4),
+            QLoss(q=q, optimizer=torch.optim.Adam(q.parameters(), lr=1e-2)),
+        ]
+        if compiled:
+            assert compile_methods(callbacks, backend="aot_eager") == 2  # target and loss
+        loader = MemoryLoader(table=bandit_table(100), rollout_count=16, rollout_length=1)
+        Trainer([*callbacks, BackPropStepsTerminator(bp_steps=10)], loader).train()
+        return q
+
+    eager = trained(compiled=False)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = trained(compiled=True)
+    assert counters["stats"]["unique_graphs"] == 2 and not counters["graph_break"]
+    for a, b in zip(eager.parameters(), compiled.parameters(), strict=True):
+        torch.testing.assert_close(a, b)

@@ -68,6 +68,7 @@ class QTarget(LoggingMixin, Callback):
     """
 
     order: ClassVar[int] = Order.TARGET
+    compiled_methods: ClassVar[tuple[str, ...]] = ("begin_batch",)
 
     def __init__(
         self,
