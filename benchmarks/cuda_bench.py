@@ -43,7 +43,11 @@ from train_bench import (
 )
 
 from emote_core.callback import Callback, Order
-from emote_core.callbacks.compiled import COMPILE_MODES, compiled_training_callbacks
+from emote_core.callbacks.compiled import (
+    COMPILE_MODES,
+    compiled_training_callbacks,
+    graph_counts,
+)
 from emote_core.callbacks.generic import BackPropStepsTerminator
 from emote_core.callbacks.logging import tag_for
 from emote_core.memory.loaders import MemoryLoader
@@ -71,7 +75,7 @@ def _updates(
     Trainer([*running, BackPropStepsTerminator(bp_steps=30)], loader).train()  # compile, capture
     _synchronize(DEVICE)
     if mode.startswith("compile"):
-        graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
+        graphs, breaks = graph_counts()
         adam = ", fused Adam" if fused else ""
         print(f"  ({mode}, {batches_per_sample} batches/sample{adam}: torch.compile made "
               f"{graphs} graphs, {breaks} graph breaks)")  # fmt: skip

@@ -40,6 +40,20 @@ def runner() -> CliRunner:
     return CliRunner(env={"COLUMNS": "200"})
 
 
+@pytest.fixture
+def graph_counts() -> Callable[[], tuple[int, int]]:
+    """Dynamo reset (graphs of other tests' callbacks would count against its limits) and its
+    counters cleared; returns the reader of ``(graphs made, graph breaks met)`` since."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from emote_core.callbacks.compiled import graph_counts as counts
+
+    torch._dynamo.reset()
+    counters.clear()
+    return counts
+
+
 @pytest.fixture(autouse=True)
 def _restore_logging() -> Iterator[None]:
     """Undo what `setup_logging` does inside a command, so other tests see default logging."""

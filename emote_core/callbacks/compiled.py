@@ -134,6 +134,16 @@ def _with_logs_set_aside(compiled: Any, callback: Callback) -> Any:
     return run
 
 
+def graph_counts() -> tuple[int, int]:
+    """``(graphs, graph breaks)``: how many graphs ``torch.compile`` has made in this process,
+    and how many graph breaks it met, since dynamo's counters were last cleared
+    (``torch._dynamo.utils.counters.clear()``). Whole compiled updates make one graph per
+    compiled method and no breaks."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
+
+
 def batch_callbacks(callbacks: Iterable[Callback]) -> list[Callback]:
     """The callbacks among ``callbacks`` that implement a per-batch hook."""
     return [c for c in callbacks if any(c.overrides(hook) for hook in _BATCH_HOOKS)]
@@ -443,4 +453,5 @@ __all__ = [
     "check_compile_mode",
     "compile_methods",
     "compiled_training_callbacks",
+    "graph_counts",
 ]

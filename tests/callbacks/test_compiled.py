@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections import Counter
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -124,35 +124,32 @@ class LogReader(Callback):
                 _ = callback.scalar_logs
 
 
-def compiled_graphs(callbacks: list[Callback], loader: MemoryLoader, updates: int) -> Counter:
+def compiled_graphs(
+    callbacks: list[Callback], loader: MemoryLoader, updates: int, counts: Callable
+) -> tuple[int, int]:
     """Trains ``updates`` steps with the callbacks' methods compiled (backend ``aot_eager``),
-    their logs read as a logger reads them, and returns dynamo's counters."""
-    from torch._dynamo.utils import counters
-
-    torch._dynamo.reset()  # graphs of other tests' callbacks would count against the limit
-    counters.clear()
+    their logs read as a logger reads them, and returns ``(graphs, graph breaks)`` as
+    ``counts`` (the ``graph_counts`` fixture) saw them."""
     compile_methods(callbacks, backend="aot_eager")
     train([*callbacks, LogReader(callbacks)], loader, updates)
-    return Counter(
-        graphs=counters["stats"]["unique_graphs"], breaks=sum(counters["graph_break"].values())
-    )
+    return counts()
 
 
-def test_each_compiled_method_is_one_graph_compiled_once() -> None:
+def test_each_compiled_method_is_one_graph_compiled_once(graph_counts: Callable) -> None:
     callbacks, loader = sac("cpu")
     # The target, two Q losses, the policy loss and the temperature: one whole graph each.
     # Logs read between updates, step numbers and the frozen Q networks recompile nothing.
-    assert compiled_graphs(callbacks, loader, 8) == Counter(graphs=5, breaks=0)
+    assert compiled_graphs(callbacks, loader, 8, graph_counts) == (5, 0)  # graphs, breaks
 
 
-def test_many_losses_of_one_class_all_run_compiled() -> None:
+def test_many_losses_of_one_class_all_run_compiled(graph_counts: Callable) -> None:
     callbacks, loader = sac("cpu")
     target = callbacks[0]
     losses = []
     for k in range(10):  # beyond dynamo's 8 graphs per function
         q = ActionValueMlp(observation_dim=3, action_dim=2, hidden_dims=(8,))
         losses.append(QLoss(name=f"q{k}", q=q, optimizer=torch.optim.Adam(q.parameters())))
-    assert compiled_graphs([target, *losses], loader, 3) == Counter(graphs=11, breaks=0)
+    assert compiled_graphs([target, *losses], loader, 3, graph_counts) == (11, 0)
 
 
 @pytest.mark.slow
