@@ -84,6 +84,25 @@ class _MemberNetwork(nn.Module):
                 f"{tuple(target.shape)}"
             )
 
+    def loss(
+        self, model_in: Tensor, target: Tensor, *, generator: torch.Generator | None = None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The training loss of a batch: :meth:`member_loss` of the rows :meth:`bootstrap` gives
+        each member.
+
+        Args:
+            model_in: ``(B, in_size)``, normalised.
+            target: ``(B, out_size)``, normalised.
+            generator: The CPU generator of the bootstrap.
+
+        Returns:
+            The scalar loss and its detached statistics (``"mse"``, ...).
+
+        Raises:
+            ConfigurationError: If the shapes do not match the network.
+        """
+        return self.member_loss(*self.bootstrap(model_in, target, generator=generator))
+
     def member_mse(self, model_in: Tensor, target: Tensor) -> Tensor:
         """Each member's mean squared error of its mean prediction on the same rows (no
         bootstrap), averaged over rows and dimensions; for choosing elites and held-out checks.
@@ -230,26 +249,19 @@ class EnsembleOfGaussian(_MemberNetwork):
         logvar = self.min_logvar + F.softplus(logvar - self.min_logvar)
         return mean, logvar
 
-    def loss(
+    def bootstrap(
         self, model_in: Tensor, target: Tensor, *, generator: torch.Generator | None = None
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        """The training loss, each member on its own bootstrap of the batch.
+    ) -> tuple[Tensor, Tensor]:
+        """Each member's own bootstrap of the batch: ``B`` rows drawn with replacement from the
+        ``B`` given, ``(ensemble_size, B, in_size)`` and ``(ensemble_size, B, out_size)``.
 
-        Member ``e`` sees ``B`` rows drawn with replacement from the ``B`` given. Its Gaussian NLL
-        is ``0.5 * mean over rows of sum over dims of ((mean - target)^2 exp(-logvar) +
-        logvar)`` (without the constant); the loss is the sum over members plus
-        ``logvar_penalty * (sum(max_logvar) - sum(min_logvar))``. Built deterministic, the NLL
-        is replaced by ``0.5 * mean over rows of sum over dims of (mean - target)^2`` and there
-        is no penalty.
+        The draw is apart from :meth:`member_loss` so that a compiled loss need not trace a
+        generator of its own.
 
         Args:
             model_in: ``(B, in_size)``, normalised.
             target: ``(B, out_size)``, normalised.
             generator: The CPU generator the bootstrap indices are drawn with.
-
-        Returns:
-            The scalar loss and, detached, ``"mse"`` (the squared error of the means averaged
-            over members, rows and dims) and, with a variance head, ``"mean_logvar"``.
 
         Raises:
             ConfigurationError: If the shapes do not match the network.
@@ -258,7 +270,27 @@ class EnsembleOfGaussian(_MemberNetwork):
         rows = model_in.shape[0]
         index = torch.randint(rows, (self.ensemble_size, rows), generator=generator)
         index = index.to(model_in.device)
-        member_in, member_target = model_in[index], target[index]
+        return model_in[index], target[index]
+
+    def member_loss(
+        self, member_in: Tensor, member_target: Tensor
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The training loss of each member's rows (as :meth:`bootstrap` gives them).
+
+        Member ``e``'s Gaussian NLL is ``0.5 * mean over rows of sum over dims of
+        ((mean - target)^2 exp(-logvar) + logvar)`` (without the constant); the loss is the sum
+        over members plus ``logvar_penalty * (sum(max_logvar) - sum(min_logvar))``. Built
+        deterministic, the NLL is replaced by ``0.5 * mean over rows of sum over dims of
+        (mean - target)^2`` and there is no penalty.
+
+        Args:
+            member_in: ``(ensemble_size, B, in_size)``.
+            member_target: ``(ensemble_size, B, out_size)``.
+
+        Returns:
+            The scalar loss and, detached, ``"mse"`` (the squared error of the means averaged
+            over members, rows and dims) and, with a variance head, ``"mean_logvar"``.
+        """
         mean, logvar = self(member_in)
         squared = (mean - member_target).square()
         info = {"mse": squared.mean().detach()}
@@ -372,23 +404,34 @@ class DeterministicModel(_MemberNetwork):
             )
         return self.layers(x), None
 
-    def loss(
+    def bootstrap(
         self, model_in: Tensor, target: Tensor, *, generator: torch.Generator | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """The batch as given, as the rows of an ensemble of one: ``(1, B, in_size)`` and
+        ``(1, B, out_size)`` (one network needs no bootstrap; ``generator`` is unused).
+
+        Raises:
+            ConfigurationError: If the shapes do not match the network.
+        """
+        del generator
+        self._check_batch(model_in, target)
+        return model_in.unsqueeze(0), target.unsqueeze(0)
+
+    def member_loss(
+        self, member_in: Tensor, member_target: Tensor
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """``0.5 * mean over rows of sum over dims of (prediction - target)^2``.
 
         Args:
-            model_in: ``(B, in_size)``, normalised.
-            target: ``(B, out_size)``, normalised.
-            generator: Unused: one network needs no bootstrap. Accepted for the shared interface.
+            member_in: ``(1, B, in_size)``.
+            member_target: ``(1, B, out_size)``.
 
         Returns:
             The scalar loss and ``{"mse": ...}``, the squared error averaged over rows and dims.
         """
-        del generator
-        self._check_batch(model_in, target)
-        mean, _ = self(model_in)
-        return _squared_error_loss(mean, target), {"mse": (mean - target).square().mean().detach()}
+        mean, _ = self(member_in)
+        error = (mean - member_target).square()
+        return _squared_error_loss(mean, member_target), {"mse": error.mean().detach()}
 
     def sample(self, model_in: Tensor, generator: torch.Generator | None = None) -> Tensor:
         """The prediction, ``(B, out_size)``, without gradient; ``generator`` is unused."""

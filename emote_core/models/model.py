@@ -26,10 +26,17 @@ class DynamicsNetwork(Protocol):
     num_elites: int
     deterministic: bool
 
-    def loss(
+    def bootstrap(
         self, model_in: Tensor, target: Tensor, *, generator: torch.Generator | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """The rows each member trains on, ``(ensemble_size, B, in_size)`` and
+        ``(ensemble_size, B, out_size)``; all the training step's random draws are here."""
+        ...
+
+    def member_loss(
+        self, member_in: Tensor, member_target: Tensor
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """The training loss of a batch and detached statistics of it."""
+        """The training loss of :meth:`bootstrap`'s rows and detached statistics of it."""
         ...
 
     def member_mse(self, model_in: Tensor, target: Tensor) -> Tensor:
@@ -225,6 +232,43 @@ class DynamicModel(nn.Module):
             self.target_normalizer.update(target)
         return self.input_normalizer.normalize(model_in), self.target_normalizer.normalize(target)
 
+    def training_rows(
+        self,
+        observation: Tensor,
+        next_observation: Tensor,
+        action: Tensor,
+        reward: Tensor | None = None,
+        *,
+        generator: torch.Generator | None = None,
+        update_normalizers: bool = True,
+    ) -> tuple[Tensor, Tensor]:
+        """The rows each member of the network trains on, in normalised units: the first half of
+        :meth:`loss`, with its random draws, its checks and the normalisers' update.
+
+        Args:
+            observation: ``(B, observation_size)``.
+            next_observation: ``(B, observation_size)``.
+            action: ``(B, action_size)``.
+            reward: ``(B,)`` or ``(B, 1)``; required with learned rewards.
+            generator: The CPU generator of the network's bootstrap.
+            update_normalizers: Merge the batch into the normalisers first.
+
+        Returns:
+            ``(ensemble_size, B, input_size)`` and ``(ensemble_size, B, target_size)``.
+        """
+        model_in, target = self.process_batch(
+            observation, next_observation, action, reward, update_normalizers=update_normalizers
+        )
+        return self.model.bootstrap(model_in, target, generator=generator)
+
+    def member_loss(
+        self, member_in: Tensor, member_target: Tensor
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The second half of :meth:`loss`: the network's loss on :meth:`training_rows`' rows and
+        its detached statistics. Nothing here synchronises with the host or draws random
+        numbers, so it compiles as one graph."""
+        return self.model.member_loss(member_in, member_target)
+
     def loss(
         self,
         observation: Tensor,
@@ -248,10 +292,11 @@ class DynamicModel(nn.Module):
         Returns:
             The scalar loss and the network's detached statistics (``"mse"``, ...).
         """
-        model_in, target = self.process_batch(
-            observation, next_observation, action, reward, update_normalizers=update_normalizers
-        )
-        return self.model.loss(model_in, target, generator=generator)
+        rows = self.training_rows(
+            observation, next_observation, action, reward,
+            generator=generator, update_normalizers=update_normalizers,
+        )  # fmt: skip
+        return self.member_loss(*rows)
 
     def member_mse(
         self,

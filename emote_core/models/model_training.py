@@ -54,6 +54,7 @@ class ModelLoss(LossCallback):
     """
 
     order: ClassVar[int] = Order.DATA + 5
+    compiled_methods: ClassVar[tuple[str, ...]] = ("member_loss",)
 
     def __init__(
         self,
@@ -134,12 +135,21 @@ class ModelLoss(LossCallback):
         self, observation: Tensor, next_observation: Tensor, actions: Tensor, rewards: Tensor
     ) -> Tensor:
         """The model's loss (Gaussian NLL of its ensemble, or MSE) on the given rows."""
-        loss, info = self.model.loss(
+        rows = self.model.training_rows(
             observation, next_observation, actions, rewards, generator=self.generator
         )
+        loss, info = self.member_loss(*rows)
         if "mse" in info:
             self.log_scalar(f"model/{self.name}_train_mse", info["mse"])
         return loss
+
+    def member_loss(
+        self, member_in: Tensor, member_target: Tensor
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The network's loss on its members' rows: what ``training.compile`` compiles. The
+        bootstrap draws and the normalisers' update and checks (host reads) stay in
+        :meth:`loss`, eager."""
+        return self.model.member_loss(member_in, member_target)
 
     def state_dict(self) -> dict[str, Any]:
         """The model, optimizer, bootstrap generator and step count."""

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from emote_core.callbacks.compiled import compile_methods
 from emote_core.errors import ConfigurationError
 from emote_core.memory.builders import DictObsMemoryTable
 from emote_core.memory.loaders import MemoryLoader
@@ -279,13 +280,13 @@ def test_the_model_never_trains_on_held_out_episodes() -> None:
     held = linear_episodes(10)
     model = small_model()
     seen: list[torch.Tensor] = []
-    original = model.loss
+    original = model.training_rows
 
     def spy(observation, next_observation, action, reward=None, **kwargs):
         seen.append(action[:, 1].clone())
         return original(observation, next_observation, action, reward, **kwargs)
 
-    model.loss = spy  # type: ignore[method-assign]
+    model.training_rows = spy  # type: ignore[method-assign]
     loss = model_loss(model, held)
     train(loss, MemoryLoader(table=held, rollout_count=64, rollout_length=1), 30)
     identities = torch.round(torch.cat(seen) * 10).long().unique().tolist()
@@ -367,3 +368,29 @@ def test_the_model_loss_resumes_exactly_from_its_checkpoint() -> None:
     for a, b in zip(first.model.state_dict().values(), restored.model.state_dict().values(),
                     strict=True):  # fmt: skip
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_compiled_model_loss_is_one_graph_and_trains_as_the_eager_one(graph_counts) -> None:
+    held = linear_episodes(5)
+    eager, compiled = (model_loss(small_model(), held) for _ in range(2))
+    assert compile_methods([compiled], backend="aot_eager") == 1
+    loader = MemoryLoader(table=held, rollout_count=32, rollout_length=1)
+    for step in range(1, 13):
+        batch = loader.sample()["default"]
+        rows = {
+            "observation": batch["observation"],
+            "actions": batch["actions"],
+            "next_observation": batch["next_observation"],
+            "rewards": batch["rewards"],
+        }
+        for loss in (eager, compiled):
+            loss.begin_batch(**rows, bp_step=step)
+    # The bootstrap draws and the normalisers' update run eagerly around the graph: one for the
+    # first batch's row count, then one for any count (the held-out rows left out vary it).
+    assert graph_counts() == (2, 0)
+    assert compiled.steps == eager.steps == 12
+    for (name, a), b in zip(eager.model.state_dict().items(),
+                            compiled.model.state_dict().values(), strict=True):  # fmt: skip
+        torch.testing.assert_close(a, b, msg=name)
+    assert compiled.generator.get_state().equal(eager.generator.get_state())
