@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
 from emote_core.algorithms._common import key_list
-from emote_core.algorithms.genrl.vae import VariationalAutoencoder
+from emote_core.algorithms.genrl.vae import VaeLossTerms, VariationalAutoencoder, standard_normal
 from emote_core.callbacks.loss import LossCallback
 from emote_core.errors import ConfigurationError
 from emote_core.nn.inputs import flatten_observation
@@ -42,6 +42,8 @@ class VAELoss(LossCallback):
             parameters are frozen (a :class:`~emote_core.algorithms.genrl.wrappers.DecoderWrapper`
             froze its decoder).
     """
+
+    compiled_methods: ClassVar[tuple[str, ...]] = ("loss_terms",)
 
     def __init__(
         self,
@@ -84,10 +86,20 @@ class VAELoss(LossCallback):
                 f"{actions.shape[0]} actions; the data group '{self.data_group}' must hold one "
                 "action per observation"
             )
-        terms = self.vae.loss(actions, inputs, generator=self._generator)
+        # Drawn here, eagerly, so that a compiled loss_terms need not trace the generator.
+        noise = standard_normal(
+            (inputs.shape[0], self.vae.latent_dim), dtype=inputs.dtype, device=inputs.device,
+            generator=self._generator,
+        )  # fmt: skip
+        terms = self.loss_terms(actions, inputs, noise)
         self.log_scalar(f"{self.name}/reconstruction", terms.reconstruction.detach())
         self.log_scalar(f"{self.name}/kl", terms.kl.detach())
         return terms.loss
+
+    def loss_terms(self, actions: Tensor, inputs: Tensor, noise: Tensor) -> VaeLossTerms:
+        """The VAE's loss and its terms on flattened inputs with the latent noise drawn: what
+        ``training.compile`` compiles."""
+        return self.vae.loss(actions, inputs, noise=noise)
 
     def random_generators(self) -> dict[str, torch.Generator]:
         """The latent noise's generator."""

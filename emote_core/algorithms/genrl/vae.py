@@ -103,23 +103,41 @@ def vae_loss(
     return VaeLossTerms(reconstruction_error + beta * kl, reconstruction_error, kl)
 
 
+def standard_normal(
+    shape: Sequence[int],
+    *,
+    dtype: torch.dtype,
+    device: torch.device,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Standard normal noise of ``shape`` on ``device``, drawn by ``generator`` on its own
+    device and then moved (the global generator when ``None``)."""
+    if generator is None:
+        return torch.randn(tuple(shape), dtype=dtype, device=device)
+    return torch.randn(tuple(shape), generator=generator, device=generator.device, dtype=dtype).to(
+        device
+    )
+
+
 def reparameterise(
-    mean: Tensor, log_var: Tensor, *, generator: torch.Generator | None = None
+    mean: Tensor,
+    log_var: Tensor,
+    *,
+    generator: torch.Generator | None = None,
+    noise: Tensor | None = None,
 ) -> Tensor:
     """A sample ``mean + exp(log_var / 2) * noise`` that gradients flow through.
 
     Args:
         mean: ``(B, latent_dim)`` means.
         log_var: ``(B, latent_dim)`` log-variances.
-        generator: Draws the standard normal noise (on its own device, then moved to
-            ``mean``'s); the global generator when ``None``.
+        generator: Draws the standard normal noise (:func:`standard_normal`).
+        noise: The standard normal noise, drawn already (``generator`` is then unused).
     """
-    if generator is None:
-        noise = torch.randn_like(mean)
-    else:
-        noise = torch.randn(
-            mean.shape, generator=generator, device=generator.device, dtype=mean.dtype
-        ).to(mean.device)
+    if noise is None:
+        noise = standard_normal(
+            mean.shape, dtype=mean.dtype, device=mean.device, generator=generator
+        )
     return mean + (0.5 * log_var).exp() * noise
 
 
@@ -315,7 +333,12 @@ class VariationalAutoencoder(nn.Module):
         return self.decoder(latent, observation)
 
     def forward(
-        self, action: Tensor, observation: Tensor, *, generator: torch.Generator | None = None
+        self,
+        action: Tensor,
+        observation: Tensor,
+        *,
+        generator: torch.Generator | None = None,
+        noise: Tensor | None = None,
     ) -> VaeOutput:
         """Encodes, samples a latent by reparameterisation and decodes it.
 
@@ -323,19 +346,27 @@ class VariationalAutoencoder(nn.Module):
             action: ``(B, action_dim)`` actions.
             observation: ``(B, observation_dim)`` flattened observations they were taken in.
             generator: Draws the latent's noise (the global generator when ``None``).
+            noise: The latent's ``(B, latent_dim)`` standard normal noise, drawn already
+                (``generator`` is then unused).
 
         Returns:
             The reconstruction, the posterior's mean and log-variance, and the sampled latent.
         """
         mean, log_var = self.encode(action, observation)
-        latent = reparameterise(mean, log_var, generator=generator)
+        latent = reparameterise(mean, log_var, generator=generator, noise=noise)
         return VaeOutput(self.decode(latent, observation), mean, log_var, latent)
 
     def loss(
-        self, action: Tensor, observation: Tensor, *, generator: torch.Generator | None = None
+        self,
+        action: Tensor,
+        observation: Tensor,
+        *,
+        generator: torch.Generator | None = None,
+        noise: Tensor | None = None,
     ) -> VaeLossTerms:
-        """:func:`vae_loss` of a forward pass, with this VAE's ``beta``."""
-        output = self(action, observation, generator=generator)
+        """:func:`vae_loss` of a forward pass (:meth:`forward`'s arguments), with this VAE's
+        ``beta``."""
+        output = self(action, observation, generator=generator, noise=noise)
         return vae_loss(output.reconstruction, action, output.mean, output.log_var, beta=self.beta)
 
 
@@ -391,5 +422,6 @@ __all__ = [
     "gaussian_kl",
     "make_vae",
     "reparameterise",
+    "standard_normal",
     "vae_loss",
 ]

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from emote_core.algorithms.genrl import DecoderWrapper, VAELoss, make_vae
+from emote_core.callbacks.compiled import compile_methods
 from emote_core.errors import ConfigurationError, MissingStateKeyError
 from emote_core.memory.loaders import MemoryLoader
 from emote_core.trainer import Trainer
@@ -113,3 +114,24 @@ def test_the_loss_reads_its_own_data_group_only() -> None:
     }
     with pytest.raises(MissingStateKeyError, match=r"'vae'.*'observation'"):
         Trainer([loss], [batch]).train()
+
+
+def test_the_compiled_loss_is_one_graph_and_trains_as_the_eager_one(
+    one_torch_thread: None, graph_counts
+) -> None:
+    loader = MemoryLoader(
+        table=demonstration_table(episodes=4, length=10), rollout_count=8, rollout_length=1,
+        data_group=DEMONSTRATIONS_GROUP,
+    )  # fmt: skip
+    eager, compiled = new_loss(seed=3), new_loss(seed=3)
+    assert compile_methods([compiled], backend="aot_eager") == 1
+    for _ in range(5):
+        batch = loader.sample()[DEMONSTRATIONS_GROUP]
+        for callback in (eager, compiled):
+            callback.backward(observation=batch["observation"], actions=batch["actions"])
+    # The latent noise is drawn eagerly from the loss's generator, outside the graph.
+    assert graph_counts() == (1, 0)
+    assert compiled._generator.get_state().equal(eager._generator.get_state())
+    for mine, theirs in zip(eager.vae.parameters(), compiled.vae.parameters(), strict=True):
+        torch.testing.assert_close(mine, theirs)
+    assert compiled.scalar_logs["vae/kl"] == pytest.approx(eager.scalar_logs["vae/kl"], rel=1e-5)
