@@ -4,8 +4,9 @@ Four sections, each printing its figures side by side in one run (``--sections``
 
 * ``updates``: the update loop alone (no env), SAC with 256x256 networks, batch 256, batches
   sampled from a table on the GPU (20k random Pendulum-v1 transitions), in updates/s for every
-  ``training.compile`` mode (and CUDA graphs fed 16 batches per table sample), and
-  Stable-Baselines3's ``SAC.train`` on the same GPU. Target: >= 5,000 updates/s.
+  ``training.compile`` mode (and CUDA graphs fed 16 batches per table sample), with the twin Q
+  networks apart and stacked (``sac.stacked_q``), and Stable-Baselines3's ``SAC.train`` on the
+  same GPU. Target: >= 5,000 updates/s.
 * ``sampling``: transitions/s of batches of 256 one-step windows sampled from that GPU table,
   one batch per table sample and several (``memory.batches_per_sample``), beside a bare
   ``torch.randint`` + index gather of the same columns. Target: >= 10M transitions/s.
@@ -58,7 +59,13 @@ UPDATE_TARGET, SAMPLING_TARGET, PENDULUM_TARGET, EAGER_MULTIPLE = 5_000, 10e6, 1
 
 
 def _updates(
-    mode: str, batches_per_sample: int, episodes, env, updates: int, fused: bool = False
+    mode: str,
+    batches_per_sample: int,
+    episodes,
+    env,
+    updates: int,
+    fused: bool = False,
+    stacked_q: bool = False,
 ) -> float:
     """Updates/s of ``mode``; for compiled modes, also says how many graphs torch.compile made
     of the update callbacks' methods (SAC's five: the target and four losses, one each when
@@ -66,7 +73,7 @@ def _updates(
     from torch._dynamo.utils import counters
 
     counters.clear()
-    callbacks, loader = emote_sac(episodes, env, DEVICE, fused_adam=fused)
+    callbacks, loader = emote_sac(episodes, env, DEVICE, fused_adam=fused, stacked_q=stacked_q)
     loader = MemoryLoader(
         table=loader.table, rollout_count=BATCH, rollout_length=1,
         batches_per_sample=batches_per_sample,
@@ -76,7 +83,7 @@ def _updates(
     _synchronize(DEVICE)
     if mode.startswith("compile"):
         graphs, breaks = graph_counts()
-        adam = ", fused Adam" if fused else ""
+        adam = (", fused Adam" if fused else "") + (", stacked Q" if stacked_q else "")
         print(f"  ({mode}, {batches_per_sample} batches/sample{adam}: torch.compile made "
               f"{graphs} graphs, {breaks} graph breaks)")  # fmt: skip
     started = time.perf_counter()
@@ -99,6 +106,10 @@ def section_updates(updates: int) -> None:
     rates["compile+cuda_graphs, 16 batches/sample, fused Adam"] = _updates(
         "compile+cuda_graphs", 16, episodes, env, updates, fused=True
     )  # what the SAC recipes build
+    rates["none, stacked Q"] = _updates("none", 1, episodes, env, updates, stacked_q=True)
+    rates["compile+cuda_graphs, 16 batches/sample, fused Adam, stacked Q"] = _updates(
+        "compile+cuda_graphs", 16, episodes, env, updates, fused=True, stacked_q=True
+    )  # sac.stacked_q = true
     try:
         model = sb3_sac(episodes, env, DEVICE, fused_adam=False)
         time_sb3(model, 30, DEVICE)
@@ -107,7 +118,7 @@ def section_updates(updates: int) -> None:
         print("  (Stable-Baselines3 is not installed: pip install -e '.[bench]')")
     eager = rates["none"]
     for name, rate in rates.items():
-        print(f"  {name:<52} {rate:8.0f} updates/s  ({rate / eager:4.1f}x eager)")
+        print(f"  {name:<64} {rate:8.0f} updates/s  ({rate / eager:4.1f}x eager)")
     best = max(v for k, v in rates.items() if "Stable" not in k)
     verdict = "met" if best >= UPDATE_TARGET else "MISSED"
     print(f"  best emote {best:.0f} updates/s: target {verdict}")
@@ -194,10 +205,14 @@ def section_pendulum(first: int, last: int) -> None:
         "compile+cuda_graphs, 16 batches/sample": [
             "training.compile=compile+cuda_graphs", "memory.batches_per_sample=16",
         ],
+        "compile+cuda_graphs, 16 batches/sample, stacked Q": [
+            "training.compile=compile+cuda_graphs", "memory.batches_per_sample=16",
+            "sac.stacked_q=true",
+        ],
     }  # fmt: skip
     rates = {name: _pendulum_rate(overrides, first, last) for name, overrides in settings.items()}
     for name, rate in rates.items():
-        print(f"  {name:<40} {rate:7.0f} env steps/s  ({rate / rates['eager']:4.1f}x eager)")
+        print(f"  {name:<50} {rate:7.0f} env steps/s  ({rate / rates['eager']:4.1f}x eager)")
 
 
 def _first_return_at_least(run_dir: Path, threshold: float) -> tuple[float | None, int | None]:

@@ -19,10 +19,10 @@ fi
 } 2>&1 | tee "$out/machine.txt"
 # Only the files that hold gpu tests: the others import peers (Ray, Minari, skrl) not there.
 mapfile -t files < <(grep -rl "mark.gpu" tests | sort)
-timeout "${TESTS_S:-240}" python3 -m pytest -q -p no:cacheprovider -o addopts= \
+timeout "${TESTS_S:-180}" python3 -m pytest -q -p no:cacheprovider -o addopts= \
     --import-mode=importlib -rs -m gpu "${files[@]}" 2>&1 | tee "$out/gpu_tests.log"
 tests=${PIPESTATUS[0]}
-timeout "${BENCH_S:-300}" python3 benchmarks/cuda_bench.py \
+timeout "${BENCH_S:-360}" python3 benchmarks/cuda_bench.py \
     --sections "${SECTIONS:-updates,sampling,pendulum}" --updates "${UPDATES:-2000}" 2>&1 \
     | tee "$out/cuda_bench.log"
 bench=${PIPESTATUS[0]}

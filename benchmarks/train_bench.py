@@ -37,11 +37,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from emote_core.algorithms.sac import AlphaLoss, PolicyLoss, QLoss, QTarget
+from emote_core.algorithms.sac import AlphaLoss, PolicyLoss, QLoss, QTarget, StackedQLoss
 from emote_core.callbacks.generic import BackPropStepsTerminator
 from emote_core.memory.builders import DictObsMemoryTable
 from emote_core.memory.loaders import MemoryLoader
-from emote_core.nn.action_value import ActionValueMlp
+from emote_core.nn.action_value import ActionValueMlp, StackedActionValueMlp
 from emote_core.nn.policies import GaussianMlpPolicy
 from emote_core.spaces import MDPSpace
 from emote_core.trainer import Trainer
@@ -88,8 +88,15 @@ def pendulum_episodes(transitions: int, seed: int = 0) -> tuple[list[Episode], g
     return episodes, env
 
 
-def emote_sac(episodes: list[Episode], env: gym.Env, device: torch.device, fused_adam: bool):
-    """The emote callbacks and a loader over a table holding ``episodes``."""
+def emote_sac(
+    episodes: list[Episode],
+    env: gym.Env,
+    device: torch.device,
+    fused_adam: bool,
+    stacked_q: bool = False,
+):
+    """The emote callbacks and a loader over a table holding ``episodes``; with ``stacked_q``,
+    the twin Q networks stacked in one module (``sac.stacked_q``), from the same weights."""
     spaces = MDPSpace.from_gymnasium(env.observation_space, env.action_space)
     table = DictObsMemoryTable(spaces=spaces, maxlen=10**6, device=device, seed=0)
     for identity, episode in enumerate(episodes):
@@ -109,12 +116,22 @@ def emote_sac(episodes: list[Episode], env: gym.Env, device: torch.device, fused
         return torch.optim.Adam(parameters, lr=LR, **options)
 
     clip = {"max_grad_norm": None}  # SB3's SAC does not clip gradients
+    if stacked_q:
+        critics = StackedActionValueMlp.from_networks([q1, q2])
+        networks: dict = {"critics": critics}
+        targets: dict = {"critics_target": copy.deepcopy(critics)}
+        q_losses = [StackedQLoss(critics=critics, optimizer=adam(critics.parameters()), **clip)]
+    else:
+        networks, targets = (
+            {"q1": q1, "q2": q2},
+            {"q1_target": copy.deepcopy(q1), "q2_target": copy.deepcopy(q2)},
+        )
+        q_losses = [QLoss(name=name, q=q, optimizer=adam(q.parameters()), **clip)
+                    for name, q in networks.items()]  # fmt: skip
     callbacks = [
-        QTarget(policy=policy, ln_alpha=ln_alpha, q1=q1, q2=q2, q1_target=copy.deepcopy(q1),
-                q2_target=copy.deepcopy(q2)),
-        QLoss(name="q1", q=q1, optimizer=adam(q1.parameters()), **clip),
-        QLoss(name="q2", q=q2, optimizer=adam(q2.parameters()), **clip),
-        PolicyLoss(policy=policy, ln_alpha=ln_alpha, q1=q1, q2=q2,
+        QTarget(policy=policy, ln_alpha=ln_alpha, **networks, **targets),
+        *q_losses,
+        PolicyLoss(policy=policy, ln_alpha=ln_alpha, **networks,
                    optimizer=adam(policy.parameters()), **clip),
         AlphaLoss(policy=policy, ln_alpha=ln_alpha, action_dim=1, optimizer=adam([ln_alpha]),
                   **clip),

@@ -86,11 +86,7 @@ class LossCallback(LoggingMixin, Callback, ABC):
         loss.backward()
         if self.gradient_hook is not None:
             self.gradient_hook(self.parameters)
-        grads = [p.grad for p in self.parameters if p.grad is not None]
-        if self.max_grad_norm is not None:
-            grad_norm = clip_gradients_(self.parameters, grads, self.max_grad_norm)
-        else:  # measure only: clipping to infinity would still rescale every gradient
-            grad_norm = gradient_norm(grads)
+        grad_norm = self.clip_gradients([p.grad for p in self.parameters if p.grad is not None])
         self.optimizer.step()
         if self.lr_schedule is not None:
             self.lr_schedule.step()
@@ -99,6 +95,15 @@ class LossCallback(LoggingMixin, Callback, ABC):
         self.log_scalar(f"training/{self.name}_gradient_norm", grad_norm)
         if self.network is not None and (self.log_per_param_weights or self.log_per_param_grads):
             self._log_parameters()
+
+    def clip_gradients(self, grads: list[torch.Tensor]) -> torch.Tensor:
+        """Clips the parameters' gradients ``grads`` in place to a total 2-norm of at most
+        ``max_grad_norm`` (with ``None``, only measures it) and returns the norm before, which
+        is logged as ``training/<name>_gradient_norm``."""
+        if self.max_grad_norm is not None:
+            return clip_gradients_(self.parameters, grads, self.max_grad_norm)
+        # Measure only: clipping to infinity would still rescale every gradient.
+        return gradient_norm(grads)
 
     def capture_blocker(self) -> str | None:
         """As :meth:`Callback.capture_blocker`, and not with a learning-rate schedule, a gradient

@@ -7,6 +7,7 @@ from emote_core.nn.action_value import (
     ActionValueMlp,
     DiscreteActionValueMlp,
     SharedEncoderActionValueNet,
+    StackedActionValueMlp,
 )
 from emote_core.nn.augmentation import ImageAugmentor
 from emote_core.nn.categorical_value import ActionLogitMlp, DiscreteActionLogitMlp
@@ -39,6 +40,7 @@ __all__ = [
     "MlpEncoder",
     "ModifiedAdamW",
     "SharedEncoderActionValueNet",
+    "StackedActionValueMlp",
     "flatten_observation",
     "normal_init_",
     "observation_dim",

@@ -21,6 +21,17 @@ the temperature, as above). In that order the temperature step reuses the log-pr
 policy loss computed on the same batch (``policy_log_probs`` in the data group) instead of
 running the policy again.
 
+With the twin Q networks stacked in one module (:class:`~emote_core.nn.StackedActionValueMlp`,
+``(2, B, 1)`` values), one :class:`StackedQLoss` trains both, and the target and policy loss take
+``critics=`` (and ``critics_target=``) instead of ``q1``/``q2``; the learning is the same, in
+half as many kernels::
+
+    critics = StackedActionValueMlp(observation_dim=obs_dim, action_dim=action_dim)
+    QTarget(policy=policy, ln_alpha=ln_alpha, critics=critics,
+            critics_target=copy.deepcopy(critics))
+    StackedQLoss(critics=critics, optimizer=torch.optim.Adam(critics.parameters(), lr=3e-4))
+    PolicyLoss(policy=policy, ln_alpha=ln_alpha, critics=critics, optimizer=...)
+
 :class:`~emote_core.algorithms.sac.family.SoftActorCritic` registers this set-up as
 ``algorithm = "sac"`` with its recipe table :class:`~emote_core.algorithms.sac.family.SacConfig`.
 """
@@ -35,8 +46,9 @@ from emote_core.algorithms.sac.losses import (
     AlphaLoss,
     PolicyLoss,
     QLoss,
+    StackedQLoss,
 )
-from emote_core.algorithms.sac.targets import QTarget
+from emote_core.algorithms.sac.targets import QTarget, TwinQ
 
 __all__ = [
     "POLICY_LOG_PROBS_KEY",
@@ -48,5 +60,7 @@ __all__ = [
     "SacConfig",
     "SacNetworks",
     "SoftActorCritic",
+    "StackedQLoss",
+    "TwinQ",
     "soft_update_from_to",
 ]

@@ -24,7 +24,7 @@ from emote_core.algorithms.registry import (
     TrainingParts,
     register_algorithm,
 )
-from emote_core.algorithms.sac.losses import AlphaLoss, PolicyLoss, QLoss
+from emote_core.algorithms.sac.losses import AlphaLoss, PolicyLoss, QLoss, StackedQLoss
 from emote_core.algorithms.sac.targets import QTarget
 from emote_core.errors import ConfigurationError, ExportError
 from emote_core.nn import (
@@ -33,6 +33,7 @@ from emote_core.nn import (
     GaussianMlpPolicy,
     GaussianPolicy,
     SharedEncoderActionValueNet,
+    StackedActionValueMlp,
     observation_dim,
 )
 from emote_core.nn.inputs import flatten_observation
@@ -82,19 +83,29 @@ class SacConfig:
     without gradients, as in CURL and SAC-AE; the ``conv`` table)."""
     conv: ConvEncoderConfig = field(default_factory=ConvEncoderConfig)
     """The image encoder (``encoder = "conv"`` only)."""
+    stacked_q: bool = False
+    """Both Q networks in one module of stacked weights, trained by one loss (``q``) with one
+    optimizer: the same learning, in half as many (twice as large) kernels, for GPUs. MLP
+    regression critics only (``critic = "mse"``, ``encoder = "mlp"``)."""
 
 
 @dataclass
 class SacNetworks(Networks):
-    """A Gaussian policy, two Q networks with target copies and the log-temperature."""
+    """A Gaussian policy, two Q networks with target copies and the log-temperature.
+
+    The Q networks are ``q1`` and ``q2``, or, with ``stacked_q``, ``critics`` (both in one
+    stacked module; ``q1`` and ``q2`` are then ``None``).
+    """
 
     policy: nn.Module
-    q1: nn.Module
-    q2: nn.Module
+    q1: nn.Module | None
+    q2: nn.Module | None
     ln_alpha: Tensor
     targets: dict[str, nn.Module] = field(default_factory=dict)
     image_encoder: tuple[str, nn.Module] | None = None
     """The image entry and the encoder the Q networks share (``encoder = "conv"``)."""
+    critics: nn.Module | None = None
+    """Both Q networks stacked (``stacked_q``), ``(2, B, 1)`` values."""
 
     @property
     def acting(self) -> nn.Module:
@@ -141,6 +152,14 @@ class SoftActorCritic(AlgorithmFamily):
             )
         config.hl_gauss.check(config.critic, source=source, where=self.name)
         config.conv.check(config.encoder, source=source, where=self.name)
+        if config.stacked_q and (
+            config.critic is not SacCritic.MSE or config.encoder is not ObservationEncoder.MLP
+        ):
+            raise ConfigurationError(
+                f"{source}: 'sac.stacked_q = true' stacks MLP regression critics; got critic = "
+                f'"{config.critic}" and encoder = "{config.encoder}" — set sac.critic = "mse" '
+                'and sac.encoder = "mlp", or sac.stacked_q = false'
+            )
         if config.encoder is ObservationEncoder.CONV and config.critic is SacCritic.HL_GAUSS:
             raise ConfigurationError(
                 f"{source}: 'sac.encoder = \"conv\"' trains regression critics; an HL-Gauss "
@@ -183,6 +202,15 @@ class SoftActorCritic(AlgorithmFamily):
             policy = GaussianMlpPolicy(
                 observation_dim=obs_dim, action_dim=action_dim, hidden_dims=hidden
             )
+            if config.stacked_q:  # the same initial weights as q1 and q2 built one by one
+                critics = StackedActionValueMlp(
+                    observation_dim=obs_dim, action_dim=action_dim, hidden_dims=hidden
+                ).to(context.device)
+                return SacNetworks(
+                    policy=policy.to(context.device), q1=None, q2=None,
+                    ln_alpha=torch.zeros(1, device=context.device, requires_grad=True),
+                    critics=critics, targets={"critics": copy.deepcopy(critics)},
+                )  # fmt: skip
             q1, q2 = (self._q_network(config, obs_dim, action_dim) for _ in range(2))
         device = context.device
         networks = SacNetworks(
@@ -214,19 +242,25 @@ class SoftActorCritic(AlgorithmFamily):
         adam = functools.partial(torch.optim.Adam, fused=True, lr=config.learning_rate)
         action_dim = int(context.spaces.actions.shape[0])
         clip = config.max_grad_norm
+        if networks.critics is not None:  # stacked_q
+            critics: dict[str, Any] = {"critics": networks.critics}
+            targets = {"critics_target": networks.targets["critics"]}
+            q_losses = [StackedQLoss(critics=networks.critics, max_grad_norm=clip,
+                                     optimizer=adam(networks.critics.parameters()))]  # fmt: skip
+        else:
+            critics = {"q1": networks.q1, "q2": networks.q2}
+            targets = {"q1_target": networks.targets["q1"], "q2_target": networks.targets["q2"]}
+            q_losses = [self._q_loss(config, name, q, adam(q.parameters()))
+                        for name, q in critics.items()]  # fmt: skip
         callbacks = [
             QTarget(
-                policy=networks.policy, ln_alpha=networks.ln_alpha,
-                q1_target=networks.targets["q1"], q2_target=networks.targets["q2"],
-                q1=networks.q1, q2=networks.q2, gamma=config.gamma,
-                reward_scale=config.reward_scale, target_q_tau=config.tau,
+                policy=networks.policy, ln_alpha=networks.ln_alpha, **critics, **targets,
+                gamma=config.gamma, reward_scale=config.reward_scale, target_q_tau=config.tau,
                 rollout_length=context.rollout_length,
             ),
-            *(self._q_loss(config, name, q, adam(q.parameters()))
-              for name, q in (("q1", networks.q1), ("q2", networks.q2))),
-            PolicyLoss(policy=networks.policy, ln_alpha=networks.ln_alpha, q1=networks.q1,
-                       q2=networks.q2, max_grad_norm=clip,
-                       optimizer=adam(networks.policy.parameters())),
+            *q_losses,
+            PolicyLoss(policy=networks.policy, ln_alpha=networks.ln_alpha, **critics,
+                       max_grad_norm=clip, optimizer=adam(networks.policy.parameters())),
             AlphaLoss(policy=networks.policy, ln_alpha=networks.ln_alpha, action_dim=action_dim,
                       target_entropy=config.target_entropy, max_alpha=config.max_alpha,
                       optimizer=adam([networks.ln_alpha])),

@@ -17,9 +17,10 @@ from emote_core.algorithms._common import (
     sample_policy,
     window_starts,
 )
-from emote_core.algorithms.sac.targets import check_ln_alpha
+from emote_core.algorithms.sac.targets import TwinQ, check_ln_alpha
 from emote_core.callbacks.loss import LossCallback
 from emote_core.errors import ConfigurationError
+from emote_core.memory.priorities import td_error_outputs
 from emote_core.nn.inputs import flatten_observation
 from emote_core.schedules import BPStepScheduler
 
@@ -89,6 +90,125 @@ class QLoss(TdErrorPublisher, LossCallback):
         )
 
 
+class StackedQLoss(LossCallback):
+    """:class:`QLoss` for both of SAC's Q networks at once, stacked in one module: one forward
+    and backward pass and one optimizer step for the two, which halves the Q losses' kernels
+    on a GPU.
+
+    The loss is ``sum over members m of mean(w * (q_m(s, a) - q_target)^2)``, so each member
+    gets the gradient its own :class:`QLoss` would give it, and Adam, being element-wise, steps
+    each as its own optimizer would. Each member's gradient is clipped to ``max_grad_norm`` on
+    its own, as two losses clip their networks. Logs, per member name: ``loss/<member>``,
+    ``training/<member>_prediction`` and ``training/<member>_gradient_norm``; and
+    ``loss/<name>``, the sum. Publishes each member's TD errors as ``<member>_td_error`` (for
+    a :class:`~emote_core.memory.priorities.PriorityUpdater` over the member names).
+
+    Args:
+        critics: The stacked Q networks, ``critics(observation=..., actions=...) -> (M, B, 1)``
+            (:class:`~emote_core.nn.StackedActionValueMlp`).
+        optimizer: The optimizer over ``critics``' parameters.
+        lr_schedule: A torch learning-rate scheduler stepped after every update.
+        max_grad_norm: Clip each member's gradient norm to this (``None``: no clipping).
+        member_names: One name per member (``"q1"``, ``"q2"``), for logs and TD errors.
+        observation_keys: The observation keys the networks read (``None``: all, sorted).
+        name: Unique name; keys logs and checkpoints.
+        data_group: The data group read.
+        **kwargs: Passed to :class:`~emote_core.callbacks.loss.LossCallback`.
+
+    Raises:
+        ConfigurationError: If ``member_names`` does not name every member once.
+    """
+
+    graph_safe: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        *,
+        critics: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        lr_schedule: torch.optim.lr_scheduler.LRScheduler | None = None,
+        max_grad_norm: float | None = 10.0,
+        member_names: Sequence[str] = ("q1", "q2"),
+        observation_keys: Sequence[str] | None = None,
+        name: str = "q",
+        data_group: str = "default",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            name=name, network=critics, optimizer=optimizer, lr_schedule=lr_schedule,
+            max_grad_norm=max_grad_norm, data_group=data_group, **kwargs,
+        )  # fmt: skip
+        members = getattr(critics, "members", None)
+        names = list(member_names)
+        if members != len(names) or len(set(names)) != len(names) or name in names:
+            raise ConfigurationError(
+                f"{name}: member_names must give each of the stacked network's {members} "
+                f"members its own name, other than the loss's; got {names!r}"
+            )
+        self.critics = critics
+        self.member_names = names
+        self.observation_keys = key_list(observation_keys)
+        self._td_errors: Tensor | None = None
+        self._member_losses: Tensor | None = None
+
+    def loss(
+        self,
+        observation: dict[str, Tensor],
+        actions: Tensor,
+        q_target: Tensor,
+        importance_weights: Tensor | None = None,
+    ) -> Tensor:
+        """``sum_m mean(w * (q_m(s, a) - q_target)^2)``, ``w`` the batch's importance-sampling
+        weights (prioritized replay; 1 without them)."""
+        inputs = flatten_observation(observation, self.observation_keys)
+        count = q_target.shape[0]
+        inputs, actions = window_starts(self.name, [inputs, actions], count)
+        q_values = self.critics(observation=inputs, actions=actions)
+        predictions = q_values.detach().mean(dim=(1, 2))
+        for member, name in enumerate(self.member_names):
+            self.log_scalar(f"training/{name}_prediction", predictions[member])
+        errors = q_values - q_target
+        self._td_errors = errors.detach()
+        squared = errors.square()
+        if importance_weights is not None:
+            (weights,) = window_starts(self.name, [importance_weights], count)
+            squared = weights * squared
+        member_losses = squared.mean(dim=(1, 2))
+        self._member_losses = member_losses.detach()
+        return member_losses.sum()
+
+    def clip_gradients(self, grads: list[Tensor]) -> Tensor:
+        """Clips each member's gradient to ``max_grad_norm`` on its own (``None``: measures
+        only), logs each member's norm before, and returns the norm of them all."""
+        members = len(self.member_names)
+        # Each member's norm as its own loss takes it: the norm of its parameters' norms (one
+        # foreach launch for every member and parameter on a GPU).
+        views = [grad[member] for member in range(members) for grad in grads]
+        per_parameter = torch.stack(torch._foreach_norm(views, 2.0)).reshape(members, -1)
+        norms = torch.linalg.vector_norm(per_parameter, 2.0, dim=1)
+        if self.max_grad_norm is not None:
+            coefficients = torch.clamp(float(self.max_grad_norm) / (norms + 1e-6), max=1.0)
+            for grad in grads:
+                grad.mul_(coefficients.reshape(members, *([1] * (grad.dim() - 1))))
+        for member, name in enumerate(self.member_names):
+            self.log_scalar(f"training/{name}_gradient_norm", norms[member])
+        return torch.linalg.vector_norm(norms)
+
+    def backward(self, **state: Any) -> dict[str, Any]:
+        """One step of both members; then each member's loss logged and its TD errors
+        published, ``{data_group: {"<member>_td_error": (count, 1), ...}}``."""
+        super().backward(**state)
+        td_errors, self._td_errors = self._td_errors, None
+        member_losses, self._member_losses = self._member_losses, None
+        outputs: dict[str, Any] = {}
+        for member, name in enumerate(self.member_names):
+            if member_losses is not None:
+                self.log_scalar(f"loss/{name}", member_losses[member])
+            if td_errors is not None:
+                outputs.update(td_error_outputs(name, td_errors[member], state.get("bp_step")))
+        return {self.data_group: outputs}
+
+
 class PolicyLoss(LossCallback):
     """Trains the policy to maximise ``min(Q1, Q2)`` plus entropy: ``alpha * log pi - min Q``.
 
@@ -103,6 +223,8 @@ class PolicyLoss(LossCallback):
         ln_alpha: The log temperature shared with :class:`AlphaLoss` (read, not trained here).
         q1: The first Q network.
         q2: The second Q network.
+        critics: Instead of ``q1`` and ``q2``: both in one stacked module,
+            ``critics(observation=..., actions=...) -> (2, B, 1)``.
         optimizer: The optimizer over the policy's parameters.
         lr_schedule: A torch learning-rate scheduler stepped after every update.
         max_grad_norm: Clip the gradient norm to this (``None``: no clipping).
@@ -119,8 +241,9 @@ class PolicyLoss(LossCallback):
         *,
         policy: nn.Module,
         ln_alpha: Tensor,
-        q1: nn.Module,
-        q2: nn.Module,
+        q1: nn.Module | None = None,
+        q2: nn.Module | None = None,
+        critics: nn.Module | None = None,
         optimizer: torch.optim.Optimizer,
         lr_schedule: torch.optim.lr_scheduler.LRScheduler | None = None,
         max_grad_norm: float | None = 10.0,
@@ -135,8 +258,9 @@ class PolicyLoss(LossCallback):
         )  # fmt: skip
         self.policy = policy
         self.ln_alpha = check_ln_alpha(name, ln_alpha)
+        self.critics = TwinQ(name, q1, q2, critics)
         self.q1, self.q2 = q1, q2
-        self._q_parameters = [*q1.parameters(), *q2.parameters()]
+        self._q_parameters = self.critics.parameters()
         self.observation_keys = key_list(observation_keys)
         self._log_probs: Tensor | None = None
 
@@ -144,10 +268,7 @@ class PolicyLoss(LossCallback):
         """``mean(alpha * log pi(a|s) - min(Q1(s, a), Q2(s, a)))`` with ``a ~ pi(.|s)``."""
         inputs = flatten_observation(observation, self.observation_keys)
         actions, log_probs = sample_policy(self.policy, inputs)
-        q_values = torch.min(
-            self.q1(observation=inputs, actions=actions),
-            self.q2(observation=inputs, actions=actions),
-        )
+        q_values = self.critics.minimum(inputs, actions)
         alpha = self.ln_alpha.detach().exp()
         self._log_probs = log_probs.detach()
         self.log_scalar(f"training/{self.name}_entropy", -self._log_probs.mean())
@@ -346,4 +467,5 @@ __all__ = [
     "AlphaLoss",
     "PolicyLoss",
     "QLoss",
+    "StackedQLoss",
 ]

@@ -41,6 +41,62 @@ def check_ln_alpha(owner: str, ln_alpha: Any) -> Tensor:
     return ln_alpha
 
 
+class TwinQ:
+    """SAC's twin Q networks as a callback holds them: two modules, ``q1`` and ``q2``, each
+    ``q(observation=..., actions=...) -> (B, 1)``, or one stacked module of two members,
+    ``critics(observation=..., actions=...) -> (2, B, 1)``
+    (:class:`~emote_core.nn.StackedActionValueMlp`).
+
+    Raises:
+        ConfigurationError: If neither or both forms are given, or one of the two is missing.
+    """
+
+    def __init__(
+        self,
+        owner: str,
+        q1: nn.Module | None = None,
+        q2: nn.Module | None = None,
+        critics: nn.Module | None = None,
+        *,
+        role: str = "",
+    ) -> None:
+        names = [f"q1{role}", f"q2{role}", f"critics{role}"]
+        if critics is not None:
+            if q1 is not None or q2 is not None:
+                raise ConfigurationError(
+                    f"{owner}: give {names[0]} and {names[1]}, or {names[2]} (both networks "
+                    "stacked in one module), not both"
+                )
+            if getattr(critics, "members", None) != 2:
+                raise ConfigurationError(
+                    f"{owner}: {names[2]} must be a stacked module of two members, such as "
+                    "StackedActionValueMlp(members=2)"
+                )
+        elif q1 is None or q2 is None:
+            raise ConfigurationError(
+                f"{owner}: give both {names[0]} and {names[1]}, or {names[2]} (both networks "
+                "stacked in one module)"
+            )
+        self.q1, self.q2, self.stacked = q1, q2, critics
+        self.modules: dict[str, nn.Module] = (
+            {names[2]: critics} if critics is not None else {names[0]: q1, names[1]: q2}  # type: ignore[dict-item]
+        )
+
+    def minimum(self, observation: Tensor, actions: Tensor) -> Tensor:
+        """``min(Q1(s, a), Q2(s, a))``, ``(B, 1)``."""
+        if self.stacked is not None:
+            return self.stacked(observation=observation, actions=actions).amin(dim=0)
+        assert self.q1 is not None and self.q2 is not None
+        return torch.min(
+            self.q1(observation=observation, actions=actions),
+            self.q2(observation=observation, actions=actions),
+        )
+
+    def parameters(self) -> list[Tensor]:
+        """Every parameter of the networks."""
+        return [p for module in self.modules.values() for p in module.parameters()]
+
+
 class QTarget(LoggingMixin, Callback):
     """Computes SAC's ``q_target`` for each batch and Polyak-averages the target networks.
 
@@ -66,6 +122,9 @@ class QTarget(LoggingMixin, Callback):
         q2_target: The target copy of ``q2``.
         q1: The first online Q network, ``q(observation=..., actions=...) -> (B, 1)``, by keyword.
         q2: The second online Q network.
+        critics: Instead of ``q1`` and ``q2``: both in one stacked module,
+            ``critics(observation=..., actions=...) -> (2, B, 1)``.
+        critics_target: The target copy of ``critics``.
         gamma: The discount factor.
         reward_scale: Multiplies the rewards (not the bootstrapped value).
         target_q_tau: The Polyak step, in ``(0, 1]`` (1 copies the online networks each step).
@@ -89,10 +148,12 @@ class QTarget(LoggingMixin, Callback):
         *,
         policy: nn.Module,
         ln_alpha: Tensor,
-        q1_target: nn.Module,
-        q2_target: nn.Module,
-        q1: nn.Module,
-        q2: nn.Module,
+        q1_target: nn.Module | None = None,
+        q2_target: nn.Module | None = None,
+        q1: nn.Module | None = None,
+        q2: nn.Module | None = None,
+        critics: nn.Module | None = None,
+        critics_target: nn.Module | None = None,
         gamma: float = 0.99,
         reward_scale: float = 1.0,
         target_q_tau: float = 0.005,
@@ -111,12 +172,20 @@ class QTarget(LoggingMixin, Callback):
                 "(0, 1]"
             )
         self.n_step = NStepTarget(name, gamma, rollout_length, reward_scale)
-        prepare_target(name, q1_target, q1)
-        prepare_target(name, q2_target, q2)
+        self.online = TwinQ(name, q1, q2, critics)
+        self.target = TwinQ(name, q1_target, q2_target, critics_target, role="_target")
+        if (self.online.stacked is None) != (self.target.stacked is None):
+            raise ConfigurationError(
+                f"{name}: the online and target Q networks must both be stacked or both not; "
+                "build the targets as copy.deepcopy of the online networks"
+            )
+        pairs = list(zip(self.target.modules.values(), self.online.modules.values(), strict=True))
+        for target, online in pairs:
+            prepare_target(name, target, online)
         self.policy = policy
         self.q1, self.q2 = q1, q2
         self.q1_target, self.q2_target = q1_target, q2_target
-        self._followers = (TargetFollower(q1_target, q1), TargetFollower(q2_target, q2))
+        self._followers = tuple(TargetFollower(target, online) for target, online in pairs)
         self.observation_keys = key_list(observation_keys)
         self.use_masks = use_masks
 
@@ -153,10 +222,7 @@ class QTarget(LoggingMixin, Callback):
             observation = flatten_observation(next_observation, self.observation_keys)
             observation = window_ends(self.name, observation, count, self.rollout_length)
             actions, log_probs = sample_policy(self.policy, observation)
-            q_next = torch.min(
-                self.q1_target(observation=observation, actions=actions),
-                self.q2_target(observation=observation, actions=actions),
-            )
+            q_next = self.target.minimum(observation, actions)
             soft_value = q_next - self.ln_alpha.exp() * log_probs
             q_target = self.n_step(rewards, masks if self.use_masks else None, soft_value)
         self.log_scalar("training/q_target", q_target.mean())
@@ -184,7 +250,7 @@ class QTarget(LoggingMixin, Callback):
             load_target_states(state_dict, self._targets())
 
     def _targets(self) -> dict[str, nn.Module]:
-        return {"q1_target": self.q1_target, "q2_target": self.q2_target}
+        return self.target.modules
 
 
-__all__ = ["QTarget", "check_ln_alpha"]
+__all__ = ["QTarget", "TwinQ", "check_ln_alpha"]
