@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from typing import Any
 
 from emote_core.errors import FormatError, StorageError
@@ -12,7 +13,11 @@ from emote_core.stores.zarr_store.layout import FORMAT_NAME
 
 
 def open_group(
-    url: str | os.PathLike[str], mode: str, *, attributes: dict[str, Any] | None = None
+    url: str | os.PathLike[str],
+    mode: str,
+    *,
+    attributes: dict[str, Any] | None = None,
+    check: bool = True,
 ) -> Any:
     """Opens the Zarr group at a local path or an fsspec URL (``memory://``, ``s3://``, ...).
 
@@ -21,9 +26,13 @@ def open_group(
         mode: Zarr's mode (``"r"``, ``"r+"``, ``"w-"``, ``"w"``).
         attributes: For a group created now: its attributes, written with its metadata in one
             write (a reader never sees the group without them).
+        check: Before reading a local store (``"r"``, ``"r+"``), refuse one that holds
+            anything but files and folders (:func:`check_entries`); ``False`` when the caller
+            just did.
 
     Raises:
-        FormatError: If there is no readable Zarr group there (for ``mode="r"``).
+        FormatError: If there is no readable Zarr group there (for ``mode="r"``), or a local
+            store holds a named pipe, a device or a socket.
         StorageError: If the URL's backend is not installed, or its object store cannot be
             reached (no credentials, no bucket, no answer).
     """
@@ -35,6 +44,8 @@ def open_group(
     if is_url(location):
         options = storage_options(location)
         _probe(location)
+    elif check and mode in ("r", "r+"):
+        check_entries(location)
     try:
         with storage_errors(location):
             return zarr.open_group(  # type: ignore[arg-type]
@@ -60,6 +71,50 @@ def open_group(
         ) from error
 
 
+def check_entries(location: str) -> None:
+    """Refuses a local store that holds anything but files and folders.
+
+    Opening a named pipe (FIFO) for reading waits for a writer, forever; reading a device
+    (``/dev/zero`` behind a link) never ends. A store made hostile that way would hang every
+    reader, so each entry is looked at (links followed) before anything is read.
+
+    Raises:
+        FormatError: Naming the first entry that is neither a file nor a folder.
+    """
+    seen: set[tuple[int, int]] = set()
+    folders = [location]
+    while folders:
+        try:
+            entries = list(os.scandir(folders.pop()))
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            continue  # not there (yet), or unreadable: zarr says so when it reads
+        for entry in entries:
+            try:
+                if entry.is_file():
+                    continue
+                if entry.is_dir():
+                    if entry.is_symlink():  # links may loop; folders themselves cannot
+                        info = entry.stat()
+                        if (info.st_dev, info.st_ino) in seen:
+                            continue
+                        seen.add((info.st_dev, info.st_ino))
+                    folders.append(entry.path)
+                    continue
+                kind = _kind(os.stat(entry.path).st_mode)
+            except FileNotFoundError:
+                continue  # gone meanwhile (a writer's temporary file), or a dangling link
+            raise FormatError(
+                f"'{location}' is not a store to read: '{entry.path}' is {kind}, not a file; an "
+                "emote memory store holds only files and folders"
+            )
+
+
+def _kind(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))  # fmt: skip
+    return next((name for test, name in kinds if test(mode)), "a special file")
+
+
 def _probe(location: str) -> None:
     """One request to the object store before Zarr sends many at once: credentials, endpoint
     and bucket fail here as one error (not as many abandoned concurrent requests)."""
@@ -83,9 +138,17 @@ def _missing_root(location: str) -> str:
 
 
 def is_store(url: str | os.PathLike[str]) -> bool:
-    """Whether an emote-memory store's root metadata is at ``url`` (its shards unread)."""
+    """Whether an emote-memory store's root metadata is at ``url`` (its shards unread).
+
+    Raises:
+        FormatError: If a local folder there holds something other than files and folders
+            (:func:`check_entries`): not "no store", which would have it written over.
+    """
+    location = os.fspath(url)
+    if not is_url(location):
+        check_entries(location)
     try:
-        attributes = dict(open_group(url, "r").attrs)
+        attributes = dict(open_group(url, "r", check=False).attrs)
     except FormatError:
         return False
     return attributes.get("format") == FORMAT_NAME

@@ -15,6 +15,8 @@ caller then reads through zarr, which reads the array or names the damage in its
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +24,30 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from emote_core.errors import FormatError
+
 
 class LocalReadError(Exception):
     """A chunk that does not decode to one whole chunk: for zarr to read or name."""
+
+
+def read_file(path: Path) -> bytes:
+    """The bytes of the file at ``path``, refusing what is not a file: opening a named pipe put
+    in a store would wait for a writer forever, and a device may never end.
+
+    Raises:
+        FileNotFoundError: Nothing is there.
+        FormatError: It is not a file.
+    """
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with open(descriptor, "rb") as file:  # closes the descriptor
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            raise FormatError(
+                f"'{path}' is not a file (mode {stat.filemode(mode)}); an emote memory store "
+                "holds only files and folders"
+            )
+        return file.read()
 
 
 @dataclass(frozen=True)
@@ -70,7 +93,7 @@ class LocalArray:
         for chunk in range(low // rows, -(-high // rows)):
             first, stop = max(low, chunk * rows), min(high, (chunk + 1) * rows)
             try:
-                data = self.chunk_path(chunk).read_bytes()
+                data = read_file(self.chunk_path(chunk))
             except FileNotFoundError:
                 out[first - low : stop - low] = self.metadata.fill_value
                 continue
@@ -96,7 +119,7 @@ def open_local(group: Any, path: str) -> LocalArray | None:
     inside = "/".join(part for part in (str(getattr(group, "path", "")), path) if part)
     directory = Path(store.root) / inside
     try:
-        document = json.loads((directory / "zarr.json").read_bytes())
+        document = json.loads(read_file(directory / "zarr.json"))
     except (OSError, ValueError):
         return None
     if not isinstance(document, dict):

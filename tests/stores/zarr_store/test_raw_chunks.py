@@ -198,6 +198,63 @@ def test_a_cut_raw_chunk_is_reported_with_the_chunk_file(tmp_path):
     assert key in str(refused.value)
 
 
+@pytest.fixture
+def no_hang():
+    """Ends the test run with every thread's traceback if the test blocks for 60 s (a reader
+    waiting on a named pipe, in any thread), rather than leave it hanging."""
+    import faulthandler
+
+    faulthandler.dump_traceback_later(60, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.mark.parametrize("hostile", ["fifo", "device"])
+def test_a_store_holding_a_named_pipe_or_a_device_is_refused_not_waited_on(
+    tmp_path, hostile: str, no_hang
+):
+    import os
+
+    url = str(tmp_path / "s.zarr")
+    write(url, {"main": [range(0, 30)]})
+    chunk = raw_obs_chunk(url)
+    chunk.unlink()
+    if hostile == "fifo":
+        os.mkfifo(chunk)  # opening it for reading would wait for a writer forever
+        kind = "a named pipe"
+    else:
+        chunk.symlink_to("/dev/zero")  # reading it would never end
+        kind = "a character device"
+    key = chunk.as_posix()
+    for read in (
+        lambda: tables.load_table(table(), [url]),
+        lambda: verify_store(url),
+        lambda: MemoryStore(url),
+        lambda: ShardWriter(url, shard="other"),  # appending: the store is read first
+        lambda: tables.StoreAppender(url, table(), shard="other"),  # is it a store? refused
+    ):
+        with pytest.raises(FormatError, match=f"'{key}' is {kind}") as refused:
+            read()
+        assert "\n" not in str(refused.value)
+    assert chunk.is_symlink() or chunk.is_fifo()  # nothing of the store was replaced
+
+
+def test_the_raw_reader_itself_refuses_a_named_pipe(tmp_path, no_hang):
+    import os
+
+    import zarr
+
+    url = str(tmp_path / "s.zarr")
+    write(url, {"main": [range(0, 30)]})
+    chunk = raw_obs_chunk(url)
+    chunk.unlink()
+    os.mkfifo(chunk)  # put there after the store was opened, say
+    array = zarr.open_group(url, mode="r")["shards/main/columns/obs"]
+    reader = raw_chunks.RawColumnReader(array, Path(url) / "shards/main/columns/obs")
+    with pytest.raises(FormatError, match="is not a file"):
+        reader.open(0, 10)
+
+
 def test_plain_zarr_with_its_default_pipeline_reads_raw_columns(tmp_path):
     import zarr
 
