@@ -152,6 +152,26 @@ def test_many_losses_of_one_class_all_run_compiled(graph_counts: Callable) -> No
     assert compiled_graphs([target, *losses], loader, 3, graph_counts) == (11, 0)
 
 
+class StaticHelper(Callback):
+    """Lists a static method (not bound to the instance) among its compiled methods."""
+
+    compiled_methods = ("scale",)
+
+    @staticmethod
+    def scale(x: torch.Tensor) -> torch.Tensor:
+        return 2.0 * x + 1.0
+
+
+def test_a_listed_method_that_is_not_bound_compiles_as_it_is(graph_counts: Callable) -> None:
+    callback = StaticHelper(name="helper")
+    assert compile_methods([callback], backend="aot_eager") == 1
+    assert getattr(callback.scale, "_emote_compiled", False)
+    x = torch.arange(4.0)
+    torch.testing.assert_close(callback.scale(x), 2.0 * x + 1.0)
+    assert graph_counts() == (1, 0)
+    assert compile_methods([callback], backend="aot_eager") == 0  # never twice
+
+
 @pytest.mark.slow
 def test_inductor_compiled_losses_train_as_eager_losses_do_on_the_cpu(monkeypatch) -> None:
     import torch._inductor.config as inductor
