@@ -92,24 +92,26 @@ def _updates(
     return updates / (time.perf_counter() - started)
 
 
-def section_updates(updates: int) -> None:
+def section_updates(updates: int, quick: bool = False) -> None:
     episodes, env = pendulum_episodes(20_000)
     where = torch.cuda.get_device_name() if DEVICE.type == "cuda" else "the CPU"
     print(f"SAC update loop alone on {where} (256x256, batch {BATCH}), "
           f"updates/s; target >= {UPDATE_TARGET}")  # fmt: skip
+    recipes = "compile+cuda_graphs, 16 batches/sample, fused Adam"  # what the SAC recipes build
+    rows: dict[str, tuple] = {mode: (mode, 1, False, False) for mode in COMPILE_MODES}
+    rows |= {
+        "compile+cuda_graphs, 16 batches/sample": ("compile+cuda_graphs", 16, False, False),
+        recipes: ("compile+cuda_graphs", 16, True, False),
+        "none, stacked Q": ("none", 1, False, True),
+        f"{recipes}, stacked Q": ("compile+cuda_graphs", 16, True, True),  # sac.stacked_q
+    }
+    if quick:  # eager, and what the recipes build with the Q networks apart and stacked
+        rows = {name: rows[name] for name in ("none", recipes, f"{recipes}, stacked Q")}
     rates: dict[str, float] = {}
-    for mode in COMPILE_MODES:
-        rates[mode] = _updates(mode, 1, episodes, env, updates)
-    rates["compile+cuda_graphs, 16 batches/sample"] = _updates(
-        "compile+cuda_graphs", 16, episodes, env, updates
-    )
-    rates["compile+cuda_graphs, 16 batches/sample, fused Adam"] = _updates(
-        "compile+cuda_graphs", 16, episodes, env, updates, fused=True
-    )  # what the SAC recipes build
-    rates["none, stacked Q"] = _updates("none", 1, episodes, env, updates, stacked_q=True)
-    rates["compile+cuda_graphs, 16 batches/sample, fused Adam, stacked Q"] = _updates(
-        "compile+cuda_graphs", 16, episodes, env, updates, fused=True, stacked_q=True
-    )  # sac.stacked_q = true
+    for name, (mode, per_sample, fused, stacked) in rows.items():
+        rates[name] = _updates(
+            mode, per_sample, episodes, env, updates, fused=fused, stacked_q=stacked
+        )
     try:
         model = sb3_sac(episodes, env, DEVICE, fused_adam=False)
         time_sb3(model, 30, DEVICE)
@@ -194,7 +196,7 @@ def _pendulum_rate(overrides: list[str], first: int, last: int) -> float:
     return milestones.rate()
 
 
-def section_pendulum(first: int, last: int) -> None:
+def section_pendulum(first: int, last: int, quick: bool = False) -> None:
     print(f"sac_pendulum as emote train builds it (1 env, 1 update per env step), env steps/s "
           f"over updates {first}-{last}; targets >= {PENDULUM_TARGET} and >= {EAGER_MULTIPLE:.0f}x "
           "eager")  # fmt: skip
@@ -210,6 +212,8 @@ def section_pendulum(first: int, last: int) -> None:
             "sac.stacked_q=true",
         ],
     }  # fmt: skip
+    if quick:
+        settings = {name: settings[name] for name in ("eager", *list(settings)[-2:])}
     rates = {name: _pendulum_rate(overrides, first, last) for name, overrides in settings.items()}
     for name, rate in rates.items():
         print(f"  {name:<50} {rate:7.0f} env steps/s  ({rate / rates['eager']:4.1f}x eager)")
@@ -266,6 +270,11 @@ def main() -> None:
     parser.add_argument("--lunar-mode", default="compile+cuda_graphs")
     parser.add_argument("--lunar-set", action="append", default=[])
     parser.add_argument("--device", default="cuda", help="cpu only to try the script out")
+    parser.add_argument(
+        "--quick", action="store_true",
+        help="only eager and what the recipes build (compile+cuda_graphs, 16 batches per "
+        "sample), with the Q networks apart and stacked: one device call's worth",
+    )  # fmt: skip
     args = parser.parse_args()
     global DEVICE
     DEVICE = torch.device(args.device)
@@ -275,12 +284,12 @@ def main() -> None:
     torch.set_num_threads(1)
     sections = args.sections.split(",")
     if "updates" in sections:
-        section_updates(args.updates)
+        section_updates(args.updates, args.quick)
     if "sampling" in sections:
         section_sampling()
     if "pendulum" in sections:
         first, last = (int(n) for n in args.pendulum_updates.split(","))
-        section_pendulum(first, last)
+        section_pendulum(first, last, args.quick)
     if "lunar" in sections:
         section_lunar(args.lunar_mode, args.lunar_steps, args.lunar_set)
 

@@ -3,7 +3,8 @@
 # cuda_bench.py. Wheels in .whl/ (benchmarks/gpu_wheels.sh) are installed first. Logs go to
 # $OUT (the device tool's folder that comes back) or /tmp/gpu_checks. The tests and the
 # benchmark each stop at a time limit (TESTS_S, BENCH_S seconds), so the whole run fits in one
-# device call of 10 minutes with the defaults; SECTIONS and UPDATES pick cuda_bench's work.
+# device call of 10 minutes with the defaults; SECTIONS, UPDATES and QUICK=1 (eager and the
+# recipes' mode only, the Q networks apart and stacked) pick cuda_bench's work.
 set -uo pipefail
 out=${OUT:-/tmp/gpu_checks}
 mkdir -p "$out"
@@ -22,8 +23,8 @@ mapfile -t files < <(grep -rl "mark.gpu" tests | sort)
 timeout "${TESTS_S:-180}" python3 -m pytest -q -p no:cacheprovider -o addopts= \
     --import-mode=importlib -rs -m gpu "${files[@]}" 2>&1 | tee "$out/gpu_tests.log"
 tests=${PIPESTATUS[0]}
-timeout "${BENCH_S:-360}" python3 benchmarks/cuda_bench.py \
-    --sections "${SECTIONS:-updates,sampling,pendulum}" --updates "${UPDATES:-2000}" 2>&1 \
+timeout "${BENCH_S:-360}" python3 benchmarks/cuda_bench.py ${QUICK:+--quick} \
+    --sections "${SECTIONS:-updates,pendulum,sampling}" --updates "${UPDATES:-2000}" 2>&1 \
     | tee "$out/cuda_bench.log"
 bench=${PIPESTATUS[0]}
 echo "gpu tests exit ${tests}, cuda_bench exit ${bench}" | tee -a "$out/machine.txt"
