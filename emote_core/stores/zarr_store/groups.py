@@ -76,18 +76,21 @@ def check_entries(location: str) -> None:
 
     Opening a named pipe (FIFO) for reading waits for a writer, forever; reading a device
     (``/dev/zero`` behind a link) never ends. A store made hostile that way would hang every
-    reader, so each entry is looked at (links followed) before anything is read.
+    reader, so each entry is looked at (links followed) before anything is read. A folder
+    without a Zarr group's ``zarr.json`` is not walked: nothing of it is read as a store.
 
     Raises:
         FormatError: Naming the first entry that is neither a file nor a folder.
     """
+    if not _root_metadata(location):
+        return
     seen: set[tuple[int, int]] = set()
     folders = [location]
     while folders:
         try:
             entries = list(os.scandir(folders.pop()))
         except (FileNotFoundError, NotADirectoryError, PermissionError):
-            continue  # not there (yet), or unreadable: zarr says so when it reads
+            continue  # gone meanwhile, or unreadable: zarr says so when it reads
         for entry in entries:
             try:
                 if entry.is_file():
@@ -100,19 +103,37 @@ def check_entries(location: str) -> None:
                         seen.add((info.st_dev, info.st_ino))
                     folders.append(entry.path)
                     continue
-                kind = _kind(os.stat(entry.path).st_mode)
+                mode = os.stat(entry.path).st_mode
             except FileNotFoundError:
                 continue  # gone meanwhile (a writer's temporary file), or a dangling link
-            raise FormatError(
-                f"'{location}' is not a store to read: '{entry.path}' is {kind}, not a file; an "
-                "emote memory store holds only files and folders"
-            )
+            raise _not_a_file(location, entry.path, mode)
 
 
-def _kind(mode: int) -> str:
+def _root_metadata(location: str) -> bool:
+    """Whether a Zarr group's ``zarr.json`` is at the local ``location``.
+
+    Raises:
+        FormatError: If that ``zarr.json`` is not a file.
+    """
+    path = os.path.join(location, "zarr.json")
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    if not stat.S_ISREG(mode):
+        raise _not_a_file(location, path, mode)
+    return True
+
+
+def _not_a_file(location: str, path: str, mode: int) -> FormatError:
     kinds = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
-             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))  # fmt: skip
-    return next((name for test, name in kinds if test(mode)), "a special file")
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISDIR, "a folder"))  # fmt: skip
+    kind = next((name for test, name in kinds if test(mode)), "a special file")
+    return FormatError(
+        f"'{location}' is not a store to read: '{path}' is {kind}, not a file; an emote memory "
+        "store holds only files and folders"
+    )
 
 
 def _probe(location: str) -> None:
@@ -141,17 +162,22 @@ def is_store(url: str | os.PathLike[str]) -> bool:
     """Whether an emote-memory store's root metadata is at ``url`` (its shards unread).
 
     Raises:
-        FormatError: If a local folder there holds something other than files and folders
+        FormatError: If the local store there holds something other than files and folders
             (:func:`check_entries`): not "no store", which would have it written over.
     """
     location = os.fspath(url)
-    if not is_url(location):
-        check_entries(location)
+    local = not is_url(location)
+    if local and not _root_metadata(location):
+        return False
     try:
         attributes = dict(open_group(url, "r", check=False).attrs)
     except FormatError:
         return False
-    return attributes.get("format") == FORMAT_NAME
+    if attributes.get("format") != FORMAT_NAME:
+        return False
+    if local:  # only emote's own stores are walked, not any Zarr group or folder
+        check_entries(location)
+    return True
 
 
 def require_group(parent: Any, name: str) -> Any:

@@ -239,6 +239,31 @@ def test_a_store_holding_a_named_pipe_or_a_device_is_refused_not_waited_on(
     assert chunk.is_symlink() or chunk.is_fifo()  # nothing of the store was replaced
 
 
+def test_only_emote_s_stores_are_walked_not_other_folders_or_zarr_groups(tmp_path, no_hang):
+    import os
+
+    import zarr
+
+    from emote_core.stores.zarr_store.groups import is_store, open_group
+
+    folder = tmp_path / "things"  # a user's folder, with a named pipe of theirs in it
+    folder.mkdir()
+    os.mkfifo(folder / "pipe")
+    assert not is_store(folder)
+    with pytest.raises(FormatError, match="no emote memory store"):
+        open_group(folder, "r")
+    other = tmp_path / "other.zarr"  # a Zarr group that is not an emote store
+    zarr.open_group(str(other), mode="w")
+    os.mkfifo(other / "pipe")
+    assert not is_store(other)
+    store = str(tmp_path / "s.zarr")
+    write(store, {"main": [range(0, 3)]})
+    (Path(store) / "zarr.json").unlink()
+    os.mkfifo(Path(store) / "zarr.json")  # the root metadata itself is never opened
+    with pytest.raises(FormatError, match=r"zarr\.json' is a named pipe"):
+        is_store(store)
+
+
 def test_the_raw_reader_itself_refuses_a_named_pipe(tmp_path, no_hang):
     import os
 
