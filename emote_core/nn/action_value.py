@@ -223,10 +223,12 @@ class StackedActionValueMlp(nn.Module):
                 "StackedActionValueMlp.from_networks takes ActionValueMlp networks of one shape"
             )
         hidden = [layer.out_features for layer in _linear_layers(first)[:-1]]
-        stacked = cls(
-            observation_dim=first.observation_dim, action_dim=first.action_dim,
-            hidden_dims=hidden, members=len(networks),
-        )  # fmt: skip
+        # Its initial draws are overwritten below: the caller's random stream stays as it was.
+        with torch.random.fork_rng(devices=[]):
+            stacked = cls(
+                observation_dim=first.observation_dim, action_dim=first.action_dim,
+                hidden_dims=hidden, members=len(networks),
+            )  # fmt: skip
         with torch.no_grad():
             for member, network in enumerate(networks):
                 stacked.load_member(member, network)
@@ -242,10 +244,11 @@ class StackedActionValueMlp(nn.Module):
 
     def member(self, member: int) -> ActionValueMlp:
         """A new :class:`ActionValueMlp` holding a copy of member ``member``'s weights."""
-        network = ActionValueMlp(
-            observation_dim=self.observation_dim, action_dim=self.action_dim,
-            hidden_dims=self.hidden_dims, activation=type(self.activation),
-        )  # fmt: skip
+        with torch.random.fork_rng(devices=[]):  # its initial draws are overwritten
+            network = ActionValueMlp(
+                observation_dim=self.observation_dim, action_dim=self.action_dim,
+                hidden_dims=self.hidden_dims, activation=type(self.activation),
+            )  # fmt: skip
         network = network.to(self.weights[0].device)
         with torch.no_grad():
             for k, layer in enumerate(_linear_layers(network)):
