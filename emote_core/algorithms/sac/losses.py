@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -23,6 +24,9 @@ from emote_core.errors import ConfigurationError
 from emote_core.memory.priorities import td_error_outputs
 from emote_core.nn.inputs import flatten_observation
 from emote_core.schedules import BPStepScheduler
+
+if TYPE_CHECKING:
+    from emote_core.callbacks.logging_mixin import Later
 
 POLICY_LOG_PROBS_KEY = "policy_log_probs"
 """Where :class:`PolicyLoss` leaves its batch's log-probabilities for :class:`AlphaLoss`."""
@@ -177,22 +181,34 @@ class StackedQLoss(LossCallback):
         self._member_losses = member_losses.detach()
         return member_losses.sum()
 
-    def clip_gradients(self, grads: list[Tensor]) -> Tensor:
+    def clip_gradients(self, grads: list[Tensor]) -> Tensor | Later:
         """Clips each member's gradient to ``max_grad_norm`` on its own (``None``: measures
-        only), logs each member's norm before, and returns the norm of them all."""
-        members = len(self.member_names)
-        # Each member's norm as its own loss takes it: the norm of its parameters' norms (one
-        # foreach launch for every member and parameter on a GPU).
-        views = [grad[member] for member in range(members) for grad in grads]
-        per_parameter = torch.stack(torch._foreach_norm(views, 2.0)).reshape(members, -1)
-        norms = torch.linalg.vector_norm(per_parameter, 2.0, dim=1)
+        only, when the logs are read where it can), logs each member's norm before, and
+        returns the norm of them all."""
+        later = None if self.max_grad_norm is not None else self.norms_later(grads, self._norms)
+        if later is not None:
+            for member, name in enumerate(self.member_names):
+                self.log_scalar(
+                    f"training/{name}_gradient_norm", later.then(operator.itemgetter(member))
+                )
+            return later.then(torch.linalg.vector_norm)
+        norms = self._norms(grads)
         if self.max_grad_norm is not None:
+            members = len(self.member_names)
             coefficients = torch.clamp(float(self.max_grad_norm) / (norms + 1e-6), max=1.0)
             for grad in grads:
                 grad.mul_(coefficients.reshape(members, *([1] * (grad.dim() - 1))))
         for member, name in enumerate(self.member_names):
             self.log_scalar(f"training/{name}_gradient_norm", norms[member])
         return torch.linalg.vector_norm(norms)
+
+    def _norms(self, grads: list[Tensor]) -> Tensor:
+        """Each member's gradient norm as its own loss takes it: the norm of its parameters'
+        norms (one foreach launch for every member and parameter on a GPU)."""
+        members = len(self.member_names)
+        views = [grad[member] for member in range(members) for grad in grads]
+        per_parameter = torch.stack(torch._foreach_norm(views, 2.0)).reshape(members, -1)
+        return torch.linalg.vector_norm(per_parameter, 2.0, dim=1)
 
     def backward(self, **state: Any) -> dict[str, Any]:
         """One step of both members; then each member's loss logged and its TD errors
