@@ -24,7 +24,8 @@ class LossCallback(LoggingMixin, Callback, ABC):
     Each batch, ``backward`` zeroes the gradients, computes :meth:`loss` with its parameters
     selected by name from the state (data group first), back-propagates, clips the gradient norm,
     steps the optimizer and the learning-rate schedule, and logs ``loss/<name>``,
-    ``training/<name>_lr`` and ``training/<name>_gradient_norm``.
+    ``training/<name>_lr`` and ``training/<name>_gradient_norm``. A norm that is not clipped to
+    is measured when the logs are read (:class:`GradientNorms`), not at every update.
 
     Args:
         name: Unique name; keys logs and checkpoints.
