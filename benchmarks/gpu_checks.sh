@@ -4,7 +4,8 @@
 # $OUT (the device tool's folder that comes back) or /tmp/gpu_checks. The tests and the
 # benchmark each stop at a time limit (TESTS_S, BENCH_S seconds), so the whole run fits in one
 # device call of 10 minutes with the defaults; SECTIONS, UPDATES and QUICK=1 (eager and the
-# recipes' mode only, the Q networks apart and stacked) pick cuda_bench's work.
+# recipes' mode only, the Q networks apart and stacked, and stacked with TF32) pick
+# cuda_bench's work.
 set -uo pipefail
 out=${OUT:-/tmp/gpu_checks}
 mkdir -p "$out"
