@@ -28,15 +28,9 @@ from emote_core.memory.builders import DictObsMemoryTable
 from emote_core.memory.loaders import MemoryLoader
 from emote_core.memory.priorities import PriorityUpdater
 from emote_core.nn import ActionValueMlp, GaussianMlpPolicy, StackedActionValueMlp
-from emote_core.spaces import BoxSpace, DictSpace, MDPSpace
 from emote_core.trainer import Trainer
 from emote_core.typing import EpisodeState
-
-SPACES = MDPSpace(
-    rewards=BoxSpace(np.float32, (1,)),
-    actions=BoxSpace(np.float32, (2,)),
-    state=DictSpace({"obs": BoxSpace(np.float32, (3,))}),
-)
+from tests.callbacks.test_compiled import SPACES, random_table
 
 
 def test_a_stacked_network_computes_and_learns_what_its_members_do() -> None:
@@ -65,22 +59,6 @@ def test_a_stacked_network_computes_and_learns_what_its_members_do() -> None:
         StackedActionValueMlp.from_networks([q1, ActionValueMlp(observation_dim=3, action_dim=2)])
     with pytest.raises(ConfigurationError, match="activation must have no parameters"):
         StackedActionValueMlp(observation_dim=3, action_dim=2, activation=torch.nn.PReLU)
-
-
-def random_table(episodes: int = 20, length: int = 30, device: str = "cpu") -> DictObsMemoryTable:
-    table = DictObsMemoryTable(spaces=SPACES, maxlen=10_000, seed=3, device=device)
-    rng = np.random.default_rng(0)
-    for identity in range(episodes):
-        table.add_sequence(
-            identity,
-            {
-                "obs": rng.normal(size=(length + 1, 3)).astype(np.float32),
-                "actions": rng.uniform(-1, 1, size=(length, 2)).astype(np.float32),
-                "rewards": rng.normal(size=(length, 1)).astype(np.float32),
-            },
-            end_state=EpisodeState.TERMINAL if identity % 2 else EpisodeState.INTERRUPTED,
-        )
-    return table
 
 
 def sac(*, stacked: bool, clip: float | None, device: str = "cpu") -> list[Callback]:
@@ -128,7 +106,7 @@ def q_weights(callbacks: list[Callback]) -> list[list[torch.Tensor]]:
 
 
 def train(callbacks: list[Callback], updates: int, device: str = "cpu") -> None:
-    loader = MemoryLoader(table=random_table(device=device), rollout_count=64, rollout_length=1)
+    loader = MemoryLoader(table=random_table(device), rollout_count=64, rollout_length=1)
     torch.manual_seed(1)
     Trainer([*callbacks, BackPropStepsTerminator(bp_steps=updates)], loader).train()
 
@@ -162,7 +140,7 @@ def test_stacked_sac_trains_as_sac_with_two_q_networks_does(
 
 def test_stacked_q_losses_publish_each_member_s_td_errors_for_priorities() -> None:
     separate, stacked = sac(stacked=False, clip=10.0), sac(stacked=True, clip=10.0)
-    batch = random_table().sample(16, 1)
+    batch = random_table("cpu").sample(16, 1)
     published: list[dict] = []
     for callbacks in (separate, stacked):
         torch.manual_seed(5)  # the same policy samples in both targets
@@ -186,7 +164,7 @@ def test_prioritized_stacked_sac_moves_the_priorities_of_what_it_sampled() -> No
 
     strategy = PrioritizedSampleStrategy(alpha=1.0)
     table = DictObsMemoryTable(spaces=SPACES, maxlen=10_000, seed=0, sampler=strategy)
-    source = random_table(episodes=10, length=5)
+    source = random_table("cpu", episodes=10, length=5)
     for slot in source.index.live_slots():
         identity = int(source.index.ids[slot])
         episode = source.sample_by_index([identity] * 5, list(range(5)), 1)

@@ -31,22 +31,35 @@ class LocalReadError(Exception):
     """A chunk that does not decode to one whole chunk: for zarr to read or name."""
 
 
+def open_file(path: str | Path) -> tuple[int, os.stat_result]:
+    """The file at ``path`` opened for reading, and its ``fstat``, refusing what is not a file:
+    opening a named pipe put in a store would wait for a writer forever (hence ``O_NONBLOCK``),
+    and a device may never end.
+
+    Raises:
+        FileNotFoundError: Nothing is there.
+        FormatError: It is not a file (closed again).
+    """
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    info = os.fstat(descriptor)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(descriptor)
+        raise FormatError(
+            f"'{path}' is not a file (mode {stat.filemode(info.st_mode)}); an emote memory store "
+            "holds only files and folders"
+        )
+    return descriptor, info
+
+
 def read_file(path: Path) -> bytes:
-    """The bytes of the file at ``path``, refusing what is not a file: opening a named pipe put
-    in a store would wait for a writer forever, and a device may never end.
+    """The bytes of the file at ``path`` (:func:`open_file`'s refusals).
 
     Raises:
         FileNotFoundError: Nothing is there.
         FormatError: It is not a file.
     """
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    descriptor, _ = open_file(path)
     with open(descriptor, "rb") as file:  # closes the descriptor
-        mode = os.fstat(descriptor).st_mode
-        if not stat.S_ISREG(mode):
-            raise FormatError(
-                f"'{path}' is not a file (mode {stat.filemode(mode)}); an emote memory store "
-                "holds only files and folders"
-            )
         return file.read()
 
 

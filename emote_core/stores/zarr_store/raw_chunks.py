@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import itertools
 import os
-import stat
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from emote_core.errors import FormatError
-from emote_core.stores.zarr_store.local_arrays import LocalArray, direct_codecs
+from emote_core.stores.zarr_store.local_arrays import LocalArray, direct_codecs, open_file
 
 COMPRESSOR_SETTINGS: dict[str, Any] = {"cname": "lz4", "clevel": 5, "shuffle": "shuffle"}
 """Blosc settings of compressed columns: lz4 inside Blosc with byte shuffling. Measured here on
@@ -169,19 +167,11 @@ class RawColumnReader:
             FormatError: It is not a file (a named pipe, a device): not read, nor read by zarr.
         """
         if chunk not in self._files:
-            path = self._directory + self._key(chunk)
             try:
-                # O_NONBLOCK: opening a named pipe would otherwise wait for a writer, forever.
-                descriptor: int | None = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+                descriptor, info = open_file(self._directory + self._key(chunk))
             except FileNotFoundError:
-                descriptor = None
+                descriptor, info = None, None
             self._files[chunk] = descriptor
-            info = os.fstat(descriptor) if descriptor is not None else None
-            if info is not None and not stat.S_ISREG(info.st_mode):
-                raise FormatError(
-                    f"'{path}' is not a file (mode {stat.filemode(info.st_mode)}); an emote "
-                    "memory store holds only files and folders"
-                )
             size = info.st_size if info is not None else 0
             if descriptor is not None and size != self._chunk_rows * self._row_bytes:
                 raise RawChunkError(
