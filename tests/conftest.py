@@ -34,6 +34,16 @@ def one_torch_thread(restore_torch_threads: None) -> None:
     torch.set_num_threads(1)
 
 
+UPSTREAM_V1 = Path(__file__).parent / "stores" / "upstream" / "data" / "emote-export-v1.zip"
+
+
+@pytest.fixture
+def upstream_v1() -> Path:
+    """upstream emote's own V1 export (100 episodes of 4 rewards and 5 observations), shipped in
+    the test data (its README says where it came from)."""
+    return UPSTREAM_V1
+
+
 @pytest.fixture
 def runner() -> CliRunner:
     """A CliRunner with a wide terminal so Rich never wraps what the tests look for."""

@@ -26,15 +26,9 @@ from emote_core.stores.sources import read_source, source_formats, target_format
 from emote_core.stores.zarr_store import MemoryStore
 
 ROOT = Path(__file__).parents[2]
-UPSTREAM_V1 = ROOT.parent / "shared" / "fixtures" / "upstream" / "emote-export-v1.zip"
-LEGACY_ZIPS = sorted((ROOT / "tests" / "stores" / "upstream" / "data").glob("*.zip"))
-
-
-@pytest.fixture
-def upstream_v1() -> Path:
-    if not UPSTREAM_V1.is_file():
-        pytest.skip(f"the shared upstream fixture {UPSTREAM_V1} is not on this machine")
-    return UPSTREAM_V1
+LEGACY_ZIPS = sorted(
+    (ROOT / "tests" / "stores" / "upstream" / "data").glob("emote-rl-23-legacy-*.zip")
+)
 
 
 def _emote_script() -> str:

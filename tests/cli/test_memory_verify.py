@@ -16,7 +16,9 @@ from emote_core.stores.convert import source_sha256, write_target
 from emote_core.stores.stored import ColumnSchema, StoredTable
 
 ROOT = Path(__file__).parents[2]
-LEGACY_ZIP = sorted((ROOT / "tests" / "stores" / "upstream" / "data").glob("*.zip"))[0]
+LEGACY_ZIP = sorted(
+    (ROOT / "tests" / "stores" / "upstream" / "data").glob("emote-rl-23-legacy-*.zip")
+)[0]
 
 
 def _store(path: Path, episodes: int = 30, length: int = 40) -> Path:

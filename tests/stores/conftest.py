@@ -15,16 +15,6 @@ from emote_core.memory.strategies import FifoEjectionStrategy, UniformSampleStra
 from emote_core.memory.table import ArrayMemoryTable
 
 DATA = Path(__file__).parent / "upstream" / "data"
-UPSTREAM_V1 = Path(__file__).parents[2].parent / "shared" / "fixtures" / "upstream"
-UPSTREAM_V1 /= "emote-export-v1.zip"
-
-
-@pytest.fixture
-def upstream_v1() -> Path:
-    """upstream emote's own V1 export (100 episodes of 4 rewards and 5 observations)."""
-    if not UPSTREAM_V1.is_file():
-        pytest.skip(f"the shared upstream fixture {UPSTREAM_V1} is not on this machine")
-    return UPSTREAM_V1
 
 
 def _table(columns: list[Any], length_key: str, maxlen: int) -> ArrayMemoryTable:
