@@ -227,15 +227,18 @@ def train(
                 abort(f"interrupted at update {int(state['bp_step'])}", ExitCode.INTERRUPTED)
             return
         checkpoint = run.latest_checkpoint()
+        total_steps = int(state["bp_step"])
         summary = {
             "run_dir": str(run.path),
             "ranks": context.world_size if context is not None else 1,
-            "steps": int(state["bp_step"]),
+            "steps": total_steps,
+            "updates": total_steps - setup.terminator.start_step,  # by this invocation
             "checkpoint": str(checkpoint) if checkpoint else None,
             "seconds": time.perf_counter() - started,
             "device": str(chosen),
             "threads": torch.get_num_threads(),
             "interrupted": interrupted(),
+            "evaluation": _evaluation_summary(setup.evaluator),
             **_follow_summary(setup),
         }
         quoted = shlex.quote(str(run.path))
@@ -253,8 +256,11 @@ def train(
         if quiet:  # the result alone, for `run=$(emote train RECIPE -q)`
             out.print(str(run.path), markup=False, highlight=False, soft_wrap=True)
             return
+        updates = f"{summary['updates']} updates"
+        if summary["updates"] != summary["steps"]:  # a resume: where the run stands now
+            updates += f" ({summary['steps']} in all)"
         out.print(
-            f"done: {summary['steps']} updates in {summary['seconds']:.1f} s; checkpoint "
+            f"done: {updates} in {summary['seconds']:.1f} s; checkpoint "
             f"{summary['checkpoint']}\nnext: emote eval {quoted}",
             markup=False, highlight=False, soft_wrap=True,
         )  # fmt: skip
@@ -356,6 +362,17 @@ def _resume_follow(run: Any, follow: bool) -> bool:
             "do not pin what a follower read; start a new run with --follow"
         )
     return False
+
+
+def _evaluation_summary(evaluator: Any) -> dict[str, Any] | None:
+    """The final evaluation's figures, as training's last log line gave them; ``None`` when
+    none ran (an interrupted or failed run)."""
+    report = evaluator.report if evaluator is not None else None
+    if report is None:
+        return None
+    keys = ("bp_step", "episodes", "mean_return", "std_return", "lowest_return",
+            "highest_return", "deterministic", "threshold", "passed")  # fmt: skip
+    return {key: report.get(key) for key in keys}
 
 
 def _follow_summary(setup: Any) -> dict[str, Any]:

@@ -27,6 +27,15 @@ class TrainingShutdownException(Exception):
     :meth:`Trainer.train` returns normally.
     """
 
+    log_level: int = logging.INFO
+    """How loudly the trainer logs the request."""
+
+
+class BudgetReached(TrainingShutdownException):
+    """Training reached the updates it was planned for: the normal end, logged at debug level."""
+
+    log_level = logging.DEBUG
+
 
 class StateDict(dict[str, Any]):
     """The training state: named values shared by all callbacks, with data groups as sub-dicts.
@@ -189,8 +198,9 @@ class Trainer:
                 continue
             try:
                 result = callback.call_hook(hook, state)
-            except TrainingShutdownException:
-                log.info(
+            except TrainingShutdownException as request:
+                log.log(
+                    request.log_level,
                     "callback '%s' asked training to stop during '%s' at bp_step %d",
                     callback.name,
                     hook,
@@ -242,4 +252,4 @@ def _name_culprit(error: BaseException, callback: Callback, hook: str, bp_step: 
     )
 
 
-__all__ = ["StateDict", "Trainer", "TrainingShutdownException"]
+__all__ = ["BudgetReached", "StateDict", "Trainer", "TrainingShutdownException"]

@@ -63,6 +63,10 @@ class TrainingRun:
     """The :class:`~emote_core.stores.follow.StoreFollower` of a ``--follow`` run."""
     exporter: Any | None = None
     """The ``OnnxExporter`` (periodic exports and publications), when the run has one."""
+    evaluator: Any | None = None
+    """The ``Evaluator``, whose ``report`` is the final evaluation (rank 0 only)."""
+    terminator: Any | None = None
+    """The ``BackPropStepsTerminator``, whose ``start_step`` is the update a resume began at."""
 
 
 def build_training(
@@ -108,6 +112,7 @@ def build_training(
     """
     from emote_core.callbacks.checkpointing import CheckpointLoader
     from emote_core.callbacks.distributed import DataParallel
+    from emote_core.callbacks.evaluation import Evaluator
     from emote_core.callbacks.generic import BackPropStepsTerminator
     from emote_core.memory import (
         DictObsMemoryTable,
@@ -219,7 +224,8 @@ def build_training(
             parts.callbacks, mode=str(recipe.training.compile), device=device
         )
         callbacks = [*update, *callbacks[len(parts.callbacks) :]]
-    callbacks.append(BackPropStepsTerminator(bp_steps=total))
+    terminator = BackPropStepsTerminator(bp_steps=total)
+    callbacks.append(terminator)
     alike = list(callbacks)  # the same on every rank: collectives walk these in one order
     if main:
         callbacks += _writing_callbacks(
@@ -242,6 +248,8 @@ def build_training(
         trainer, run, table, networks, env, collector, total,
         stop=stop if stop is not None else trainer.shutdown_signal, follower=follower,
         exporter=next((c for c in callbacks if isinstance(c, OnnxExporter)), None),
+        evaluator=next((c for c in callbacks if isinstance(c, Evaluator)), None),
+        terminator=terminator,
     )  # fmt: skip
 
 

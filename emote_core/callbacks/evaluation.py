@@ -124,6 +124,9 @@ class Evaluator(Callback):
         """``{bp_step, env_steps, mean_return}`` of the best evaluation so far."""
         self.last: dict[str, Any] | None = None
         """The latest evaluation's report, with its ``bp_step``, ``env_steps`` and metrics."""
+        self.report: dict[str, Any] | None = None
+        """The final report (:meth:`final_report`) once training ended with an evaluation;
+        ``None`` before, and when training failed or was interrupted."""
 
     @property
     def best_path(self) -> Path | None:
@@ -136,7 +139,7 @@ class Evaluator(Callback):
 
     def begin_training(self) -> None:
         """Takes the best so far from an earlier start's ``best.tar``, when there is one."""
-        self.best, self.last = None, None
+        self.best, self.last, self.report = None, None, None
         path = self.best_path
         if path is None or not path.exists():
             return
@@ -176,6 +179,7 @@ class Evaluator(Callback):
         if last is None or last["bp_step"] != bp_step:
             last = self.run_evaluation(bp_step=bp_step, bp_samples=bp_samples)
         report = self.final_report(last)
+        self.report = report
         if self.write_report is not None:
             self.write_report(report)
         if self.writer is not None and self.hparams is not None:

@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 from emote_core.callback import Callback, Order
 from emote_core.errors import ConfigurationError
-from emote_core.trainer import TrainingShutdownException
+from emote_core.trainer import BudgetReached, TrainingShutdownException
 
 
 class BackPropStepsTerminator(Callback):
@@ -28,14 +28,17 @@ class BackPropStepsTerminator(Callback):
             raise ConfigurationError(f"bp_steps must be a positive integer; got {bp_steps!r}")
         super().__init__(name=name, cycle=1)
         self.bp_steps = bp_steps
+        self.start_step = 0
+        """The ``bp_step`` training began at: 0, or where a resumed run's checkpoint left off."""
 
     def begin_training(self, bp_step: int) -> None:
+        self.start_step = bp_step
         if bp_step >= self.bp_steps:
             raise TrainingShutdownException(f"already at bp_step {bp_step} of {self.bp_steps}")
 
     def end_cycle(self, bp_step: int) -> None:
         if bp_step >= self.bp_steps:
-            raise TrainingShutdownException(f"reached {self.bp_steps} bp_steps")
+            raise BudgetReached(f"reached {self.bp_steps} bp_steps")
 
 
 class ScheduleStepper(Callback):

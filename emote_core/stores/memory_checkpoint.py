@@ -240,6 +240,12 @@ class ReplayMemoryCheckpoint(Callback):
             self.exporter.export()
         finally:
             self.exporter.close()  # the store's shard is free for the next run, even in-process
+        exporter = self.exporter
+        log.log(
+            logging.INFO if exporter.exported_episodes else logging.DEBUG,
+            "exported %d episodes of memory '%s' to %s",
+            exporter.exported_episodes, exporter.target_memory_name, exporter.export_path,
+        )  # fmt: skip
 
 
 __all__ = ["ReplayMemoryCheckpoint"]

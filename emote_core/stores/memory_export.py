@@ -164,6 +164,8 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
         self._last_export_time: float | None = None
         self.export_count = 0
         """Exports written so far."""
+        self.exported_episodes = 0
+        """Episodes appended to the store by this wrapper so far."""
         listeners = getattr(self.unwrapped, "episode_listeners", None)
         if listeners is None:
             raise ConfigurationError(
@@ -220,8 +222,8 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
             appended = self._append_pending()
         self._steps_since_export = 0
         self.export_count += 1
-        log.log(
-            logging.INFO if appended else logging.DEBUG,  # checkpoints often find nothing new
+        self.exported_episodes += appended
+        log.debug(  # every checkpoint exports: the run's total is told once, when it ends
             "exported %d episodes of memory '%s' to %s in %.2f s",
             appended,
             self.target_memory_name,

@@ -186,3 +186,64 @@ def test_ctrl_c_says_at_which_update_it_stopped_and_how_to_resume(in_tmp: Path) 
     # --json: the summary is the one document, and it carries the error too.
     assert document["interrupted"] is True and document["steps"] == update
     assert (document["error"], document["exit_code"]) == (message, 130)
+
+
+def test_json_summary_carries_the_final_evaluation_and_stderr_says_each_thing_once(
+    runner: CliRunner, in_tmp: Path, restore_torch_threads: None
+) -> None:
+    quick_eval = ("--set", "eval.interval=10", "--set", "eval.episodes=2",
+                  "--set", "eval.min_return=-1000")  # fmt: skip
+    result = runner.invoke(
+        app, ["train", "sac_hit_the_middle", "--steps", "40", "--run-dir", "r", *FAST,
+              *quick_eval, "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    report = json.loads((in_tmp / "r" / "eval.json").read_text())
+    assert document["evaluation"] == {
+        "bp_step": 40, "episodes": 2, "mean_return": report["mean_return"],
+        "std_return": report["std_return"], "lowest_return": report["lowest_return"],
+        "highest_return": report["highest_return"], "deterministic": True,
+        "threshold": -1000.0, "passed": True,
+    }  # fmt: skip
+    assert (document["steps"], document["updates"]) == (40, 40)
+
+    lines = result.stderr.splitlines()
+    # Reaching --steps is how every run ends: nothing to say about it.
+    assert not [line for line in lines if "asked training to stop" in line]
+    # Each evaluation that beats the best and the final checkpoint export the memory; the user
+    # hears of it once, at the end.
+    evaluations = [k for k, line in enumerate(lines) if line.startswith("info: evaluation at")]
+    exported = [k for k, line in enumerate(lines) if line.startswith("info: exported ")]
+    assert len(evaluations) == 4 and len(exported) == 1, result.stderr
+    assert exported[0] > evaluations[-1]
+    assert re.fullmatch(
+        r"info: exported \d+ episodes of memory 'memory' to r/memory_export", lines[exported[0]]
+    )
+    stored = json.loads(runner.invoke(app, ["memory", "inspect", "r/memory_export", "--json"])
+                        .stdout)  # fmt: skip
+    told = int(lines[exported[0]].split()[2])
+    assert told == stored["episodes"] > 0
+
+
+def test_a_resume_says_how_many_updates_it_did_and_where_the_run_stands(
+    runner: CliRunner, in_tmp: Path, restore_torch_threads: None
+) -> None:
+    first = runner.invoke(app, ["train", "sac_hit_the_middle", "--steps", "20", "--run-dir", "r",
+                                *FAST])  # fmt: skip
+    assert first.exit_code == 0, first.output
+    resumed = runner.invoke(
+        app, ["train", "--resume", "--run-dir", "r", "--steps", "30", *FAST[2:]]
+    )
+    assert resumed.exit_code == 0, resumed.output
+    done = resumed.stdout.splitlines()[0]
+    assert re.fullmatch(
+        r"done: 10 updates \(30 in all\) in [0-9.]+ s; checkpoint r/checkpoints/checkpoint_30\.tar",
+        done,
+    )
+    again = runner.invoke(
+        app, ["train", "--resume", "--run-dir", "r", "--steps", "35", *FAST[2:], "--json"]
+    )
+    assert again.exit_code == 0, again.output
+    document = json.loads(again.stdout)
+    assert (document["steps"], document["updates"]) == (35, 5)
