@@ -230,7 +230,7 @@ def collect_to_store(
         if on_progress is not None:
             on_progress(
                 CollectionProgress(
-                    env_steps=env_steps,
+                    env_steps=collector.env_steps,
                     episodes=collector.completed_episodes,
                     committed_episodes=batches.episodes,
                     committed_transitions=batches.transitions,
@@ -241,7 +241,6 @@ def collect_to_store(
             )
 
     started = time.perf_counter()
-    env_steps = 0
     interrupted = False
     switched_at = 0  # completed episodes at the last policy switch
     cut_at, cut_seconds = started, min(_CUT_SECONDS, flush_seconds)
@@ -250,7 +249,7 @@ def collect_to_store(
         report("start")
         while (
             (episodes is not None and collector.completed_episodes < episodes)
-            or (steps is not None and env_steps < steps)
+            or (steps is not None and collector.env_steps < steps)
         ):  # fmt: skip
             if stop():
                 interrupted = True
@@ -258,8 +257,8 @@ def collect_to_store(
             # Steps: whole chunks of vector steps; episodes: one at a time, to stop on time.
             vector_steps = 1
             if steps is not None:
-                vector_steps = min(per_call, -(-(steps - env_steps) // env.num_envs))
-            env_steps += collector.collect(vector_steps)
+                vector_steps = min(per_call, -(-(steps - collector.env_steps) // env.num_envs))
+            collector.collect(vector_steps)
             if follower is not None and collector.completed_episodes > switched_at:
                 newer = follower.poll()
                 if newer is not None:
@@ -284,9 +283,10 @@ def collect_to_store(
                 env.close()
     report("end")  # with the returns of the episodes the last cut handed out
     seconds = time.perf_counter() - started
-    summary = _summary(
-        out, shard, policy, batches.episodes, batches.transitions, env_steps, seconds, count_store
-    )
+    # The collector counts a step as it returns, before it is recorded, and only recorded steps
+    # are ever committed: a Ctrl-C at any point leaves dropped_steps >= 0.
+    summary = _summary(out, shard, policy, batches.episodes, batches.transitions,
+                       collector.env_steps, seconds, count_store)  # fmt: skip
     if follower is not None:
         summary["policy_training_steps"] = list(follower.training_steps)
     return CollectionResult(summary, interrupted=interrupted)

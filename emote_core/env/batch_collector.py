@@ -133,7 +133,8 @@ class BatchGymCollector:
         self.seed = seed
         self.chunk_steps = chunk_steps
         self.env_steps = 0
-        """Environment steps taken (each vector step counts ``num_envs``)."""
+        """Environment steps taken (each vector step counts ``num_envs``), counted as each vector
+        step returns, also in a :meth:`collect` that is interrupted."""
         self.completed_episodes = 0
         """Episodes finished (handed out, or waiting for the next cut)."""
         self._next_identity = first_identity
@@ -172,7 +173,8 @@ class BatchGymCollector:
         if self._act_steps is not None and steps:
             block = np.asarray(self._act_steps(steps, env.num_envs))
             planned = zip(block, env.env_actions(block, steps=steps), strict=True)
-        quiet = bytes(env.num_envs)  # the flags' bytes when no episode ends (bool arrays)
+        width = env.num_envs
+        quiet = bytes(width)  # the flags' bytes when no episode ends (bool arrays)
         plain = env.plain_observation_key  # a Box observation kept as it came, not in a dict
         current = observations if plain is None else observations[plain]
         chunk_steps = self.chunk_steps
@@ -184,6 +186,9 @@ class BatchGymCollector:
                 step = actions, env.env_actions(actions)
             actions = step[0]
             raw, rewards, terminated, truncated, infos = step_vector(step[1])
+            # Counted as soon as taken, before it is recorded: a Ctrl-C at any point leaves the
+            # count at or above the steps a cut can hand out, never below.
+            self.env_steps += width
             if terminated.tobytes() == quiet and truncated.tobytes() == quiet:
                 ended = _NO_SLOTS
             else:
@@ -206,8 +211,7 @@ class BatchGymCollector:
                 (seen, acted, rewarded), finals = self._pending, self._finals
         self._last = (rewards, ended) if rewards is not None else None
         self._observations = current if plain is None else {plain: current}
-        self.env_steps += steps * env.num_envs
-        return steps * env.num_envs
+        return steps * width
 
     @property
     def started(self) -> bool:

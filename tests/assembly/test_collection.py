@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,3 +84,57 @@ def test_without_a_published_policy_a_follower_waits_or_refuses(
     assert asked[1] - asked[0] >= 0.9  # it looked again about a second later
     assert any("waiting for a policy" in r.getMessage() for r in caplog.records)
     assert not store.exists()  # nothing written while waiting
+
+
+@pytest.mark.parametrize(
+    ("where", "calls", "env_steps", "transitions"),
+    [
+        ("step", 1, 0, 0),  # before any step returned
+        ("step", 31, 30 * 8, 30 * 8),  # just after all eight first episodes ended
+        ("step", 70, 69 * 8, 60 * 8),  # in the second call of 64 vector steps
+        ("final_observation", 1, 30 * 8, 0),  # a step torn while its ended episodes are recorded
+    ],
+)
+def test_an_interrupt_at_any_step_leaves_committed_plus_dropped_equal_to_env_steps(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
+    calls: int,
+    env_steps: int,
+    transitions: int,
+) -> None:
+    """Ctrl-C (KeyboardInterrupt) raised on the ``calls``-th call of the vector env's ``step``
+    or of the wrapper's ``final_observation``; HitTheMiddle episodes are 30 steps, 8 envs."""
+    from emote_core.assembly import builders
+
+    make_env = builders.make_env
+
+    def interrupting_env(*args: Any, **kwargs: Any) -> Any:
+        env = make_env(*args, **kwargs)
+        owner = env.env if where == "step" else env
+        original = getattr(owner, where)
+        made = 0
+
+        def interrupt_on_call(*call_args: Any, **call_kwargs: Any) -> Any:
+            nonlocal made
+            made += 1
+            if made == calls:
+                raise KeyboardInterrupt
+            return original(*call_args, **call_kwargs)
+
+        setattr(owner, where, interrupt_on_call)
+        return env
+
+    monkeypatch.setattr(builders, "make_env", interrupting_env)
+    store = tmp_path / "h.zarr"
+    result = collect_to_store(
+        load_recipe("sac_hit_the_middle"), str(store), steps=10_000, num_envs=8
+    )
+    summary = result.summary
+    assert result.interrupted
+    assert (summary["env_steps"], summary["transitions"]) == (env_steps, transitions)
+    assert summary["dropped_steps"] == env_steps - transitions >= 0
+    assert summary["store_totals"] == {
+        "episodes": transitions // 30,
+        "transitions": transitions,
+    }
