@@ -23,6 +23,11 @@ from emote_core.onnx.format import ACTIONS_OUTPUT, EPSILON_INPUT, PolicyMetadata
 from emote_core.proxies.base import acting_agents
 from emote_core.spaces import DiscreteSpace, MDPSpace, describe_shape, describe_space
 from emote_core.typing import AgentId, DictObservation, DictResponse
+from emote_core.utils.files import read_regular_file
+
+MAX_POLICY_BYTES = 2**31 - 1
+"""The largest ``.onnx`` file read: protobuf's limit for a model that keeps its weights inside
+the file, as emote's exports do."""
 
 
 def is_onnx_file(path: str | Path) -> bool:
@@ -44,7 +49,8 @@ class OnnxAgentProxy:
 
     Raises:
         ConfigurationError: If the file does not exist or does not fit ``spaces``.
-        FormatError: If it is not a loadable emote policy export.
+        FormatError: If it is not a regular file (a named pipe, a device), holds more than
+            :data:`MAX_POLICY_BYTES`, or is not a loadable emote policy export.
     """
 
     def __init__(
@@ -59,14 +65,20 @@ class OnnxAgentProxy:
         import onnxruntime
 
         self.path = Path(path)
-        if not self.path.is_file():
-            raise ConfigurationError(f"ONNX policy '{self.path}' does not exist")
+        try:  # read once, checked before reading: a pipe or /dev/zero is never read
+            data = read_regular_file(
+                self.path,
+                limit=MAX_POLICY_BYTES,
+                rule="pass the .onnx file that `emote export onnx` or a training run wrote",
+            )
+        except FileNotFoundError:
+            raise ConfigurationError(f"ONNX policy '{self.path}' does not exist") from None
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         try:
             self.session = onnxruntime.InferenceSession(
-                str(self.path), options, providers=["CPUExecutionProvider"]
+                data, options, providers=["CPUExecutionProvider"]
             )
         except Exception as error:  # onnxruntime raises its own untyped errors for bad files
             first = str(error).strip().splitlines()[0] if str(error).strip() else ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -70,3 +71,21 @@ def test_every_collect_reports_the_stores_new_totals_over_all_shards(
     assert progress[0] == "collect episode=0/3 (0%) env_steps=0"
     assert progress[-1].startswith("collect episode=3/3 (100%) eta=0:00 episodes/s=")
     assert f"env_steps={3 * EPISODE}" in progress[-1]
+
+
+def test_an_onnx_policy_that_is_a_pipe_or_a_device_is_refused_in_one_line(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    os.mkfifo(in_tmp / "pipe.onnx")
+    (in_tmp / "zero.onnx").symlink_to("/dev/zero")
+    for name, mode in (("pipe.onnx", "p"), ("zero.onnx", "c")):
+        for command in (
+            ["collect", "sac_hit_the_middle", "--out", "h.zarr", "--episodes", "1", "--policy"],
+            ["eval", "--episodes", "1"],
+        ):
+            result = runner.invoke(app, [*command, name, "--json"])
+            assert result.exit_code == 1, result.output
+            error = json.loads(result.stdout)["error"]
+            assert error.startswith(f"'{name}' is not a file (mode {mode}"), error
+            assert [line for line in result.stderr.splitlines() if line] == [f"error: {error}"]
+    assert not (in_tmp / "h.zarr").exists()

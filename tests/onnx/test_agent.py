@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from emote_core.algorithms.dqn import DoubleDQN
 from emote_core.algorithms.sac import SoftActorCritic
 from emote_core.errors import ConfigurationError, FormatError
 from emote_core.nn import DiscreteActionValueMlp, GaussianMlpPolicy
-from emote_core.onnx.agent import OnnxAgentProxy
+from emote_core.onnx.agent import MAX_POLICY_BYTES, OnnxAgentProxy
 from emote_core.onnx.graph import policy_metadata
 from emote_core.onnx.writer import export_policy
 from emote_core.proxies import EpsilonGreedyAgentProxy, MultiKeyAgentProxy
@@ -160,6 +161,22 @@ def test_files_that_are_not_emote_exports_are_refused(tmp_path: Path, sac_export
     onnx.save(model, str(tmp_path / "future.onnx"))
     with pytest.raises(FormatError, match="format_version 99; this emote reads up to 1"):
         OnnxAgentProxy(tmp_path / "future.onnx")
+
+
+def test_a_pipe_a_device_or_an_oversized_file_is_refused_unread(tmp_path: Path) -> None:
+    pipe = tmp_path / "pipe.onnx"
+    os.mkfifo(pipe)  # no writer: opening it for reading the usual way would wait for ever
+    with pytest.raises(FormatError, match=r"'.*pipe\.onnx' is not a file \(mode p"):
+        OnnxAgentProxy(pipe)
+    zero = tmp_path / "zero.onnx"
+    zero.symlink_to("/dev/zero")  # endless: reading it whole would never end
+    with pytest.raises(FormatError, match=r"'.*zero\.onnx' is not a file \(mode c"):
+        OnnxAgentProxy(zero)
+    huge = tmp_path / "huge.onnx"
+    with huge.open("wb") as file:
+        file.truncate(MAX_POLICY_BYTES + 1)  # sparse: nothing is written
+    with pytest.raises(FormatError, match=f"holds {MAX_POLICY_BYTES + 1} bytes, more than"):
+        OnnxAgentProxy(huge)
 
 
 def test_act_batch_acts_as_the_per_agent_call_for_torch_and_onnx(sac_export) -> None:
