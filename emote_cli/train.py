@@ -175,7 +175,10 @@ def train(
                         ExitCode.USAGE,
                     )
                 loaded = load_recipe(recipe, settings)
-                path, changes = run_dir or default_run_path(loaded.name), {}
+                path = run_dir or default_run_path(
+                    loaded.name, _changed_env(recipe, settings, loaded)
+                )
+                changes = {}
             check_env_id(loaded.env.id)
             if not live and not memory and not resume:  # a resumed run has its own memory
                 raise ConfigurationError(
@@ -362,6 +365,16 @@ def _resume_follow(run: Any, follow: bool) -> bool:
             "do not pin what a follower read; start a new run with --follow"
         )
     return False
+
+
+def _changed_env(recipe: str, settings: list[str], loaded: Any) -> str | None:
+    """The env id of ``loaded`` when ``--set`` made it another than the recipe file's (the run's
+    default name then shows it), else ``None``."""
+    from emote_core.recipes import load_recipe
+
+    if not any(setting.strip().startswith("env") for setting in settings):
+        return None
+    return loaded.env.id if loaded.env.id != load_recipe(recipe).env.id else None
 
 
 def _evaluation_summary(evaluator: Any) -> dict[str, Any] | None:

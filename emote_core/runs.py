@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import sys
 import time
@@ -125,17 +126,32 @@ class RunDirectory:
         return written
 
 
-def default_run_path(recipe_name: str) -> Path:
-    """``runs/<recipe>-<UTC timestamp>``: a new directory for every run."""
+_RUN_STAMP = re.compile(r"\d{8}-\d{6}$")
+"""The UTC timestamp that ends a default run directory's name."""
+
+
+def default_run_path(recipe_name: str, env_id: str | None = None) -> Path:
+    """``runs/<recipe>-<UTC timestamp>``: a new directory for every run; a recipe run on another
+    environment than its own names it too (``runs/<recipe>-<env id>-<UTC timestamp>``, the id
+    with every character but letters, digits, ``.``, ``_`` and ``-`` made ``_``)."""
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    if env_id:
+        env = re.sub(r"[^A-Za-z0-9._-]+", "_", env_id).strip("._-")
+        recipe_name = f"{recipe_name}-{env}" if env else recipe_name
     return Path(RUNS_DIRECTORY) / f"{recipe_name}-{stamp}"
 
 
 def latest_run_path(recipe_name: str) -> Path | None:
-    """The newest ``runs/<recipe>-*`` directory, for ``--resume`` without ``--run-dir``."""
+    """The newest ``runs/<recipe>-*`` directory by the timestamp that ends its name (those
+    without one count as oldest), for ``--resume`` without ``--run-dir``."""
     root = Path(RUNS_DIRECTORY)
-    runs = sorted(p for p in root.glob(f"{recipe_name}-*") if p.is_dir()) if root.is_dir() else []
-    return runs[-1] if runs else None
+    runs = [p for p in root.glob(f"{recipe_name}-*") if p.is_dir()] if root.is_dir() else []
+
+    def newest_last(path: Path) -> tuple[str, str]:
+        stamp = _RUN_STAMP.search(path.name)
+        return (stamp.group(0) if stamp else "", path.name)
+
+    return max(runs, key=newest_last) if runs else None
 
 
 def check_resumable_run(path: Path) -> RunDirectory:

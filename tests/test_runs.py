@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,27 @@ def test_nested_tables_with_unset_optional_keys_round_trip_through_recipe_toml(
     assert recipe.sac.conv.observation_key is None and recipe.curl.projection_dim is None
     run = prepare_run(tmp_path / "run", recipe=recipe, command=["a"])
     assert load_recipe(run.recipe_file) == recipe
+
+
+def test_a_run_on_another_env_than_its_recipes_is_named_after_that_env_too() -> None:
+    from emote_core.runs import RUNS_DIRECTORY, default_run_path
+
+    plain = default_run_path("sac_pixels")
+    named = default_run_path("sac_pixels", "emote/PixelCarRacing-v0")
+    assert plain.parent == named.parent == Path(RUNS_DIRECTORY)
+    assert re.fullmatch(r"sac_pixels-\d{8}-\d{6}", plain.name)
+    assert re.fullmatch(r"sac_pixels-emote_PixelCarRacing-v0-\d{8}-\d{6}", named.name)
+    assert default_run_path("r", "my_envs:Maze/Big-v2").name.startswith("r-my_envs_Maze_Big-v2-")
+
+
+def test_the_newest_run_of_a_recipe_is_told_by_its_time_whatever_its_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from emote_core.runs import latest_run_path
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("sac-Pendulum-v1-20261127-235959", "sac-20261128-000001", "sac-mine"):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+    assert latest_run_path("sac") == Path("runs/sac-20261128-000001")
+    (tmp_path / "runs" / "sac-Pendulum-v1-20261128-000002").mkdir()
+    assert latest_run_path("sac") == Path("runs/sac-Pendulum-v1-20261128-000002")

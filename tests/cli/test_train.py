@@ -247,3 +247,24 @@ def test_a_resume_says_how_many_updates_it_did_and_where_the_run_stands(
     assert again.exit_code == 0, again.output
     document = json.loads(again.stdout)
     assert (document["steps"], document["updates"]) == (35, 5)
+
+
+def test_a_run_whose_env_was_overridden_is_named_after_that_env(
+    runner: CliRunner, in_tmp: Path, restore_torch_threads: None
+) -> None:
+    small = ("--set", "memory.batch_size=8", "--set", "eval.episodes=1")
+    result = runner.invoke(
+        app, ["train", "sac_hit_the_middle", "--steps", "1", *FAST, *small,
+              "--set", "env.id=Pendulum-v1", "-q"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    run = Path(result.stdout.strip())
+    assert run.parent == Path("runs") and run.is_dir()
+    assert re.fullmatch(r"sac_hit_the_middle-Pendulum-v1-\d{8}-\d{6}", run.name)
+    # The recipe's own env keeps the plain name.
+    same = runner.invoke(
+        app, ["train", "sac_hit_the_middle", "--steps", "1", *FAST, *small,
+              "--set", "env.id=emote/HitTheMiddle-v0", "-q"],
+    )  # fmt: skip
+    assert same.exit_code == 0, same.output
+    assert re.fullmatch(r"runs/sac_hit_the_middle-\d{8}-\d{6}", same.stdout.strip())
