@@ -5,7 +5,8 @@ A learner publishes by writing the new file next to the old one and renaming it 
 ``latest.onnx`` (``os.replace``), so the path always names a whole file: either the old one or
 the new one. :class:`PublishedFile` looks at the path's ``stat`` (modification time in ns,
 size, inode) at most once a :data:`POLL_INTERVAL_S` and loads the file only when that changed;
-a file that does not load is logged once and the one in use is kept. :class:`PublishedPolicy`
+a file that does not load is logged once and the one in use is kept; while none is in use yet,
+such a file ends the wait for a first one with its error. :class:`PublishedPolicy`
 loads it as an :class:`~emote_core.onnx.agent.OnnxAgentProxy` checked against the environment's
 spaces; the driver of ``emote collect --workers`` loads its bytes to relay them to its workers
 (:mod:`emote_core.scale.policy_relay`).
@@ -90,22 +91,18 @@ class PublishedFile(Generic[T]):
 
         Raises:
             ConfigurationError: Without ``wait``, if no file is published yet.
-            EmoteError: Without ``wait``, if the published file does not load.
+            EmoteError: If the published file does not load (nothing is in use to keep).
         """
-        if not wait:
-            if _signature(self.path) is None:
+        told = False
+        while True:
+            found = self._look(force=True, keep=False)
+            if found is not None:
+                return found
+            if not wait:
                 raise ConfigurationError(
                     f"no policy is published at '{self.path}' yet; start the learner that "
                     "publishes it, or leave out --no-wait to wait for one"
                 )
-            self._looked_at = time.monotonic()
-            self._loaded = _signature(self.path)
-            return self.load(self.path)
-        told = False
-        while True:
-            found = self.poll(force=True)
-            if found is not None:
-                return found
             if not told:
                 log.info("waiting for a policy to be published at %s (Ctrl-C stops)", self.path)
                 told = True
@@ -122,6 +119,10 @@ class PublishedFile(Generic[T]):
         Returns:
             What ``load`` returned, or ``None`` when there is nothing new to switch to.
         """
+        return self._look(force=force, keep=True)
+
+    def _look(self, *, force: bool, keep: bool) -> T | None:
+        """:meth:`poll`; a file that does not load raises its error unless ``keep``."""
         now = time.monotonic()
         if not force and now - self._looked_at < self.poll_interval:
             return None
@@ -133,6 +134,12 @@ class PublishedFile(Generic[T]):
             found = self.load(self.path)
         except EmoteError as error:
             self._refused = signature
+            if not keep or self._loaded is None:
+                error.add_note(
+                    "no policy is in use yet, so there is none to keep: publish one that loads "
+                    "there (the learner's next export replaces it) and run the command again"
+                )
+                raise
             log.warning("kept the policy in use: the published %s is refused: %s", self.path, error)
             return None
         self._loaded = signature
@@ -179,7 +186,7 @@ class PublishedPolicy:
 
         Raises:
             ConfigurationError: Without ``wait``, if no policy is published yet.
-            EmoteError: Without ``wait``, if the published file does not load or fit.
+            EmoteError: If the published file does not load or fit.
         """
         return self._file.first(wait=wait, should_stop=should_stop)
 

@@ -32,7 +32,7 @@ from emote_core.assembly.published_policy import (
     PublishedFile,
     published_policy_path,
 )
-from emote_core.errors import ConfigurationError
+from emote_core.errors import ConfigurationError, EmoteError
 from emote_core.onnx.publishing import replace_atomically
 from emote_core.recipes.schema import Recipe
 from emote_core.spaces import MDPSpace
@@ -90,7 +90,7 @@ class PolicyRelay:
 
         Raises:
             ConfigurationError: Without ``wait``, if no policy is published yet.
-            EmoteError: Without ``wait``, if the published file is no loadable emote policy.
+            EmoteError: If the published file is no loadable emote policy.
         """
         return self._file.first(wait=wait, should_stop=should_stop)
 
@@ -116,16 +116,24 @@ class PolicyRelay:
 
     def _read(self, path: Path) -> RelayedPolicy:
         from emote_core.assembly.compatibility import onnx_collect_agent
+        from emote_core.onnx.agent import MAX_POLICY_BYTES
+        from emote_core.utils.files import read_regular_file
 
-        try:
-            data = path.read_bytes()
+        try:  # a pipe or a device in its place is refused, not read
+            data = read_regular_file(
+                path, limit=MAX_POLICY_BYTES, rule="a run publishes its policy as an .onnx file"
+            )
         except OSError as error:  # replaced or removed since its stat was taken
             raise ConfigurationError(f"cannot read '{path}': {error.strerror or error}") from None
         # The bytes read are the bytes checked and relayed, whatever happens to the file since.
         with tempfile.TemporaryDirectory(prefix="emote-policy-check-") as folder:
             copy = Path(folder) / path.name
             copy.write_bytes(data)
-            agent, _ = onnx_collect_agent(copy, self.recipe, self.spaces, seed=None)
+            try:
+                agent, _ = onnx_collect_agent(copy, self.recipe, self.spaces, seed=None)
+            except EmoteError as error:  # named as published, not as the private copy checked
+                error.args = tuple(str(arg).replace(str(copy), str(path)) for arg in error.args)
+                raise
             step = int(agent.metadata.training_step)
         self.training_steps.append(step)
         log.info("relaying the policy of training step %d from %s to the workers", step, path)

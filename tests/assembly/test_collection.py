@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from emote_core.assembly.collection import CollectionProgress, collect_to_store
-from emote_core.errors import ConfigurationError
+from emote_core.errors import ConfigurationError, FormatError
 from emote_core.recipes import load_recipe
 from emote_core.stores.zarr_store import MemoryStore
 
@@ -138,3 +138,28 @@ def test_an_interrupt_at_any_step_leaves_committed_plus_dropped_equal_to_env_ste
         "episodes": transitions // 30,
         "transitions": transitions,
     }
+
+
+def test_a_damaged_first_published_policy_is_an_error_not_a_policy_in_use(
+    publish_policy: Callable[[bytes, Path], None],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    run_dir = tmp_path / "run"
+    publish_policy(b"not an onnx file", run_dir)
+    store = tmp_path / "h.zarr"
+    asked: list[bool] = []
+
+    def should_stop() -> bool:  # bounds the wait, should the damaged file be waited on
+        asked.append(True)
+        return len(asked) >= 3
+
+    for wait in (True, False):
+        caplog.clear()
+        with pytest.raises(FormatError, match=r"cannot load '.*latest\.onnx'") as refused:
+            collect_to_store(load_recipe("sac_hit_the_middle"), str(store), episodes=1,
+                             policy=str(run_dir), follow_policy=True, wait_for_policy=wait,
+                             should_stop=should_stop)  # fmt: skip
+        assert any("no policy is in use yet" in note for note in refused.value.__notes__)
+        assert not any("kept the policy in use" in r.getMessage() for r in caplog.records)
+    assert not store.exists()

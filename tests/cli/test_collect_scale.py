@@ -4,8 +4,10 @@ counts, Ray addresses, a missing Ray, following a run that has published no poli
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -85,3 +87,20 @@ def test_follow_policy_without_a_published_policy_and_no_wait_fails(
     assert result.exit_code == 2 and "--follow-policy needs --policy RUN_DIR" in result.stderr
     result = runner.invoke(app, [*COLLECT, "--no-wait"])
     assert result.exit_code == 2 and "--no-wait goes with --follow-policy" in result.stderr
+
+
+def test_following_a_run_whose_published_policy_is_damaged_fails_in_one_line(
+    runner: CliRunner, in_tmp: Path, publish_policy: Callable[[bytes, Path], None]
+) -> None:
+    publish_policy(b"not an onnx file", in_tmp / "run")
+    for workers in ([], ["--workers", "2"]):  # the Ray driver reads it before Ray starts
+        result = runner.invoke(app, [*COLLECT, "--policy", "run", "--follow-policy", *workers])
+        assert result.exit_code == 1, result.output
+        [line] = [line for line in result.stderr.splitlines() if line]
+        # the Ray driver names the run directory by its absolute path (workers run elsewhere)
+        assert re.match(r"error: onnxruntime cannot load '(/.*/)?run/exports/latest\.onnx'", line)
+        assert line.endswith(
+            "; no policy is in use yet, so there is none to keep: publish one that loads there "
+            "(the learner's next export replaces it) and run the command again"
+        )
+    assert not (in_tmp / "h.zarr").exists()
