@@ -112,7 +112,7 @@ class StoreFollower:
     def _commits(self, source: int) -> dict[str, tuple[Any, dict[str, Any]]]:
         """The shards' groups and commit records; damaged shards refused or (skip) logged."""
         url = self.urls[source]
-        committed, damaged = commit_records(self._root(source), url)
+        committed, damaged = commit_records(self._root(source), url, self._columns[source])
         for name, why in damaged.items():
             if not self.skip_damaged:
                 raise FormatError(
@@ -310,7 +310,7 @@ class StoreFollower:
         """Episodes ``start:stop`` of a shard that a checkpoint read, by position (the damaged
         ones, left out then, are left out again)."""
         url = self.urls[source]
-        found = shard_commit(self._root(source), url, name)
+        found = shard_commit(self._root(source), url, name, self._columns[source])
         committed = 0 if found is None else int(found[1]["episodes"])
         if found is None or committed < stop:
             raise FormatError(

@@ -262,7 +262,9 @@ def test_a_shard_that_lost_episodes_is_refused(tmp_path: Path) -> None:
     follower.fill()
     group = zarr.open_group(str(tmp_path / "s.zarr" / "shards" / "main"), mode="r+")
     commit = dict(group.attrs["commit"])
-    group.attrs["commit"] = {**commit, "episodes": 2}
+    kept = 3 + 4  # episodes 0 and 1 (the rest lost), the record consistent with itself
+    rows = {"obs": kept + 2, "actions": kept, "rewards": kept}
+    group.attrs["commit"] = {**commit, "episodes": 2, "transitions": kept, "rows": rows}
     with pytest.raises(FormatError, match="fewer than the 4 read from it"):
         follower.poll()
 

@@ -20,10 +20,10 @@ import numpy as np
 
 from emote_core.errors import FormatError, MemoryTableError
 from emote_core.stores.stored import check_schema
-from emote_core.stores.zarr_store.acceleration import open_array, reading_config
+from emote_core.stores.zarr_store.acceleration import open_array, reading_config, uses_zarrs
 from emote_core.stores.zarr_store.checks import EpisodeChecks, episode_rows
 from emote_core.stores.zarr_store.layout import COLUMNS, RowKind, StoreColumn
-from emote_core.stores.zarr_store.local_arrays import LocalArray, open_local
+from emote_core.stores.zarr_store.local_arrays import LocalArray, open_local, whole_chunks
 from emote_core.stores.zarr_store.raw_chunks import RawChunkError, RawColumnReader, raw_files
 from emote_core.stores.zarr_store.reader import MemoryStore, ShardView
 from emote_core.typing import EpisodeState
@@ -216,6 +216,8 @@ def _read_shard(
                 data[column.name] = (values, None)
                 rows_at[column.name] = at
             for array, low, high, values in decoded:
+                if uses_zarrs(array) and not whole_chunks(array, low, high):
+                    raise _StepAside(f"{array.path} has chunks that are not one chunk's size")
                 _touch_pages(values)  # before zarr's decoding threads write it
                 _read_into(array, low, high, values)
         try:

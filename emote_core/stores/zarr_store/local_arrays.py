@@ -319,6 +319,43 @@ def direct_codecs(metadata: Any) -> bool | None:
     return len(codecs) == 2
 
 
+def whole_chunks(array: Any, low: int, high: int) -> bool:
+    """Whether every chunk file holding rows ``low:high`` of a local zarr array decodes to one
+    whole chunk by its size (a raw chunk's file size, a Blosc chunk's header): what zarr's own
+    pipeline requires, and the zarrs pipeline does not check when it decodes part of a chunk.
+    ``False`` for an array not on the local file system or of a layout not read here.
+    """
+    from zarr.storage import LocalStore
+
+    store = getattr(array, "store", None)
+    metadata = getattr(array, "metadata", None)
+    compressed = direct_codecs(metadata) if isinstance(store, LocalStore) else None
+    if compressed is None:
+        return False
+    rows = int(metadata.chunk_grid.chunk_shape[0])
+    expected = rows * array.dtype.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
+    directory = Path(store.root) / array.path
+    for chunk in range(low // rows, -(-high // rows)):
+        key = metadata.encode_chunk_key((chunk, *(0,) * (len(array.shape) - 1)))
+        try:
+            descriptor, info = open_file(directory / str(key))
+        except FileNotFoundError:
+            continue  # fill values: zarr leaves such chunks unwritten
+        except Exception:  # not a file: zarr names it
+            return False
+        with open(descriptor, "rb") as file:
+            header = file.read(16) if compressed else b""
+        if compressed:
+            if len(header) < 16:
+                return False
+            size, _, stored = np.frombuffer(header, dtype="<u4", count=3, offset=4).tolist()
+            if size != expected or stored != info.st_size:
+                return False
+        elif info.st_size != expected:
+            return False
+    return True
+
+
 def _decompress(data: bytes, expected: int, where: Path) -> bytes:
     """A Blosc chunk's bytes: its header's size checked against ``expected`` before any
     allocation (a damaged header may claim gigabytes)."""
@@ -345,4 +382,5 @@ __all__ = [
     "open_local",
     "plain_metadata",
     "read_rows_locally",
+    "whole_chunks",
 ]

@@ -20,7 +20,7 @@ from emote_core.stores.zarr_store.acceleration import (
     with_default_pipeline,
 )
 from emote_core.stores.zarr_store.checks import EpisodeChecks, episode_rows
-from emote_core.stores.zarr_store.commits import shard_commit
+from emote_core.stores.zarr_store.commits import malformed, shard_commit, table_problems
 from emote_core.stores.zarr_store.groups import child_names, open_group
 from emote_core.stores.zarr_store.layout import (
     COLUMNS,
@@ -33,7 +33,7 @@ from emote_core.stores.zarr_store.layout import (
     StoreColumn,
     check_format,
 )
-from emote_core.stores.zarr_store.local_arrays import read_rows_locally
+from emote_core.stores.zarr_store.local_arrays import read_rows_locally, whole_chunks
 from emote_core.typing import EpisodeState
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,8 @@ def read_rows(array: Any, rows: int, *, start: int = 0) -> tuple[np.ndarray, np.
     import zarr
 
     # One decoding thread per core: zarr's default pool is larger and measured ~1.5x slower.
+    if uses_zarrs(array) and not whole_chunks(array, start, rows):
+        array = with_default_pipeline(array)  # zarrs reads parts of chunks zarr refuses whole
     with zarr.config.set({"threading.max_workers": os.cpu_count() or 1}):
         try:
             return array[start:rows], np.zeros(rows - start, dtype=bool), []
@@ -156,13 +158,15 @@ class MemoryStore:
         a folder holding no data yet)."""
         path = f"{SHARDS}/{name}"
         where = f"store '{self.url}' shard '{name}'"
-        found = shard_commit(self.root, self.url, name)
+        found = shard_commit(self.root, self.url, name, self.columns)
         if found is None:
             return None
         group, commit = found
         count = int(commit["episodes"])
         if count == 0:  # nothing committed: its arrays may not even exist yet
             empty = {f: np.zeros((0, *sh), dtype) for f, (dtype, sh) in EPISODE_FIELDS.items()}
+            if problems := table_problems(commit, empty):
+                raise malformed(where, path, problems)
             return ShardView(name, group, commit, empty)
         fields = [*EPISODE_FIELDS, TABLE_CHECKSUM]
         found = read_rows_locally(group, [f"{EPISODES}/{f}" for f in fields], 0, count)
@@ -187,6 +191,8 @@ class MemoryStore:
                     f"{where}: {path}/{EPISODES}/{field} is unreadable "
                     f"({type(value).__name__}: {text})"
                 ) from value
+        if problems := table_problems(commit, table):
+            raise malformed(where, path, problems)
         return ShardView(name, group, commit, table)
 
     def check_readable(self) -> None:

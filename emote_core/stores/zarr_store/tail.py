@@ -17,6 +17,7 @@ import numpy as np
 from emote_core.errors import FormatError
 from emote_core.stores.stored import EpisodeRecord
 from emote_core.stores.zarr_store.checks import EpisodeChecks
+from emote_core.stores.zarr_store.commits import malformed, table_problems
 from emote_core.stores.zarr_store.layout import (
     COLUMNS,
     EPISODE_FIELDS,
@@ -100,6 +101,8 @@ def read_episode_run(
         return run
     where = f"store '{url}' shard '{shard}'"
     table = _table_rows(group, where, start, stop)
+    if stop == committed and (problems := table_problems(commit, table)):
+        raise malformed(where, f"{SHARDS}/{shard}", problems)
     count = stop - start
     data: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     bases: dict[str, int] = {}

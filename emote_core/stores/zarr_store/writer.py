@@ -17,11 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from emote_core.errors import FormatError
+from emote_core.errors import EmoteError, FormatError
 from emote_core.stores.episode_batch import EpisodeBatch
 from emote_core.stores.locations import storage_errors
 from emote_core.stores.provenance import ENV_ID, PROVENANCE, Provenance, with_session
 from emote_core.stores.stored import ColumnSchema, EpisodeRecord
+from emote_core.stores.zarr_store.commits import commit_problems, malformed, table_problems
 from emote_core.stores.zarr_store.groups import (
     child_names,
     is_store,
@@ -47,6 +48,7 @@ from emote_core.stores.zarr_store.layout import (
 from emote_core.stores.zarr_store.lease import DEFAULT_TIMEOUT, ShardLease, describe
 from emote_core.stores.zarr_store.packing import PackedBatch
 from emote_core.stores.zarr_store.raw_chunks import compressor, stores_raw, with_codecs
+from emote_core.stores.zarr_store.reader import chunk_key
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +192,7 @@ class ShardWriter:
                 self._refuse_uncommitted_data()
                 commit = _empty_commit(self.columns)
                 self.group.attrs.update({"commit": commit, "writer": producer()})
-            self.commit = commit
+            self.commit = self._checked(commit)
             self._repair()
             self._table_checksums = self._require_table_checksums()
         except BaseException:
@@ -217,6 +219,27 @@ class ShardWriter:
         shards = require_group(root, SHARDS)
         attributes = {"commit": _empty_commit(self.columns), "writer": producer()}
         return shards.create_group(self.shard, attributes=attributes)
+
+    def _checked(self, commit: Any) -> dict[str, Any]:
+        """The shard's commit record, refused where a reader would call it damaged (cutting
+        the arrays back to a wrong record would lose committed rows)."""
+        path = f"{SHARDS}/{self.shard}"
+        where = f"store '{self.url}' shard '{self.shard}'"
+        problems = commit_problems(commit, self.columns)
+        count = 0 if problems else commit["episodes"]
+        arrays = dict(self._episode_arrays)
+        if TABLE_CHECKSUM in self.group[EPISODES]:
+            arrays[TABLE_CHECKSUM] = self.group[f"{EPISODES}/{TABLE_CHECKSUM}"]
+        if not problems and all(a.shape[0] >= count for a in arrays.values()):
+            last = slice(max(0, count - 1), count)  # fewer rows: _repair names that damage
+            problems = table_problems(commit, {n: a[last] for n, a in arrays.items()})
+        if problems:
+            error = malformed(where, path, problems)
+            raise FormatError(
+                f"{error}; the store is damaged — run `emote memory verify` (emote will not "
+                "append to it)"
+            )
+        return commit
 
     def _require_table_checksums(self) -> Any:
         """The episode table's checksum array; a shard written before it had one gets it, over
@@ -361,7 +384,20 @@ class ShardWriter:
         first_episode = int(self.commit["episodes"])
         for column in self.columns:
             data = batch.columns[column.name]
-            _write_rows(self._arrays[column.name], rows[column.name], data)
+            array = self._arrays[column.name]
+            try:
+                _write_rows(array, rows[column.name], data)
+            except (EmoteError, OSError):
+                raise
+            except Exception as error:  # the chunk appended to does not decode: damage
+                array.resize((rows[column.name], *array.shape[1:]))  # its shape as committed
+                text = str(error).splitlines()[0] if str(error) else ""
+                raise FormatError(
+                    f"store '{self.url}' shard '{self.shard}': column '{column.name}' cannot be "
+                    f"appended to: {chunk_key(array, rows[column.name])} does not decode "
+                    f"({type(error).__name__}: {text}); the store is damaged — run `emote memory "
+                    "verify` (nothing was committed)"
+                ) from error
             rows[column.name] += len(data)
         transitions = int(self.commit["transitions"])
         step_offsets = transitions + batch.step_offsets
