@@ -24,12 +24,14 @@ import builtins
 import collections
 import io
 import pickle
+import struct
 from typing import IO, Any, ClassVar
 
 import numpy as np
 from numpy.lib import format as npy_format
 
 from emote_core.errors import FormatError, UnsafePickleError
+from emote_core.stores.budget import AllocationBudget
 
 try:  # numpy >= 2
     from numpy._core import multiarray as _multiarray
@@ -253,13 +255,37 @@ ALLOWED_GLOBALS: dict[tuple[str, str], Any] = _build_allowlist()
 """Every ``(module, name)`` a restricted pickle may name, and what it resolves to."""
 
 
-class RestrictedUnpickler(pickle.Unpickler):
-    """An unpickler that resolves only :data:`ALLOWED_GLOBALS` and refuses everything else.
+def _sized_arguments(value: Any) -> bool:
+    return isinstance(value, list | tuple | np.ndarray)
+
+
+class RestrictedUnpickler(pickle._Unpickler):  # the Python unpickler: see the class doc
+    """An unpickler that resolves only :data:`ALLOWED_GLOBALS`, refuses everything else, and
+    charges an :class:`~emote_core.stores.budget.AllocationBudget` before allocating.
+
+    It is the pure-Python unpickler, because the C one allocates what a pickle declares before
+    reading it (a 10-byte pickle can ask for gigabytes of memo or bytes). The allowlisted calls
+    that allocate by a declared size (``bytearray(n)``, ``numpy.ndarray(shape)``, numpy's
+    ``_reconstruct`` and array state, numpy scalar types given nested lists) are charged first.
+
+    Args:
+        file: The pickle, a binary file positioned at its start.
+        budget: What it may allocate; by default the budget of a file of the stream's size.
 
     Raises (from :meth:`load`):
         UnsafePickleError: The pickle names a global outside the allowlist, or uses persistent
             ids; nothing it names was imported or called.
+        FormatError: The pickle declares more than its budget allows; nothing was allocated.
     """
+
+    dispatch = dict(pickle._Unpickler.dispatch)
+
+    def __init__(self, file: IO[bytes], *, budget: AllocationBudget | None = None, **kwargs: Any):
+        super().__init__(file, **kwargs)
+        position = file.tell()
+        self.size = file.seek(0, io.SEEK_END) - position
+        file.seek(position)
+        self.budget = budget or AllocationBudget("the pickle", self.size)
 
     def find_class(self, module: str, name: str) -> Any:
         # Python 2 era names (protocols 0-2: "__builtin__.long") map as plain pickle maps them.
@@ -280,28 +306,105 @@ class RestrictedUnpickler(pickle.Unpickler):
             f"pickle refers to persistent id {pid!r}; emote does not resolve persistent ids"
         )
 
+    def _charge_call(self, func: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+        """Charges what calling an allowlisted ``func`` allocates by the sizes it is given."""
+        budget = self.budget
+        if func is bytearray and args:
+            if isinstance(args[0], int):
+                budget.charge("a pickled bytearray", args[0], f"bytearray({args[0]})")
+            elif _sized_arguments(args[0]):
+                budget.charge_nested("a pickled bytearray", args[0])
+        elif func is np.ndarray:
+            names = ("shape", "dtype", "buffer")
+            given = {**dict(zip(names, args, strict=False)), **kwargs}
+            if given.get("buffer") is None:
+                shape, dtype = given.get("shape", ()), given.get("dtype", float)
+                budget.charge_array("a pickled numpy.ndarray call", shape, dtype)
+        elif func is _multiarray._reconstruct and len(args) >= 3:
+            budget.charge_array("a pickled numpy array", args[1], args[2])
+        elif isinstance(func, type) and issubclass(func, np.generic):
+            for value in (*args, *kwargs.values()):
+                if _sized_arguments(value):
+                    budget.charge_nested(f"a pickled numpy.{func.__name__} call", value)
 
-def safe_loads(data: bytes, *, trust: bool = False) -> Any:
+    def load_reduce(self) -> None:
+        stack = self.stack
+        args = stack.pop()
+        func = stack[-1]
+        self._charge_call(func, args, {})
+        stack[-1] = func(*args)
+
+    dispatch[pickle.REDUCE[0]] = load_reduce
+
+    def load_newobj(self) -> None:
+        args = self.stack.pop()
+        cls = self.stack.pop()
+        self._charge_call(cls, args, {})
+        self.append(cls.__new__(cls, *args))
+
+    dispatch[pickle.NEWOBJ[0]] = load_newobj
+
+    def load_newobj_ex(self) -> None:
+        kwargs = self.stack.pop()
+        args = self.stack.pop()
+        cls = self.stack.pop()
+        self._charge_call(cls, args, kwargs)
+        self.append(cls.__new__(cls, *args, **kwargs))
+
+    dispatch[pickle.NEWOBJ_EX[0]] = load_newobj_ex
+
+    def _instantiate(self, klass: Any, args: tuple) -> None:  # INST and OBJ (protocols 0-1)
+        self._charge_call(klass, args, {})
+        super()._instantiate(klass, args)
+
+    def load_build(self) -> None:
+        state, inst = self.stack[-1], self.stack[-2]
+        if isinstance(inst, np.ndarray) and isinstance(state, tuple) and len(state) in (4, 5):
+            shape, dtype = state[-4], state[-3]  # ([version,] shape, dtype, fortran, data)
+            self.budget.charge_array("a pickled numpy array", shape, dtype)
+        super().load_build()
+
+    dispatch[pickle.BUILD[0]] = load_build
+
+    def load_bytearray8(self) -> None:
+        (length,) = struct.unpack("<Q", self.read(8))
+        if length > self.size:
+            raise FormatError(
+                f"{self.budget.source}: the data is not a readable pickle (a bytearray "
+                f"declares {length:,} bytes, the whole pickle holds {self.size:,}); the file is "
+                "truncated or damaged"
+            )
+        buffer = bytearray(length)
+        self.readinto(buffer)
+        self.append(buffer)
+
+    dispatch[pickle.BYTEARRAY8[0]] = load_bytearray8
+
+
+def safe_loads(data: bytes, *, trust: bool = False, budget: AllocationBudget | None = None) -> Any:
     """Unpickles ``data`` through :class:`RestrictedUnpickler`.
 
     Args:
         data: The pickle's bytes.
         trust: Use plain :func:`pickle.loads`, which runs whatever the pickle names. Only for
             files whose origin the user vouches for; callers log a warning.
+        budget: What unpickling may allocate (the file's budget, when the pickle is part of
+            one); by default that of a file of ``len(data)`` bytes.
 
     Returns:
         The unpickled value; upstream emote objects come back as stand-ins.
 
     Raises:
         UnsafePickleError: The pickle names a global outside the allowlist.
-        FormatError: The data is not a readable pickle (truncated, corrupt).
+        FormatError: The data is not a readable pickle (truncated, corrupt), or declares more
+            than its budget allows.
     """
     try:
         # latin1 reads Python 2 pickles' byte strings (numpy array buffers) back as numpy expects.
         if trust:
             return pickle.loads(data, encoding="latin1")  # the caller vouched for this file
-        return RestrictedUnpickler(io.BytesIO(data), encoding="latin1").load()
-    except UnsafePickleError:
+        return RestrictedUnpickler(io.BytesIO(data), budget=budget, encoding="latin1").load()
+    except FormatError:  # refused globals and budgets, already one line
         raise
     except Exception as error:  # pickle reports damage with many exception types
         raise FormatError(
@@ -310,12 +413,20 @@ def safe_loads(data: bytes, *, trust: bool = False) -> Any:
         ) from error
 
 
-def safe_load(file: IO[bytes], *, trust: bool = False) -> Any:
+def safe_load(
+    file: IO[bytes], *, trust: bool = False, budget: AllocationBudget | None = None
+) -> Any:
     """Unpickles the rest of a binary ``file``; see :func:`safe_loads`."""
-    return safe_loads(file.read(), trust=trust)
+    return safe_loads(file.read(), trust=trust, budget=budget)
 
 
-def read_npy(data: bytes, *, objects: bool = True, trust: bool = False) -> np.ndarray:
+def read_npy(
+    data: bytes,
+    *,
+    objects: bool = True,
+    trust: bool = False,
+    budget: AllocationBudget | None = None,
+) -> np.ndarray:
     """Reads a ``.npy`` file's bytes without letting numpy unpickle anything.
 
     Plain arrays are read from their raw bytes (a read-only view of ``data``). Object arrays
@@ -327,6 +438,7 @@ def read_npy(data: bytes, *, objects: bool = True, trust: bool = False) -> np.nd
         objects: Whether object arrays are expected at all; if not, one is an error and its
             pickle is never read.
         trust: Passed on to :func:`safe_loads` for object arrays.
+        budget: Passed on to :func:`safe_loads` for object arrays (plain arrays are views).
 
     Raises:
         FormatError: The bytes are not a ``.npy`` file, are truncated, or hold an object array
@@ -353,7 +465,7 @@ def read_npy(data: bytes, *, objects: bool = True, trust: bool = False) -> np.nd
                 f"the .npy array has dtype {dtype}: it holds pickled objects where plain data "
                 "is expected; it was not unpickled"
             )
-        array = safe_loads(data[offset:], trust=trust)
+        array = safe_loads(data[offset:], trust=trust, budget=budget)
         if not isinstance(array, np.ndarray) or array.shape != shape:
             raise FormatError(
                 f"a .npy object array's pickle holds {type(array).__name__}, not the array of "

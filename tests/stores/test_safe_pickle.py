@@ -254,3 +254,94 @@ def test_a_pickle_cannot_set_attributes_on_the_shared_allowed_objects(target):
     with pytest.raises(FormatError):
         safe_loads(build)
     assert safe_loads(pickle.dumps(b"still latin1", protocol=2)) == b"still latin1"
+
+
+class _Calls:
+    """Pickles as ``func(*args)``: how a hostile pickle asks an allowlisted global to allocate."""
+
+    def __init__(self, func, *args) -> None:
+        self.call = (func, args)
+
+    def __reduce__(self):
+        return self.call
+
+
+def _small_budget():
+    from emote_core.stores.budget import AllocationBudget
+
+    return AllocationBudget("hostile.pkl", 200, limit=1 << 20)
+
+
+_SHARED_ROW = [0.5] * 1024
+ALLOCATING_CALLS = {
+    "bytearray": (_Calls(bytearray, 64 << 20), "a pickled bytearray declares 67,108,864"),
+    "ndarray": (_Calls(np.ndarray, (8 << 20,), np.float64), "numpy.ndarray call declares"),
+    "reconstruct": (
+        _Calls(np._core.multiarray._reconstruct, np.ndarray, (64 << 20,), b"b"),
+        "a pickled numpy array declares 67,108,864",
+    ),
+    "scalar-of-shared-lists": (
+        _Calls(np.float64, [[_SHARED_ROW] * 64] * 128),  # one row pickled, used 8192 times
+        "numpy.float64 call declares 67,108,864",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ALLOCATING_CALLS))
+def test_allowlisted_calls_are_charged_to_the_budget_before_they_allocate(case):
+    import tracemalloc
+
+    call, message = ALLOCATING_CALLS[case]
+    data = pickle.dumps([call], protocol=4)
+    assert len(data) < 16 << 10
+    tracemalloc.start()
+    try:
+        with pytest.raises(FormatError, match=message) as refused:
+            safe_loads(data, budget=_small_budget())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(refused.value).startswith("hostile.pkl: ") and "\n" not in str(refused.value)
+    assert peak < 8 << 20, f"{peak:,} bytes allocated to refuse it"
+
+
+def test_an_object_array_state_is_charged_by_its_declared_shape():
+    import pickletools
+
+    # An object array's state lists its items; numpy allocates the declared shape first.
+    legit = pickle.dumps(np.array([None, None], dtype=object), protocol=2)
+    hostile = legit.replace(b"K\x02\x85", b"J" + (8 << 20).to_bytes(4, "little") + b"\x85")
+    assert hostile != legit and pickletools.dis(hostile, out=io.StringIO()) is None
+    with pytest.raises(FormatError, match=r"a pickled numpy array declares 67,108,864 bytes"):
+        safe_loads(hostile, budget=_small_budget())
+
+
+@pytest.mark.parametrize(
+    "declared",
+    [
+        b"\x80\x04\x96" + (64 << 20).to_bytes(8, "little") + b"abc.",  # BYTEARRAY8
+        b"\x80\x04\x8e" + (64 << 20).to_bytes(8, "little") + b"abc.",  # BINBYTES8
+        b"\x80\x02N" + b"r" + (8 << 20).to_bytes(4, "little") + b".",  # LONG_BINPUT: memo index
+    ],
+    ids=["bytearray8", "binbytes8", "memo-index"],
+)
+def test_declared_lengths_and_memo_indexes_allocate_nothing(declared):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        try:
+            safe_loads(declared)
+        except FormatError as error:
+            assert "\n" not in str(error)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"{peak:,} bytes allocated for a {len(declared)}-byte pickle"
+
+
+def test_legitimate_pickles_stay_within_their_budget():
+    rows = np.arange(1 << 16, dtype=np.float32).reshape(-1, 4)
+    data = pickle.dumps({"obs": rows, "list": [rows[0]] * 100, "blob": bytearray(1000)}, 5)
+    loaded = safe_loads(data)
+    assert np.array_equal(loaded["obs"], rows) and loaded["blob"] == bytearray(1000)

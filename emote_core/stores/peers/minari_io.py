@@ -35,6 +35,7 @@ from typing import Any
 
 from emote_core import install_command
 from emote_core.errors import ConfigurationError, EmoteError, FormatError, StorageError
+from emote_core.stores.budget import AllocationBudget
 from emote_core.stores.peers.minari_layout import (
     ACTIONS_KEY,
     METADATA,
@@ -163,8 +164,9 @@ def read_minari(
 
     Raises:
         FormatError: If minari (or the dataset's backend) is not installed, the dataset is
-            missing or damaged, or it holds other than Box or flat Dict-of-Box observations and
-            Box or Discrete actions.
+            missing or damaged, its HDF5 datasets declare more than its size and the free
+            memory allow (checked before reading), or it holds other than Box or flat
+            Dict-of-Box observations and Box or Discrete actions.
     """
     minari = _import_minari()
     data_path = _locate(dataset_id_or_path, root)
@@ -177,6 +179,7 @@ def read_minari(
         raise FormatError(f"{source}: {METADATA} holds a {type(raw).__name__}, not an object")
     written_by_emote = raw.get(RECORD_KEY) is not None
     with _minari_errors(source, raw.get("data_format"), FormatError):
+        _charge_hdf5(data_path, AllocationBudget.for_path(data_path, source))
         dataset = minari.MinariDataset(data_path)
         if written_by_emote:
             layout = MinariLayout.from_record(raw[RECORD_KEY], dataset, source)
@@ -213,6 +216,24 @@ def read_minari(
         spaces=layout.spaces,
         metadata=metadata,
     )
+
+
+def _charge_hdf5(data_path: Path, budget: AllocationBudget) -> None:
+    """Charges every HDF5 dataset's declared shape and dtype before Minari reads any of them."""
+    files = sorted(data_path.glob("*.hdf5"))
+    if not files:
+        return
+    import h5py
+
+    for file in files:
+        with h5py.File(file, "r") as handle:
+
+            def charge(name: str, item: Any, file: Path = file) -> None:
+                if isinstance(item, h5py.Dataset):
+                    member = f"HDF5 dataset '{name}' in {file.name}"
+                    budget.charge_array(member, tuple(item.shape), item.dtype)
+
+            handle.visititems(charge)
 
 
 # Writing.

@@ -40,6 +40,7 @@ import numpy as np
 
 from emote_core.errors import ConfigurationError, FormatError
 from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, MDPSpace
+from emote_core.stores.budget import AllocationBudget
 from emote_core.stores.peers.streams import (
     ACTIONS_KEY,
     OBS_KEY,
@@ -156,7 +157,7 @@ def read_sb3_replay_buffer(
     _, data = read_source(path, "Stable-Baselines3 replay buffer")
     if trust_pickle:
         log.warning("unpickling %s without restrictions (--trust-pickle): it may run code", path)
-    buffer = safe_loads(data, trust=trust_pickle)
+    buffer = safe_loads(data, trust=trust_pickle, budget=AllocationBudget(source, len(data)))
     kind = _class_name(buffer)
     if kind not in SB3_BUFFER_CLASSES:
         raise FormatError(

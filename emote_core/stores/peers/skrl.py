@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from emote_core.errors import FormatError
+from emote_core.stores.budget import AllocationBudget
 from emote_core.stores.peers.skrl_files import load_tensors
 from emote_core.stores.peers.streams import (
     ACTIONS_KEY,
@@ -242,13 +243,18 @@ def read_skrl_memory(
         ``episode_envs``, ``inferred_cuts`` and the autoreset counts. ``spaces`` is ``None``.
 
     Raises:
-        FormatError: The file is missing, empty, damaged, not a skrl export, or a ``.pt`` that
-            ``weights_only`` loading refuses (the message names ``--trust-pickle``).
+        FormatError: The file is missing, empty, damaged, not a skrl export, a ``.pt`` that
+            ``weights_only`` loading refuses (the message names ``--trust-pickle``), or it
+            declares more than its size and the free memory allow.
     """
     source = f"skrl memory '{path}'"
     resolved, data = read_source(path, "skrl memory")
     loaded = load_tensors(
-        data, suffix=Path(resolved).suffix, source=source, trust_pickle=trust_pickle
+        data,
+        suffix=Path(resolved).suffix,
+        source=source,
+        trust_pickle=trust_pickle,
+        budget=AllocationBudget(source, len(data)),
     )
     names = set(loaded.tensors)
     pairs = _pairs(names, source)

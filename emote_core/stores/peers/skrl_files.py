@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from emote_core.errors import FormatError
+from emote_core.stores.budget import AllocationBudget
 from emote_core.stores.peers.skrl_csv import read_csv_tensors
 from emote_core.stores.safe_pickle import read_npy
 from emote_core.stores.stored import read_member
@@ -62,18 +63,31 @@ def file_kind(data: bytes, suffix: str) -> str:
     return "csv" if suffix.lower() != ".npz" else "npz"
 
 
-def load_tensors(data: bytes, *, suffix: str, source: str, trust_pickle: bool) -> SkrlTensors:
+def load_tensors(
+    data: bytes,
+    *,
+    suffix: str,
+    source: str,
+    trust_pickle: bool,
+    budget: AllocationBudget | None = None,
+) -> SkrlTensors:
     """Loads an export's tensors; see the module doc for each kind.
 
+    Every zip member's declared size, and every ``.pt`` tensor's size with its shape expanded
+    (a tensor may repeat one stored value along stride-0 dimensions), is charged to ``budget``
+    (by default that of ``len(data)`` bytes) before it is materialised.
+
     Raises:
-        FormatError: If the file is damaged, of another kind, or (``.pt``) holds more than
-            tensors while ``trust_pickle`` is off.
+        FormatError: If the file is damaged, of another kind, declares more than its budget,
+            or (``.pt``) holds more than tensors, or is in torch's legacy format, while
+            ``trust_pickle`` is off.
     """
+    budget = budget or AllocationBudget(source, len(data))
     kind = file_kind(data, suffix)
     if kind == "npz":
-        return SkrlTensors(_load_npz(data, source), "npz")
+        return SkrlTensors(_load_npz(data, source, budget), "npz")
     if kind == "pt":
-        return SkrlTensors(_load_pt(data, source, trust_pickle), "pt")
+        return SkrlTensors(_load_pt(data, source, trust_pickle, budget), "pt")
     if kind == "csv":
         return SkrlTensors(read_csv_tensors(data, source), "csv")
     raise FormatError(
@@ -82,7 +96,7 @@ def load_tensors(data: bytes, *, suffix: str, source: str, trust_pickle: bool) -
     )
 
 
-def _load_npz(data: bytes, source: str) -> dict[str, np.ndarray]:
+def _load_npz(data: bytes, source: str, budget: AllocationBudget) -> dict[str, np.ndarray]:
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except (zipfile.BadZipFile, EOFError, ValueError) as error:
@@ -90,7 +104,7 @@ def _load_npz(data: bytes, source: str) -> dict[str, np.ndarray]:
     with archive:
         tensors = {}
         for member in archive.namelist():
-            raw = read_member(archive, member, source=source)
+            raw = read_member(archive, member, source=source, budget=budget)
             try:
                 tensors[member[: -len(".npy")]] = read_npy(raw, objects=False)
             except FormatError as error:
@@ -98,9 +112,37 @@ def _load_npz(data: bytes, source: str) -> dict[str, np.ndarray]:
     return tensors
 
 
-def _load_pt(data: bytes, source: str, trust_pickle: bool) -> dict[str, np.ndarray]:
+def _charge_storages(
+    data: bytes, source: str, trust_pickle: bool, budget: AllocationBudget
+) -> None:
+    """Charges a torch.save zip's members (the storages torch.load allocates) before loading.
+
+    torch's legacy format allocates the storages its pickle declares before reading them, so
+    it is loaded only when trusted.
+    """
+    if not data.startswith(b"PK"):
+        if trust_pickle:
+            return
+        raise FormatError(
+            f"{source} is in torch.save's legacy (pre-1.6) format, whose tensors cannot be sized "
+            "before they are allocated; re-save it with torch >= 1.6 (as skrl does), or pass "
+            "--trust-pickle if you trust where it comes from"
+        )
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            members = archive.infolist()
+    except (zipfile.BadZipFile, EOFError, ValueError) as error:
+        raise FormatError(f"{source} is not a readable torch.save file ({error})") from error
+    for info in members:
+        budget.charge(f"member '{info.filename}'", info.file_size, f"{info.compress_size:,} stored")
+
+
+def _load_pt(
+    data: bytes, source: str, trust_pickle: bool, budget: AllocationBudget
+) -> dict[str, np.ndarray]:
     import torch
 
+    _charge_storages(data, source, trust_pickle, budget)
     try:
         if trust_pickle:
             log.warning("loading %s unrestricted (--trust-pickle): it may run code", source)
@@ -126,6 +168,9 @@ def _load_pt(data: bytes, source: str, trust_pickle: bool) -> dict[str, np.ndarr
         )
     tensors = {}
     for name, tensor in loaded.items():
+        itemsize = 4 if tensor.dtype == torch.bfloat16 else tensor.element_size()
+        what = f"shape {tuple(tensor.shape)} of {tensor.dtype}, stride {tuple(tensor.stride())}"
+        budget.charge(f"tensor '{name}'", tensor.numel() * itemsize, what)
         tensor = tensor.detach().cpu()
         if tensor.dtype == torch.bfloat16:
             tensor = tensor.float()

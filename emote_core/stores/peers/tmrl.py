@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from emote_core.errors import FormatError
+from emote_core.stores.budget import AllocationBudget
 from emote_core.stores.peers.streams import (
     ACTIONS_KEY,
     OBS_KEY,
@@ -104,18 +105,30 @@ def _actions(actions: list[Any], starts: np.ndarray, source: str) -> np.ndarray:
     return array.reshape(len(array), 1) if array.ndim == 1 else array
 
 
-def split_tmrl_lists(lists: Sequence[Sequence[Any]], *, source: str) -> tuple[EnvStream, dict]:
+def split_tmrl_lists(
+    lists: Sequence[Sequence[Any]], *, source: str, budget: AllocationBudget | None = None
+) -> tuple[EnvStream, dict]:
     """The dataset's entries as one stream of transitions (entry ``i - 1`` -> entry ``i``).
+
+    Args:
+        lists: The seven per-entry lists.
+        source: The dataset, for messages.
+        budget: When given, charged with the arrays the lists expand into before they are made
+            (a list shared by many entries counts once per entry).
 
     Returns:
         The stream and metadata about the observation parts.
 
     Raises:
-        FormatError: If the lists differ in length or hold values that are not numbers.
+        FormatError: If the lists differ in length, hold values that are not numbers, or expand
+            beyond ``budget``.
     """
     lengths = {name: len(values) for name, values in zip(TMRL_LISTS, lists, strict=True)}
     if len(set(lengths.values())) != 1:
         raise FormatError(f"{source}: the seven lists differ in length: {lengths}")
+    if budget is not None:
+        for name, values in zip(TMRL_LISTS[:3], lists[:3], strict=True):
+            budget.charge_nested(f"the {name} list", values)
     entries = lengths["actions"]
     actions, observations, rewards, terminated, truncated, _, dones = lists
     dones_array = np.asarray([bool(d) for d in dones], dtype=bool)
@@ -169,23 +182,31 @@ def dataset_file(path: str | os.PathLike[str]) -> Path:
     return pickled
 
 
-def load_tmrl_lists(path: str | os.PathLike[str], *, trust_pickle: bool = False) -> list[list]:
+def load_tmrl_lists(
+    path: str | os.PathLike[str],
+    *,
+    trust_pickle: bool = False,
+    budget: AllocationBudget | None = None,
+) -> list[list]:
     """The seven per-entry lists of a tmrl dataset, unpickled through the restricted unpickler.
 
     Args:
         path: The ``data.pkl`` file or the folder holding it.
         trust_pickle: Unpickle without restrictions (runs the file's code).
+        budget: What unpickling may allocate; by default the budget of the file's size.
 
     Raises:
         UnsafePickleError: The pickle names a global outside the allowlist; nothing ran.
-        FormatError: The file is missing, empty, damaged or not a tmrl dataset.
+        FormatError: The file is missing, empty, damaged, not a tmrl dataset, or declares more
+            than its budget allows.
     """
     file = dataset_file(path)
     source = f"tmrl dataset '{path}'"
     _, data = read_source(file, "tmrl dataset")
     if trust_pickle:
         log.warning("unpickling %s without restrictions (--trust-pickle): it may run code", file)
-    lists = safe_loads(data, trust=trust_pickle)
+    budget = budget or AllocationBudget(source, len(data))
+    lists = safe_loads(data, trust=trust_pickle, budget=budget)
     if (
         not isinstance(lists, list | tuple)
         or len(lists) != len(TMRL_LISTS)
@@ -214,13 +235,15 @@ def read_tmrl_dataset(path: str | os.PathLike[str], *, trust_pickle: bool = Fals
 
     Raises:
         UnsafePickleError: The pickle names a global outside the allowlist; nothing ran.
-        FormatError: The file is missing, empty, damaged or not a tmrl dataset.
+        FormatError: The file is missing, empty, damaged, not a tmrl dataset, or declares
+            more than its size and the free memory allow (:mod:`emote_core.stores.budget`).
     """
     source = f"tmrl dataset '{path}'"
-    lists = load_tmrl_lists(path, trust_pickle=trust_pickle)
+    budget = AllocationBudget.for_path(dataset_file(path), source)
+    lists = load_tmrl_lists(path, trust_pickle=trust_pickle, budget=budget)
     if not lists[0]:
         raise FormatError(f"{source} holds seven empty lists: the dataset has no entries")
-    stream, info = split_tmrl_lists(lists, source=source)
+    stream, info = split_tmrl_lists(lists, source=source, budget=budget)
     return peer_table(source=source, format=TMRL_FORMAT, streams=[stream], metadata=info)
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from emote_core.errors import FormatError
+from emote_core.stores.budget import AllocationBudget
 from emote_core.stores.safe_pickle import safe_loads
 from emote_core.stores.stored import (
     ColumnSchema,
@@ -44,7 +45,7 @@ EPISODE_COLUMNS = ("obs", "actions", "rewards")
 """The columns of the episodes read from a legacy dump."""
 
 
-def _load(path: Path, trust_pickle: bool) -> Any:
+def _load(path: Path, trust_pickle: bool) -> tuple[Any, AllocationBudget]:
     try:
         data = path.read_bytes()
     except OSError as error:
@@ -53,21 +54,26 @@ def _load(path: Path, trust_pickle: bool) -> Any:
         raise FormatError(f"legacy dump '{path}' is empty")
     if trust_pickle:
         log.warning("unpickling %s without restrictions (--trust-pickle): it may run code", path)
-    return safe_loads(data, trust=trust_pickle)
+    budget = AllocationBudget(f"legacy dump '{path}'", len(data))
+    return safe_loads(data, trust=trust_pickle, budget=budget), budget
 
 
-def split_legacy_dump(state: Any, *, source: str) -> list[EpisodeRecord]:
+def split_legacy_dump(
+    state: Any, *, source: str, budget: AllocationBudget | None = None
+) -> list[EpisodeRecord]:
     """Splits a legacy dump's arrays into episodes.
 
     Args:
         state: The unpickled dump: a dict with :data:`LEGACY_KEYS`.
         source: The file, for messages.
+        budget: When given, charged with each field's array before it is made from lists.
 
     Returns:
         ``(identity, {"obs", "actions", "rewards"}, end_state)`` per episode, in file order.
 
     Raises:
-        FormatError: If keys are missing or the arrays' step counts disagree.
+        FormatError: If keys are missing, the arrays' step counts disagree, or a field expands
+            beyond ``budget``.
     """
     if not isinstance(state, Mapping):
         raise FormatError(f"{source} holds a {type(state).__name__}; a legacy dump is a dict")
@@ -79,6 +85,8 @@ def split_legacy_dump(state: Any, *, source: str) -> list[EpisodeRecord]:
         )
     arrays = {}
     for key in LEGACY_KEYS:
+        if budget is not None and not isinstance(state[key], np.ndarray):
+            budget.charge_nested(f"field '{key}'", state[key])
         try:
             array = np.asarray(state[key])
         except (ValueError, TypeError) as error:
@@ -136,10 +144,12 @@ def read_legacy_pickle_episodes(
 
     Raises:
         UnsafePickleError: The pickle names a global outside the allowlist; nothing ran.
-        FormatError: The file is not a readable legacy dump.
+        FormatError: The file is not a readable legacy dump, or declares more than its size
+            and the free memory allow.
     """
     path = Path(path)
-    return split_legacy_dump(_load(path, trust_pickle), source=f"legacy dump '{path}'")
+    state, budget = _load(path, trust_pickle)
+    return split_legacy_dump(state, source=f"legacy dump '{path}'", budget=budget)
 
 
 def read_legacy_pickle(path: str | os.PathLike[str], *, trust_pickle: bool = False) -> StoredTable:

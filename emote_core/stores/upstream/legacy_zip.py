@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from emote_core.errors import FormatError
+from emote_core.stores.budget import AllocationBudget
 from emote_core.stores.safe_pickle import read_npy, safe_loads, upstream_name
 from emote_core.stores.stored import (
     COLUMN_KINDS,
@@ -33,6 +34,7 @@ from emote_core.stores.stored import (
     check_schema,
     read_member,
     signed_identity,
+    zip_budget,
 )
 from emote_core.typing import EpisodeState
 
@@ -94,8 +96,11 @@ def _column_schema(name: str, column: Any, source: str) -> ColumnSchema:
     return ColumnSchema(name, kind, tuple(int(s) for s in shape), dtype, target, mapper)
 
 
-def _read_parts(archive: zipfile.ZipFile, source: str, trust: bool) -> dict[str, Any]:
-    parts = safe_loads(read_member(archive, DATA_PICKLE, source=source), trust=trust)
+def _read_parts(
+    archive: zipfile.ZipFile, source: str, trust: bool, budget: AllocationBudget
+) -> dict[str, Any]:
+    raw = read_member(archive, DATA_PICKLE, source=source, budget=budget)
+    parts = safe_loads(raw, trust=trust, budget=budget)
     if not isinstance(parts, Mapping):
         raise FormatError(f"{source}'s {DATA_PICKLE} holds a {type(parts).__name__}, not a dict")
     missing = sorted({"columns", "lengths", "length_key"} - set(parts))
@@ -158,12 +163,14 @@ def read_legacy_zip(
 
     Raises:
         UnsafePickleError: A pickle names a global outside the allowlist; nothing ran.
-        FormatError: The zip's pickles are not the Legacy layout or are inconsistent, or its
-            columns differ from ``table``'s.
+        FormatError: The zip's pickles are not the Legacy layout or are inconsistent, its
+            columns differ from ``table``'s, or its members declare more than the file's size
+            and the free memory allow.
     """
     if trust_pickle:
         log.warning("unpickling %s without restrictions (--trust-pickle): it may run code", source)
-    parts = _read_parts(archive, source, trust_pickle)
+    budget = zip_budget(archive, source)
+    parts = _read_parts(archive, source, trust_pickle, budget)
     columns = [_column_schema(str(n), c, source) for n, c in parts["columns"].items()]
     length_key = parts["length_key"]
     if not isinstance(length_key, str):
@@ -178,7 +185,9 @@ def read_legacy_zip(
     episodes_data: list[dict[str, np.ndarray]] = [{} for _ in order]
     for schema in wanted:
         array = read_npy(
-            read_member(archive, f"{schema.name}.npy", source=source), trust=trust_pickle
+            read_member(archive, f"{schema.name}.npy", source=source, budget=budget),
+            trust=trust_pickle,
+            budget=budget,
         )
         storage = array[()] if array.shape == () else None
         if not isinstance(storage, Mapping):

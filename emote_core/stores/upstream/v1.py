@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from emote_core.errors import FormatError, StorageError
+from emote_core.stores.budget import AllocationBudget
 from emote_core.stores.safe_pickle import read_npy
 from emote_core.stores.stored import (
     COLUMN_KINDS,
@@ -37,6 +38,7 @@ from emote_core.stores.stored import (
     check_schema,
     read_member,
     signed_identity,
+    zip_budget,
 )
 from emote_core.stores.upstream.versions import TableSerializationVersion
 from emote_core.typing import EpisodeState
@@ -309,11 +311,13 @@ def _parse_end_states(configuration: dict[str, Any], count: int, source: str) ->
 
 
 def _read_column(
-    archive: zipfile.ZipFile, schema: ColumnSchema, source: str
+    archive: zipfile.ZipFile, schema: ColumnSchema, source: str, budget: AllocationBudget
 ) -> tuple[np.ndarray, dict[int, tuple[int, int]]]:
-    values = read_npy(read_member(archive, f"{schema.name}.npy", source=source), objects=False)
+    raw = read_member(archive, f"{schema.name}.npy", source=source, budget=budget)
+    values = read_npy(raw, objects=False)
     ranges = read_npy(
-        read_member(archive, f"{schema.name}.ranges.npy", source=source), objects=False
+        read_member(archive, f"{schema.name}.ranges.npy", source=source, budget=budget),
+        objects=False,
     )
     if values.ndim == 0 or values.shape[1:] != schema.shape:
         raise FormatError(
@@ -358,10 +362,12 @@ def read_v1(
             and only its stored and tag columns are loaded.
 
     Raises:
-        FormatError: If the configuration or the arrays are malformed or inconsistent, or the
-            file's columns differ from ``table``'s.
+        FormatError: If the configuration or the arrays are malformed or inconsistent, the
+            file's columns differ from ``table``'s, or its members declare more than the file's
+            size and the free memory allow (checked before each is read).
     """
-    raw = read_member(archive, CONFIGURATION, source=source)
+    budget = zip_budget(archive, source)
+    raw = read_member(archive, CONFIGURATION, source=source, budget=budget)
     try:
         configuration = json.loads(raw)
     except ValueError as error:
@@ -391,7 +397,7 @@ def read_v1(
         stored_in_file = [c for c in stored_in_file if c.name in wanted]
     episodes_data: list[dict[str, np.ndarray]] = [{} for _ in ids]
     for schema in stored_in_file:
-        values, spans = _read_column(archive, schema, source)
+        values, spans = _read_column(archive, schema, source, budget)
         for data, identity in zip(episodes_data, ids, strict=True):
             if identity not in spans:
                 raise FormatError(

@@ -262,3 +262,32 @@ def test_read_table_file_describes_a_v1_file_without_a_table(upstream_v1):
         ("masks", "VirtualColumn"),
     ]
     assert len(stored.episodes) == 100 and stored.ejector_type == "FifoEjectionStrategy"
+
+
+@pytest.mark.parametrize("noise_every", [None, 16], ids=["zeros-1000x", "sparse-noise-under-64x"])
+def test_a_zip_is_read_only_within_64_times_its_size(tmp_path, monkeypatch, noise_every):
+    from emote_core.stores.stored import ColumnSchema, StoredTable
+    from emote_core.stores.upstream import read_table_file
+    from emote_core.stores.upstream.v1 import write_v1_stored
+
+    monkeypatch.setattr("emote_core.stores.budget.SIZE_FLOOR", 0)  # the ratio alone decides
+    rows = np.zeros((1 << 18, 4), dtype=np.float32)  # 4 MiB
+    if noise_every is not None:
+        noisy = rows[::noise_every]
+        noisy[:] = np.random.default_rng(0).standard_normal(noisy.shape)
+    data = {"obs": np.concatenate([rows, rows[:1]]), "actions": rows[:, :1]}
+    columns = [ColumnSchema(n, "Column", v.shape[1:], v.dtype) for n, v in data.items()]
+    stored = StoredTable("t", "emote-v1", columns, [(0, data, EpisodeState.TERMINAL)], "actions")
+    plain, path = tmp_path / "plain.zip", tmp_path / "deflated.zip"
+    write_v1_stored(stored, plain)
+    with zipfile.ZipFile(plain) as old, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as new:
+        for name in old.namelist():
+            new.writestr(name, old.read(name))
+    ratio = sum(i.file_size for i in zipfile.ZipFile(path).infolist()) / path.stat().st_size
+    if noise_every is None:
+        assert ratio > 200
+        with pytest.raises(FormatError, match=r"member 'obs.npy' declares 4,194,4\d\d bytes"):
+            read_table_file(path)
+    else:
+        assert ratio < 64
+        assert np.array_equal(read_table_file(path).episodes[0][1]["obs"], data["obs"])
