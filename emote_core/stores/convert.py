@@ -203,11 +203,11 @@ def write_target(
     if target.target == "dataset":
         write(stored, text, options)
     elif is_url(text):  # no rename on object stores: written here, uploaded root metadata last
-        from emote_core.stores.zarr_store.remote import upload_store
+        from emote_core.stores.zarr_store.remote import staging_folder, upload_store
 
         _check_destination(None, text, force, target.name)
-        with tempfile.TemporaryDirectory(prefix="emote-upload-") as folder:
-            local = Path(folder) / "store"
+        with staging_folder() as folder:
+            local = folder / "store"
             write(stored, str(local), options)
             upload_store(local, text)
     else:

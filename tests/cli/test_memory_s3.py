@@ -16,6 +16,7 @@ from emote_cli._common import ExitCode
 from emote_cli.app import app
 
 EPISODE = 30  # HitTheMiddle episodes are always 30 steps
+ROOT = Path(__file__).parents[2]
 
 
 def run(runner: CliRunner, *args: str, code: int = ExitCode.OK) -> dict:
@@ -166,6 +167,67 @@ def test_verify_names_a_chunk_deleted_or_garbled_in_the_bucket(
     line = one_error_line(runner, "memory", "verify", store)
     assert f"store '{store}' is damaged: shard 'main': 3 damaged episodes" in line
     assert "ids [0, 1, 2]; chunk files missing: shards/main/columns/rewards/c/0/0" in line
+
+
+def test_a_convert_killed_mid_upload_is_replaced_by_the_next_and_its_staging_folder_removed(
+    runner: CliRunner,
+    s3_bucket: str,
+    tmp_path: Path,
+    upstream_v1: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    staging = tmp_path / "tmp"
+    staging.mkdir()
+    store = f"{s3_bucket}/up.zarr"
+    environment = {**os.environ, "TMPDIR": str(staging), "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "emote_cli", "memory", "convert", str(upstream_v1), store]
+    killed = subprocess.Popen([*command, "-q"], env=environment)
+    try:
+        deadline = time.monotonic() + 120
+        while not bucket_keys(s3_bucket) and killed.poll() is None:
+            assert time.monotonic() < deadline, "no object reached the bucket"
+            time.sleep(0.005)
+    finally:
+        killed.send_signal(signal.SIGKILL)
+        killed.wait()
+    left = bucket_keys(s3_bucket)
+    assert left and f"{store.removeprefix('s3://')}/zarr.json" not in left  # cut off
+    assert [p.name.split("-")[2] for p in staging.iterdir()] == [str(killed.pid)]
+
+    monkeypatch.setattr(tempfile, "tempdir", str(staging))
+    fresh_clients()
+    converted = run(runner, "memory", "convert", str(upstream_v1), store)
+    assert converted["episodes"] == 100
+    assert run(runner, "memory", "verify", store)["episodes"] == 100
+    assert not [key for key in bucket_keys(s3_bucket) if key.endswith("emote-upload.json")]
+    assert list(staging.iterdir()) == []  # the killed one's swept, this one's removed
+
+
+def test_objects_emote_cannot_prove_its_own_are_never_replaced(
+    runner: CliRunner, s3_bucket: str, upstream_v1: Path
+) -> None:
+    import s3fs
+
+    fs = s3fs.S3FileSystem()
+    store = f"{s3_bucket}/other.zarr"
+    fs.pipe_file(f"{store.removeprefix('s3://')}/data.bin", b"someone else's")
+    line = one_error_line(runner, "memory", "convert", str(upstream_v1), store)
+    assert "holds objects but no store (no zarr.json) and no upload marker" in line
+    assert f"aws s3 rm --recursive {store}" in line
+    marker = {"tool": "emote", "host": "another-host", "pid": 1, "since": "2026-01-01"}
+    fs.pipe_file(f"{store.removeprefix('s3://')}/emote-upload.json", json.dumps(marker).encode())
+    line = one_error_line(runner, "memory", "convert", str(upstream_v1), store)
+    assert "unfinished upload (no zarr.json) by emote's pid 1 on host 'another-host'" in line
+    assert bucket_keys(s3_bucket) == [
+        f"{store.removeprefix('s3://')}/data.bin",
+        f"{store.removeprefix('s3://')}/emote-upload.json",
+    ]
 
 
 @pytest.mark.parametrize(
