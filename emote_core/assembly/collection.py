@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from emote_core.errors import StorageError
 from emote_core.memory.proxy import REWARDS_COLUMN
 from emote_core.recipes.schema import Recipe
 from emote_core.stores.episode_batch import EpisodeBatch
@@ -89,8 +90,10 @@ class _Batches:
     """Finished episodes waiting to be committed to the store in one append: the collector's
     batches, one per cut."""
 
-    def __init__(self, appender: Any, flush_seconds: float) -> None:
+    def __init__(self, appender: Any, out: str, flush_seconds: float) -> None:
         self.appender = appender
+        self.out = out
+        self.failed = False  # an append failed: nothing more is tried
         self.flush_seconds = flush_seconds
         self.pending: list[EpisodeBatch] = []
         self.bytes = 0
@@ -119,11 +122,15 @@ class _Batches:
         return bool(self.pending) and (self.bytes >= FLUSH_BYTES or waited > self.flush_seconds)
 
     def flush(self) -> None:
-        if not self.pending:
+        if not self.pending or self.failed:
             return
         batch = EpisodeBatch.join(self.pending)
         self.pending, self.bytes = [], 0
-        self.appender.append_batch(batch)
+        try:
+            self.appender.append_batch(batch)
+        except OSError as error:  # a full disk, a lost mount: say where, and what is kept
+            self.failed = True
+            raise _write_failed(self.out, error, self.episodes) from error
         self.episodes += len(batch)
         self.transitions += batch.transitions
         self.flushed_at = time.perf_counter()
@@ -178,7 +185,8 @@ def collect_to_store(
     Raises:
         ConfigurationError: If neither or both budgets are given, or the store or policy does
             not fit the environment.
-        EmoteError: If the store cannot be written.
+        StorageError: If the store cannot be written (a full disk): naming it and what it keeps.
+        EmoteError: If the store cannot be opened for appending.
     """
     from emote_core.assembly.builders import make_env
     from emote_core.assembly.compatibility import check_collect_store, collect_agent
@@ -220,10 +228,13 @@ def collect_to_store(
         appender = StoreAppender(
             out, schema, spaces=spaces.to_json(), shard=shard, provenance=record
         )
+    except OSError as error:
+        env.close()
+        raise _write_failed(out, error, 0) from error
     except BaseException:
         env.close()
         raise
-    batches = _Batches(appender, flush_seconds)
+    batches = _Batches(appender, out, flush_seconds)
     collector = BatchGymCollector(env=env, agent=agent, on_batch=batches.add, seed=recipe.seed)
 
     def report(phase: str) -> None:
@@ -316,6 +327,22 @@ def _summary(
         "env_steps_per_second": env_steps / seconds if seconds else None,
         "policy": policy,
     }
+
+
+def _write_failed(out: str, error: OSError, committed: int) -> StorageError:
+    """The error of a store that cannot be written: where, why, and what it keeps."""
+    reason = f"{error.strerror} (errno {error.errno})" if error.strerror else str(error)
+    totals = store_totals(out)
+    kept = (
+        f"it keeps the {totals['episodes']} episodes ({totals['transitions']} transitions) "
+        f"committed before, {committed} of them from this collection"
+        if totals is not None
+        else f"the {committed} episodes this collection committed before are kept"
+    )
+    return StorageError(
+        f"cannot write to store '{out}': {reason}; {kept} — free space there (or write another "
+        "store) and collect again"
+    )
 
 
 def store_totals(out: str) -> dict[str, int] | None:

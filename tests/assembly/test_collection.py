@@ -3,7 +3,9 @@ ones between episodes, keeps its policy when a published file is refused."""
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +14,7 @@ from typing import Any
 import pytest
 
 from emote_core.assembly.collection import CollectionProgress, collect_to_store
-from emote_core.errors import ConfigurationError, FormatError
+from emote_core.errors import ConfigurationError, FormatError, StorageError
 from emote_core.recipes import load_recipe
 from emote_core.stores.zarr_store import MemoryStore
 
@@ -163,3 +165,31 @@ def test_a_damaged_first_published_policy_is_an_error_not_a_policy_in_use(
         assert any("no policy is in use yet" in note for note in refused.value.__notes__)
         assert not any("kept the policy in use" in r.getMessage() for r in caplog.records)
     assert not store.exists()
+
+
+def test_a_store_write_that_fails_says_how_many_episodes_this_collection_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from emote_core.stores.zarr_store.tables import StoreAppender
+
+    append = StoreAppender.append_batch
+    calls = 0
+
+    def full_at_third(self: StoreAppender, episodes: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        append(self, episodes)
+
+    monkeypatch.setattr(StoreAppender, "append_batch", full_at_third)
+    store = tmp_path / "h.zarr"
+    with pytest.raises(StorageError) as failed:  # every finished episode is its own append
+        collect_to_store(load_recipe("sac_hit_the_middle"), str(store), episodes=5,
+                         flush_seconds=0.0)  # fmt: skip
+    assert str(failed.value).startswith(
+        f"cannot write to store '{store}': No space left on device (errno 28); it keeps the 2 "
+        "episodes (60 transitions) committed before, 2 of them from this collection"
+    )
+    assert calls == 3  # nothing more was tried after the failure
+    assert MemoryStore(store).episode_count == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -89,3 +90,34 @@ def test_an_onnx_policy_that_is_a_pipe_or_a_device_is_refused_in_one_line(
             assert error.startswith(f"'{name}' is not a file (mode {mode}"), error
             assert [line for line in result.stderr.splitlines() if line] == [f"error: {error}"]
     assert not (in_tmp / "h.zarr").exists()
+
+
+def test_a_full_disk_names_the_store_and_the_episodes_it_keeps(
+    runner: CliRunner, in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from emote_core.stores.zarr_store.tables import StoreAppender
+
+    first = runner.invoke(
+        app, ["collect", "sac_hit_the_middle", "--out", "h.zarr", "--episodes", "2"]
+    )
+    assert first.exit_code == 0, first.output
+
+    def disk_full(self: StoreAppender, episodes: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(StoreAppender, "append_batch", disk_full)
+    result = runner.invoke(
+        app,
+        ["collect", "sac_hit_the_middle", "--out", "h.zarr", "--episodes", "3", "--shard", "b",
+         "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    error = json.loads(result.stdout)["error"]
+    assert error == (
+        "cannot write to store 'h.zarr': No space left on device (errno 28); it keeps the 2 "
+        f"episodes ({2 * EPISODE} transitions) committed before, 0 of them from this collection "
+        "— free space there (or write another store) and collect again"
+    )
+    assert [line for line in result.stderr.splitlines() if line.startswith("error")] == [
+        f"error: {error}"
+    ]
