@@ -63,6 +63,13 @@ def convert(
     trust_pickle: TrustPickleOption = False,
     force: Annotated[bool, typer.Option("--force", help="Replace DST if it exists.")] = False,
     skip_damaged: SkipDamagedOption = False,
+    allow_nonfinite: Annotated[
+        bool,
+        typer.Option(
+            "--allow-nonfinite",
+            help="Keep NaN and infinite values in float columns (refused by default).",
+        ),
+    ] = False,
     json_output: JsonOption = False,
     quiet: QuietOption = False,
     debug: DebugOption = False,
@@ -88,6 +95,7 @@ def convert(
                 force=force,
                 progress=lambda done, total: display.update(done, total, force=done >= total),
                 skip_damaged=skip_damaged,
+                allow_nonfinite=allow_nonfinite,
                 command=sys.argv,
             )
         if json_output:

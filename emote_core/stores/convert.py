@@ -29,6 +29,7 @@ from emote_core.stores.sources import (
     Progress,
     WriteOptions,
     _lookup,
+    check_finite,
     length_key,
     read_source,
 )
@@ -97,6 +98,7 @@ def convert(
     force: bool = False,
     progress: Progress | None = None,
     skip_damaged: bool = False,
+    allow_nonfinite: bool = False,
     command: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Reads ``source`` and writes it to ``destination`` in ``target_format``, atomically.
@@ -115,6 +117,8 @@ def convert(
         force: Replace an existing destination.
         progress: Called with (episodes written, episodes in all) while writing.
         skip_damaged: Convert the intact episodes of a damaged store (by default it is refused).
+        allow_nonfinite: Keep NaN and infinite values in float columns (by default a source
+            holding any is refused, see :func:`check_finite`).
         command: The command line that asked for the conversion (``sys.argv``).
 
     Returns:
@@ -122,8 +126,8 @@ def convert(
         ``target_format``, ``episodes``, ``transitions`` and ``seconds``.
 
     Raises:
-        FormatError: If a format is unknown, the source cannot be read, or the destination
-            exists without ``force``.
+        FormatError: If a format is unknown, the source cannot be read or holds non-finite
+            values (without ``allow_nonfinite``), or the destination exists without ``force``.
         StorageError: If the destination cannot be written.
     """
     started = time.perf_counter()
@@ -135,6 +139,8 @@ def convert(
         source_text, source_format=source_format, trust_pickle=trust_pickle,
         skip_damaged=skip_damaged,
     )  # fmt: skip
+    if not allow_nonfinite:
+        check_finite(stored)
     log.info("read %d episodes from '%s' (%s)", len(stored.episodes), source_text, name)
     sha256, hashed = source_sha256(_local_path(source_text, name))
     origin: dict[str, Any] = {"format": name, "sha256": sha256, "sha256_of": hashed}

@@ -23,9 +23,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from emote_core.errors import FormatError
 from emote_core.stores.provenance import Provenance
-from emote_core.stores.stored import StoredTable
+from emote_core.stores.stored import ENVIRONMENT, StoredTable
 from emote_core.stores.summary import REWARD_COLUMNS
 from emote_core.stores.zarr_store.tables import BATCH_BYTES
 
@@ -185,6 +187,52 @@ def _read_zip(location: str, kind: str, trust_pickle: bool) -> StoredTable:
         return read_v1(archive, source=source)
 
 
+def _read_zarr(location: str, options: ReadOptions) -> StoredTable:
+    from emote_core.stores.zarr_store import MemoryStore
+
+    store = MemoryStore(location)
+    stored = store.read(skip_damaged=options.skip_damaged)
+    environment = _recorded_environment(store)
+    if environment is not None:
+        stored.metadata[ENVIRONMENT] = environment
+    return stored
+
+
+def _recorded_environment(store: Any) -> dict[str, Any] | None:
+    """The one environment a store records (its env id, the settings its sessions' recipes
+    made it with), or ``None`` where it records none, or several ids or settings."""
+    import json
+    import tomllib
+
+    from emote_core.stores.provenance import recorded_env_ids, shard_sessions
+
+    shards = [dict(shard.group.attrs) for shard in store.shards]
+    ids = recorded_env_ids(store.attributes, shards)
+    if len(ids) != 1:
+        return None
+    settings: dict[str, dict[str, Any]] = {}
+    for attributes in shards:
+        for _, record in shard_sessions(attributes, where=f"store '{store.url}'"):
+            if record.recipe_toml is None or record.env_id not in (None, ids[0]):
+                continue
+            try:
+                env = tomllib.loads(record.recipe_toml).get("env")
+            except tomllib.TOMLDecodeError:
+                continue
+            if not isinstance(env, dict):
+                continue
+            kwargs = env.get("kwargs") if isinstance(env.get("kwargs"), dict) else {}
+            steps = env.get("max_episode_steps")
+            steps = steps if isinstance(steps, int) else None
+            made = {"kwargs": kwargs, "max_episode_steps": steps}
+            settings[json.dumps(made, sort_keys=True, default=str)] = made
+    if len(settings) > 1:
+        log.warning("store '%s' was collected with different env settings", store.url)
+        return None
+    made = next(iter(settings.values()), {"kwargs": {}, "max_episode_steps": None})
+    return {"id": ids[0], **made}
+
+
 def _write_zarr(stored: StoredTable, destination: str, options: WriteOptions) -> None:
     from emote_core.stores.zarr_store import ShardWriter, create_store, store_columns
     from emote_core.stores.zarr_store.tables import batches
@@ -235,9 +283,7 @@ register(
         "zarr",
         "emote memory store (Zarr v3 directory or fsspec URL)",
         _is_zarr,
-        lambda location, options: _call("zarr_store", "MemoryStore", location).read(
-            skip_damaged=options.skip_damaged
-        ),
+        _read_zarr,
         _write_zarr,
         version=1,
         target="directory",
@@ -475,6 +521,39 @@ def check_episodes(stored: StoredTable) -> None:
                 )
 
 
+def check_finite(stored: StoredTable) -> None:
+    """Refuses NaN and infinities in a source's float columns (observations, actions, rewards).
+
+    Training on them makes every loss NaN, so a conversion keeps them only when asked.
+
+    Raises:
+        FormatError: Naming the first column that holds any, how many values in how many
+            episodes, and the first episode and row.
+    """
+    for column in stored.columns:
+        if not column.stored or column.dtype.kind not in "fc":
+            continue
+        count = episodes = 0
+        first: tuple[int, int] | None = None
+        for identity, data, _ in stored.episodes:
+            values = np.asarray(data[column.name])
+            bad = ~np.isfinite(values)
+            found = int(bad.sum())
+            if not found:
+                continue
+            count, episodes = count + found, episodes + 1
+            if first is None:
+                rows = bad.reshape(len(values), -1).any(axis=1) if values.ndim else bad[None]
+                first = identity, int(np.flatnonzero(rows)[0])
+        if first is not None:
+            raise FormatError(
+                f"{stored.source}: column '{column.name}' holds {count:,} non-finite values "
+                f"(NaN or inf) in {episodes:,} episode(s), the first in episode {first[0]} at row "
+                f"{first[1]}; training on them turns losses into NaN — repair the source, or "
+                "pass allow_nonfinite=True (--allow-nonfinite) to keep them"
+            )
+
+
 __all__ = [
     "BATCH_BYTES",
     "FORMATS",
@@ -482,6 +561,7 @@ __all__ = [
     "Probe",
     "ReadOptions",
     "check_episodes",
+    "check_finite",
     "detect_format",
     "length_key",
     "read_source",
