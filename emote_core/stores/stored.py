@@ -114,6 +114,11 @@ class StoredTable:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
+ENVIRONMENT = "environment"
+"""The :attr:`StoredTable.metadata` key of the environment a source was recorded on, where it
+says: ``{"id", "kwargs", "max_episode_steps"}`` (what ``gymnasium.make`` needs to rebuild it)."""
+
+
 def signed_identity(value: Any, *, source: str) -> int:
     """An episode id as int64; ids written unsigned (upstream's ``id + 2**64``) wrap back.
 
@@ -335,6 +340,7 @@ def replace_content(
 
 __all__ = [
     "COLUMN_KINDS",
+    "ENVIRONMENT",
     "ColumnSchema",
     "EpisodeRecord",
     "StoredTable",

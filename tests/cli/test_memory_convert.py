@@ -383,3 +383,69 @@ def test_the_console_script_converts_and_refuses_a_malicious_pickle(tmp_path, up
     lines = completed.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: pickle names the global")
     assert not marker.exists() and not (tmp_path / "b.zarr").exists()
+
+
+NONFINITE = {  # dump field, steps (of 7: episodes 0-2, 3-4, 5-6), value; the message's part
+    "rewards": ("rewards", [3], np.nan, "'rewards' holds 1 non-finite values (NaN or inf) in 1 "
+                "episode(s), the first in episode 1 at row 0"),
+    "obs": ("obs", [5, 6], np.inf, "'obs' holds 6 non-finite values (NaN or inf) in 1 episode(s), "
+            "the first in episode 2 at row 0"),
+    "actions": ("actions", [1, 4, 6], -np.inf, "'actions' holds 3 non-finite values (NaN or inf) "
+                "in 3 episode(s), the first in episode 0 at row 1"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(NONFINITE))
+def test_nonfinite_values_are_refused_unless_allowed(runner, tmp_path, case):
+    field, steps, value, message = NONFINITE[case]
+    state = pickle.loads(_legacy_dump(tmp_path / "clean.pickle").read_bytes())
+    state[field] = state[field].astype(np.float64)
+    state[field][steps, 0, 0] = value
+    source = tmp_path / "dump.pickle"
+    source.write_bytes(pickle.dumps(state))
+    refused = _convert(runner, str(source), str(tmp_path / "out.zarr"), "--json")
+    assert refused.exit_code == ExitCode.ERROR
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"column {message};" in lines[0], lines
+    assert "--allow-nonfinite" in lines[0]
+    assert json.loads(refused.stdout)["exit_code"] == ExitCode.ERROR
+    assert not (tmp_path / "out.zarr").exists()
+
+    kept = _convert(runner, str(source), str(tmp_path / "out.zarr"), "--allow-nonfinite")
+    assert kept.exit_code == 0, kept.output
+    stored = MemoryStore(tmp_path / "out.zarr").read()
+    column = message.split("'")[1]
+    values = np.concatenate([data[column] for _, data, _ in stored.episodes])
+    assert int((~np.isfinite(values)).sum()) == int(message.split()[2])
+
+
+def test_a_collected_store_converts_to_a_minari_dataset_that_recovers_its_environment(
+    runner, tmp_path, monkeypatch
+):
+    minari = pytest.importorskip("minari", reason="Minari comes with the dev and minari extras")
+    from emote_core.recipes import load_recipe
+    from emote_core.recipes.loading import recipe_to_toml
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
+    recipe = load_recipe("sac_pendulum", ["env.kwargs={g = 9.5}", "env.max_episode_steps=15"])
+    (tmp_path / "pendulum.toml").write_text(recipe_to_toml(recipe), encoding="utf-8")
+    store = str(tmp_path / "store.zarr")
+    collected = runner.invoke(
+        app, ["collect", str(tmp_path / "pendulum.toml"), "--out", store, "--episodes", "2", "-q"]
+    )
+    assert collected.exit_code == ExitCode.OK, collected.output
+    result = _convert(runner, store, "emote/pendulum-v0", "--to", "minari", "--json")
+    assert result.exit_code == ExitCode.OK, result.stderr
+    assert json.loads(result.stdout)["transitions"] == 30
+
+    dataset = minari.load_dataset("emote/pendulum-v0")
+    env = dataset.recover_environment()
+    try:
+        assert env.spec.id == "Pendulum-v1" and env.spec.max_episode_steps == 15
+        assert env.unwrapped.g == 9.5
+        env.reset(seed=0)
+    finally:
+        env.close()
+    back = _convert(runner, "emote/pendulum-v0", str(tmp_path / "back.zarr"), "--json")
+    assert back.exit_code == ExitCode.OK, back.stderr
+    assert json.loads(back.stdout)["episodes"] == 2

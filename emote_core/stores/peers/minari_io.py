@@ -21,6 +21,7 @@ episode ids (:class:`MinariRecordVersion`), so reading the dataset back gives th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import json
 import logging
@@ -45,7 +46,7 @@ from emote_core.stores.peers.minari_layout import (
     foreign_layout,
     plan_write,
 )
-from emote_core.stores.stored import EpisodeRecord, StoredTable
+from emote_core.stores.stored import ENVIRONMENT, EpisodeRecord, StoredTable
 
 log = logging.getLogger(__name__)
 
@@ -193,8 +194,15 @@ def read_minari(
         episodes: list[EpisodeRecord] = []
         for identity, episode in zip(ids, dataset.iterate_episodes(indices), strict=True):
             episodes.append((identity, *layout.read_episode(episode, source)))
-        env_id = dataset.env_spec.id if dataset.env_spec is not None else None
+        spec = dataset.env_spec
+        env_id = spec.id if spec is not None else None
     metadata = dict(layout.metadata)
+    if spec is not None:
+        metadata[ENVIRONMENT] = {
+            "id": spec.id,
+            "kwargs": dict(spec.kwargs),
+            "max_episode_steps": spec.max_episode_steps,
+        }
     metadata.update(
         dataset_id=raw.get("dataset_id"),
         env_id=env_id,
@@ -268,7 +276,9 @@ def write_minari(
         stored: What a reader returned (or a table's content).
         dataset_id: ``(namespace/)name-v<version>``, e.g. ``"cartpole/expert-v0"``.
         root: Where datasets live; ``$MINARI_DATASETS_PATH`` or ``~/.minari/datasets`` if unset.
-        env_id: A registered gymnasium id to record as the dataset's environment.
+        env_id: A registered gymnasium id to record as the dataset's environment; by default
+            the one ``stored`` was recorded on (``metadata["environment"]``: its id, kwargs and
+            time limit), so ``recover_environment()`` rebuilds it.
         algorithm_name: What collected the data.
         author: The author(s).
         author_email: Their e-mail address(es).
@@ -326,7 +336,7 @@ def write_minari(
     for key, text in (("code_permalink", code_permalink), ("description", description)):
         if text is not None:
             metadata[key] = str(text)
-    env_spec = _env_spec(env_id)
+    env_spec = _env_spec(env_id, stored.metadata.get(ENVIRONMENT), stored.source)
     buffers = [
         EpisodeBuffer(**layout.buffer(episode, stored.source)) for episode in stored.episodes
     ]
@@ -390,11 +400,32 @@ def _swap_into_place(staging: Path, target: Path) -> None:
     shutil.rmtree(retired, ignore_errors=True)
 
 
-def _env_spec(env_id: str | None) -> Any:
-    if env_id is None:
-        return None
+def _env_spec(env_id: str | None, recorded: Any = None, source: str = "") -> Any:
+    """The spec of ``env_id``, else of the environment the source records (``{"id", "kwargs",
+    "max_episode_steps"}``, with its settings), else ``None``."""
     import gymnasium
 
+    if env_id is None:
+        if not isinstance(recorded, dict) or not isinstance(recorded.get("id"), str):
+            return None
+        try:
+            spec = gymnasium.spec(recorded["id"])
+        except gymnasium.error.Error as error:
+            log.warning(
+                "%s was recorded on '%s', which is not registered here (%s); the dataset records "
+                "no environment — pass env_id after importing the package that registers it",
+                source,
+                recorded["id"],
+                error,
+            )
+            return None
+        kwargs = recorded.get("kwargs") if isinstance(recorded.get("kwargs"), dict) else {}
+        steps = recorded.get("max_episode_steps")
+        return dataclasses.replace(
+            spec,
+            kwargs={**spec.kwargs, **kwargs},
+            max_episode_steps=steps if isinstance(steps, int) else spec.max_episode_steps,
+        )
     try:
         return gymnasium.spec(env_id)
     except gymnasium.error.Error as error:
