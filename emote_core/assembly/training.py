@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
+import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +39,7 @@ from emote_core.recipes.schema import MemoryConfig, Recipe, SamplerKind
 from emote_core.runs import RunDirectory
 from emote_core.trainer import Trainer
 from emote_core.utils.distributed import DistributedContext, rank_seed
+from emote_core.utils.memory_budget import check_memory_fits
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +176,7 @@ def build_training(
     if source_loaders:  # the add-ons' data groups beside the replay memory's, in every batch
         loader = JointMemoryLoader([loader, *source_loaders])
 
+    check_networks_fit(recipe, spaces, device)
     networks = make_networks(recipe, spaces, device)
     parts = training_parts(recipe, networks, build_context(recipe, spaces, device, table=table))
     if table.prioritized and not any(isinstance(c, PriorityUpdater) for c in parts.callbacks):
@@ -251,6 +255,83 @@ def build_training(
         evaluator=next((c for c in callbacks if isinstance(c, Evaluator)), None),
         terminator=terminator,
     )  # fmt: skip
+
+
+TRAINING_COPIES = 4
+"""Copies of every parameter that training holds: weights, gradients and Adam's two moments."""
+_SIZE_KEY = re.compile(r"hidden|dims?$|size$|width|channels|features")
+"""Names of the plug-in tables' keys that set how large networks are."""
+
+
+def check_networks_fit(recipe: Recipe, spaces: Any, device: torch.device) -> None:
+    """Refuses networks too large to train on ``device`` before any is allocated.
+
+    The recipe's networks are built on PyTorch's meta device (shapes without data), their
+    parameters counted, and :data:`TRAINING_COPIES` of each weighed against the memory available.
+
+    Raises:
+        ConfigurationError: Naming the recipe key that sets the largest size, its value, the
+            estimate and the memory available.
+    """
+    meta = torch.device("meta")
+    try:
+        with meta:
+            networks = make_networks(recipe, spaces, meta)
+    except (NotImplementedError, RuntimeError) as error:  # a plug-in that needs real tensors
+        log.debug("the networks' size is not checked before they are made: %s", error)
+        return
+    parameters = {id(p): p for module in _modules(vars(networks)) for p in module.parameters()}
+    count = sum(p.numel() for p in parameters.values())
+    needed = TRAINING_COPIES * sum(p.numel() * p.element_size() for p in parameters.values())
+    sizes = _size_settings(recipe)
+    key, value = sizes[0] if sizes else ("", None)
+    check_memory_fits(
+        needed, device,
+        what=f"training the networks of {key} = {value}" if key else "training the networks",
+        detail=f"{count:,} parameters, each held as weights, gradients and two optimizer moments",
+        fix=f"lower {key}" if key else "choose smaller networks",
+    )  # fmt: skip
+
+
+def _modules(value: Any) -> list[torch.nn.Module]:
+    """The modules in ``value``, in its lists, tuples and dicts too."""
+    if isinstance(value, torch.nn.Module):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list | tuple):
+        return [module for item in value for module in _modules(item)]
+    return []
+
+
+def _size_settings(recipe: Recipe) -> list[tuple[str, Any]]:
+    """The plug-in tables' keys that size networks, with their values: those changed from the
+    default first, then by the largest number each holds."""
+    found: list[tuple[bool, int, str, Any]] = []
+
+    def visit(prefix: str, config: Any) -> None:
+        try:
+            default = type(config)()
+        except TypeError:  # a table without defaults for every key
+            default = None
+        for field in dataclasses.fields(config):
+            value, key = getattr(config, field.name), f"{prefix}.{field.name}"
+            if dataclasses.is_dataclass(value) and not isinstance(value, type):
+                visit(key, value)
+                continue
+            numbers = value if isinstance(value, list) else [value]
+            if not numbers or not all(type(n) is int for n in numbers):
+                continue
+            if "batch" in field.name or not _SIZE_KEY.search(field.name):
+                continue
+            changed = default is not None and getattr(default, field.name, None) != value
+            found.append((changed, max(numbers), key, value))
+
+    for name, config in recipe.sections.items():
+        if dataclasses.is_dataclass(config):
+            visit(name, config)
+    found.sort(key=lambda item: (item[0], item[1]), reverse=True)
+    return [(key, value) for _, _, key, value in found]
 
 
 def _writing_callbacks(
@@ -428,4 +509,10 @@ def _fresh_shard(store: Path) -> str:
     return next(f"resume-{k}" for k in range(1, len(taken) + 2) if f"resume-{k}" not in taken)
 
 
-__all__ = ["DEFAULT_PUBLISH_INTERVAL", "TrainingRun", "build_training"]
+__all__ = [
+    "DEFAULT_PUBLISH_INTERVAL",
+    "TRAINING_COPIES",
+    "TrainingRun",
+    "build_training",
+    "check_networks_fit",
+]

@@ -19,28 +19,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import psutil
 import torch
 
-from emote_core.errors import ConfigurationError
 from emote_core.utils.arrays import aligned_empty
+from emote_core.utils.memory_budget import check_memory_fits
 
 _GROWTH = 1.125
-_GIB = 1 << 30
 
 
 def torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
     """The torch dtype that holds numpy ``dtype`` values."""
     return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
-
-
-def available_bytes(device: torch.device) -> int:
-    """Memory a new table can take: the RAM available without swapping on the CPU, the free
-    memory of the device on CUDA."""
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free)
-    return int(psutil.virtual_memory().available)
 
 
 def check_rows_fit(
@@ -63,16 +52,15 @@ def check_rows_fit(
     """
     per_row = sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
                   for shape, dtype in columns)  # fmt: skip
-    needed, available = rows * per_row, available_bytes(device)
-    if needed <= available:
-        return
-    fits = max(0, (available // max(per_row, 1) - 64) * 64 // 65)  # maxlen whose rows fit
-    where = "RAM" if device.type == "cpu" else f"free memory on {device}"
-    raise ConfigurationError(
-        f"a memory table of maxlen {maxlen:,} needs about {needed / _GIB:,.1f} GiB "
-        f"({per_row:,} bytes per transition), more than the {available / _GIB:,.1f} GiB of "
-        f"{where} available; lower maxlen (memory.maxlen in a recipe) to at most {fits:,}"
-    )
+
+    def fix(available: int) -> str:
+        fits = max(0, (available // max(per_row, 1) - 64) * 64 // 65)  # maxlen whose rows fit
+        return f"lower maxlen (memory.maxlen in a recipe) to at most {fits:,}"
+
+    check_memory_fits(
+        rows * per_row, device, what=f"a memory table of maxlen {maxlen:,}", fix=fix,
+        detail=f"{per_row:,} bytes per transition",
+    )  # fmt: skip
 
 
 def host_to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -364,7 +352,6 @@ __all__ = [
     "EpisodeIndex",
     "RingArray",
     "RowAllocator",
-    "available_bytes",
     "check_rows_fit",
     "host_to_device",
     "torch_dtype",

@@ -268,3 +268,21 @@ def test_a_run_whose_env_was_overridden_is_named_after_that_env(
     )  # fmt: skip
     assert same.exit_code == 0, same.output
     assert re.fullmatch(r"runs/sac_hit_the_middle-\d{8}-\d{6}", same.stdout.strip())
+
+
+def test_networks_too_large_for_the_machine_are_one_line_before_the_run_starts(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    result = runner.invoke(
+        app, ["train", "sac_hit_the_middle", "--run-dir", "r", "--set",
+              "sac.hidden_dims=[1000000, 1000000]"],
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(
+        "error: training the networks of sac.hidden_dims = [1000000, 1000000] needs about "
+    )
+    assert re.search(r"\(5,000,030,000,006 parameters, each held as weights, gradients", line)
+    assert line.endswith(" GiB of RAM available; lower sac.hidden_dims")
+    assert not (in_tmp / "r").exists()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from emote_core.errors import FormatError
+from emote_core.utils.files import open_regular_file
 
 
 class LocalReadError(Exception):
@@ -40,15 +39,7 @@ def open_file(path: str | Path) -> tuple[int, os.stat_result]:
         FileNotFoundError: Nothing is there.
         FormatError: It is not a file (closed again).
     """
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    info = os.fstat(descriptor)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(descriptor)
-        raise FormatError(
-            f"'{path}' is not a file (mode {stat.filemode(info.st_mode)}); an emote memory store "
-            "holds only files and folders"
-        )
-    return descriptor, info
+    return open_regular_file(path, rule="an emote memory store holds only files and folders")
 
 
 def read_file(path: Path) -> bytes:
