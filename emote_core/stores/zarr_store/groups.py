@@ -3,13 +3,20 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import re
 import stat
+import time
+from pathlib import Path
 from typing import Any
 
 from emote_core.errors import FormatError, StorageError
 from emote_core.stores.locations import filesystem, is_url, storage_errors, storage_options
-from emote_core.stores.zarr_store.layout import FORMAT_NAME
+from emote_core.stores.zarr_store.layout import FORMAT_NAME, SHARDS
+
+log = logging.getLogger(__name__)
 
 
 def open_group(
@@ -195,6 +202,106 @@ PARTIAL_SUFFIX = ".partial"
 writer killed mid-write leaves one behind. Such files are never data."""
 
 
+TEMPORARY_NAME = re.compile(r"^.+\.[0-9a-f]{32}\.partial$")
+"""The name zarr's local store gives a file while writing it (``zarr.json`` is written as
+``zarr.<32 hex digits>.partial``, then linked into place)."""
+STALE_SECONDS = 5.0
+"""A temporary file not written to for this long belongs to a write that was cut off: zarr
+writes each file (a few kilobytes of metadata, a chunk) in one go."""
+
+
+def leftover_temporaries(
+    location: str | os.PathLike[str], *, shard: str | None = None
+) -> list[Path]:
+    """zarr's temporary files that writes cut off left in the local emote-memory store at
+    ``location``: at its root and in ``shards/`` those written to more than
+    :data:`STALE_SECONDS` ago (another process may be creating a shard), under the other shards
+    too unless ``shard`` is given, and every one under ``shards/<shard>`` (whose lease the caller
+    holds: nobody else writes there). None for a folder without emote's root metadata, or a URL.
+    """
+    folder = Path(os.fspath(location))
+    if is_url(os.fspath(location)) or not _emote_root(folder):
+        return []
+    now = time.time()
+    found = []
+    for top in (folder, folder / SHARDS):
+        found += [e for e in _entries(top) if _temporary(e) and _stale(e, now)]
+    for top in _entries(folder / SHARDS):
+        if not top.is_dir() or top.is_symlink() or (shard is not None and top.name != shard):
+            continue
+        for directory, _, names in os.walk(top):
+            inside = [Path(directory) / name for name in names]
+            found += [e for e in inside if _temporary(e) and (shard or _stale(e, now))]
+    return found
+
+
+def remove_leftover_temporaries(location: str | os.PathLike[str], *, shard: str) -> None:
+    """Removes :func:`leftover_temporaries` (logged): a writer does before it appends."""
+    removed = []
+    for path in leftover_temporaries(location, shard=shard):
+        try:
+            path.unlink()
+            removed.append(str(path))
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            log.warning("could not remove '%s', left by a write cut off (%s)", path, error)
+    if removed:
+        log.info("removed temporary files that writes cut off left: %s", ", ".join(removed))
+
+
+def creation_leftovers(location: str | os.PathLike[str]) -> list[Path] | None:
+    """Where a local folder holds nothing but what creating an emote-memory store there left
+    when it was cut off (zarr's temporary root metadata: empty, or naming emote's format, and
+    written to more than :data:`STALE_SECONDS` ago): those files. ``None`` otherwise."""
+    folder = Path(os.fspath(location))
+    if is_url(os.fspath(location)) or not folder.is_dir() or folder.is_symlink():
+        return None
+    entries = _entries(folder)
+    now = time.time()
+    for entry in entries:
+        if not (_temporary(entry) and entry.name.startswith("zarr.") and _stale(entry, now)):
+            return None
+        try:
+            with open(entry, "rb") as file:
+                head = file.read(1 << 16)
+        except OSError:
+            return None
+        if head and FORMAT_NAME.encode() not in head:
+            return None
+    return entries or None
+
+
+def _entries(folder: Path) -> list[Path]:
+    try:
+        return list(folder.iterdir())
+    except OSError:
+        return []
+
+
+def _temporary(path: Path) -> bool:
+    return bool(TEMPORARY_NAME.match(path.name)) and path.is_file() and not path.is_symlink()
+
+
+def _stale(path: Path, now: float) -> bool:
+    try:
+        return now - path.stat().st_mtime > STALE_SECONDS
+    except OSError:
+        return False
+
+
+def _emote_root(folder: Path) -> bool:
+    """Whether ``folder`` holds root metadata naming emote's format."""
+    try:
+        document = json.loads((folder / "zarr.json").read_bytes())
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(document, dict)
+        and (document.get("attributes") or {}).get("format") == FORMAT_NAME
+    )
+
+
 def keys_under(root: Any, prefix: str) -> bool:
     """Whether the store holds any key below ``prefix`` (metadata or not; temporaries aside)."""
     from zarr.core.sync import sync  # zarr's stores are async; this runs one call to the end
@@ -222,9 +329,14 @@ def child_names(root: Any, prefix: str) -> list[str]:
 
 __all__ = [
     "PARTIAL_SUFFIX",
+    "STALE_SECONDS",
+    "TEMPORARY_NAME",
     "child_names",
+    "creation_leftovers",
     "is_store",
     "keys_under",
+    "leftover_temporaries",
     "open_group",
+    "remove_leftover_temporaries",
     "require_group",
 ]

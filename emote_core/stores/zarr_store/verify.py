@@ -14,6 +14,7 @@ import numpy as np
 
 from emote_core.stores.zarr_store.acceleration import open_array
 from emote_core.stores.zarr_store.checks import EpisodeChecks
+from emote_core.stores.zarr_store.groups import leftover_temporaries
 from emote_core.stores.zarr_store.layout import COLUMNS, SHARDS, TABLE_CHECKSUM, RowKind
 from emote_core.stores.zarr_store.reader import (
     MemoryStore,
@@ -77,6 +78,11 @@ def verify_store(url: str | os.PathLike[str]) -> VerifyReport:
     store = MemoryStore(url)
     report = VerifyReport(url=store.url)
     report.problems += list(store.damaged_shards.values())
+    for path in leftover_temporaries(store.url):
+        report.notes.append(
+            f"{os.path.relpath(path, store.url)}: a temporary file that a write cut off left "
+            "(never data; the next writer removes it)"
+        )
     for shard in store.shards:
         _verify_shard(store, shard, report)
     report.seconds = time.perf_counter() - started

@@ -25,9 +25,11 @@ from emote_core.stores.stored import ColumnSchema, EpisodeRecord
 from emote_core.stores.zarr_store.commits import commit_problems, malformed, table_problems
 from emote_core.stores.zarr_store.groups import (
     child_names,
+    creation_leftovers,
     is_store,
     keys_under,
     open_group,
+    remove_leftover_temporaries,
     require_group,
 )
 from emote_core.stores.zarr_store.layout import (
@@ -129,6 +131,9 @@ def create_store(
     }
     if env_id is not None:
         attributes[ENV_ID] = env_id
+    for path in (None if overwrite else creation_leftovers(url)) or []:
+        path.unlink(missing_ok=True)
+        log.info("removed '%s', left by creating a store there that was cut off", path)
     group = open_group(url, "w" if overwrite else "w-", attributes=attributes)
     require_group(group, SHARDS)
 
@@ -179,6 +184,7 @@ class ShardWriter:
                     "store '%s' shard '%s': took over the lease of %s (no longer writing)",
                     self.url, shard, describe(self.lease.previous),
                 )  # fmt: skip
+            remove_leftover_temporaries(self.url, shard=shard)  # local stores only
             self.group = self._open_shard(root)
             self._arrays = {
                 c.name: self._require_array(f"{COLUMNS}/{c.name}", c) for c in self.columns
