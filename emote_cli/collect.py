@@ -125,6 +125,7 @@ def collect(
         from emote_core.recipes import load_recipe
 
         loaded = load_recipe(recipe, [f"seed={seed}"] if seed is not None else [])
+        _check_envs(envs, loaded.env.num_envs, steps=steps, workers=workers)
         options = {"episodes": episodes, "steps": steps, "policy": policy, "num_envs": envs,
                    "device": device, "follow_policy": follow_policy,
                    "wait_for_policy": not no_wait}  # fmt: skip
@@ -163,6 +164,23 @@ def collect(
                 f"episodes committed to {out} are kept",
                 ExitCode.INTERRUPTED,
             )
+
+
+def _check_envs(
+    envs: int | None, recipe_envs: int, *, steps: int | None, workers: int | None
+) -> None:
+    """Refuses (exit 2) more environments than one process steps, or than a --steps budget (each
+    worker's share of it) takes."""
+    from emote_core.errors import ConfigurationError
+    from emote_core.recipes.schema import check_num_envs
+
+    share = steps // workers if steps is not None and workers else steps
+    budget = "--steps" if share == steps else f"each worker's share of --steps {steps:,}"
+    try:
+        check_num_envs(envs or recipe_envs, name="--envs" if envs else "env.num_envs",
+                       env_steps=share, budget=budget)  # fmt: skip
+    except ConfigurationError as error:
+        abort(str(error), ExitCode.USAGE)
 
 
 def describe(summary: dict[str, Any]) -> str:

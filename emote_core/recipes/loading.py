@@ -24,7 +24,7 @@ from emote_core.algorithms.registry import (
 )
 from emote_core.errors import ConfigurationError, UsageError
 from emote_core.recipes.locations import RECIPE_SUFFIX, available_recipes, recipe_directories
-from emote_core.recipes.schema import Recipe
+from emote_core.recipes.schema import Recipe, check_num_envs
 
 _SECTIONS = "sections"  # Recipe's field for plug-in tables; they stand at the top level in TOML
 
@@ -322,6 +322,10 @@ def validate_recipe(recipe: Recipe, source: str = "recipe") -> None:
             f"{source}: 'memory.follow_min_seconds' must be a finite number of seconds; got "
             f"{recipe.memory.follow_min_seconds}"
         )
+    try:
+        check_num_envs(recipe.env.num_envs)
+    except ConfigurationError as error:
+        raise ConfigurationError(f"{source}: {error}") from None
     recipe.memory.check(source)
     if not recipe.logging.wandb_project.strip():
         raise ConfigurationError(

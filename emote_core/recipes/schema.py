@@ -16,6 +16,41 @@ from typing import Any
 
 from emote_core.errors import ConfigurationError
 
+MAX_NUM_ENVS = 4096
+"""The most environments one process steps together. A vector env steps them one after another,
+so beyond a few thousand more of them add memory and no speed; ``emote collect --workers N``
+spreads collection over processes."""
+
+
+def check_num_envs(
+    num_envs: int, *, name: str = "env.num_envs", env_steps: int | None = None, budget: str = ""
+) -> None:
+    """Refuses a number of environments that no run should step together.
+
+    Args:
+        num_envs: The environments to step together.
+        name: What set it, for the message (a recipe key, an argument or a ``--flag``).
+        env_steps: The env steps the run may take, when it has such a budget.
+        budget: What set ``env_steps``, for the message.
+
+    Raises:
+        ConfigurationError: If ``num_envs`` is above :data:`MAX_NUM_ENVS`, or above
+            ``env_steps`` (a single step of every environment would pass the budget).
+    """
+    given = f"{name} {num_envs:,}" if name.startswith("--") else f"{name} = {num_envs:,}"
+    if num_envs > MAX_NUM_ENVS:
+        raise ConfigurationError(
+            f"{given} is more than {MAX_NUM_ENVS:,}, the most environments one "
+            f"process steps together (one after another: more add memory, not speed); lower "
+            f"{name} (emote collect --workers N spreads collection over processes)"
+        )
+    if env_steps is not None and num_envs > env_steps:
+        raise ConfigurationError(
+            f"{given} is more than the {env_steps:,} env steps of {budget}: one "
+            f"step of every environment alone would pass it; lower {name} to at most "
+            f"{env_steps:,}"
+        )
+
 
 @dataclass
 class EnvConfig:
@@ -25,7 +60,7 @@ class EnvConfig:
     """A registered gymnasium id (emote's own: ``emote/HitTheMiddle-v0``,
     ``emote/PixelPendulum-v0``, ``emote/PixelCarRacing-v0``)."""
     num_envs: int = 1
-    """Environments stepped together (a vector env)."""
+    """Environments stepped together (a vector env), at most :data:`MAX_NUM_ENVS`."""
     kwargs: dict[str, object] = field(default_factory=dict)
     """Keyword arguments for ``gymnasium.make`` (for example ``continuous = true``)."""
     max_episode_steps: int | None = None
@@ -252,6 +287,7 @@ class Recipe:
 
 
 __all__ = [
+    "MAX_NUM_ENVS",
     "EnvConfig",
     "EvalConfig",
     "LoggingConfig",
@@ -260,4 +296,5 @@ __all__ = [
     "SamplerKind",
     "TrainingConfig",
     "WandbMode",
+    "check_num_envs",
 ]

@@ -121,3 +121,29 @@ def test_a_full_disk_names_the_store_and_the_episodes_it_keeps(
     assert [line for line in result.stderr.splitlines() if line.startswith("error")] == [
         f"error: {error}"
     ]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--steps", "10", "--envs", "64"],
+         "--envs 64 is more than the 10 env steps of --steps: one step of every environment "
+         "alone would pass it; lower --envs to at most 10"),
+        (["--steps", "100", "--envs", "64", "--workers", "4"],
+         "--envs 64 is more than the 25 env steps of each worker's share of --steps 100: one step "
+         "of every environment alone would pass it; lower --envs to at most 25"),
+        (["--episodes", "5", "--envs", "100000"],
+         "--envs 100,000 is more than 4,096, the most environments one process steps together "
+         "(one after another: more add memory, not speed); lower --envs (emote collect --workers "
+         "N spreads collection over processes)"),
+    ],
+)  # fmt: skip
+def test_more_environments_than_the_budget_or_one_process_takes_are_a_usage_error(
+    runner: CliRunner, in_tmp: Path, options: list[str], message: str
+) -> None:
+    result = runner.invoke(
+        app, ["collect", "sac_hit_the_middle", "--out", "s.zarr", *options, "--json"]
+    )
+    assert result.exit_code == 2, result.output
+    assert json.loads(result.stdout) == {"error": message, "exit_code": 2}
+    assert not (in_tmp / "s.zarr").exists()

@@ -286,3 +286,19 @@ def test_networks_too_large_for_the_machine_are_one_line_before_the_run_starts(
     assert re.search(r"\(5,000,030,000,006 parameters, each held as weights, gradients", line)
     assert line.endswith(" GiB of RAM available; lower sac.hidden_dims")
     assert not (in_tmp / "r").exists()
+
+
+def test_an_absurd_number_of_environments_is_refused_before_any_is_made(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    result = runner.invoke(
+        app, ["train", "sac_hit_the_middle", "--steps", "200", "--run-dir", "r", "--set",
+              "env.num_envs=100000"],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(
+        "error: --set env.num_envs=100000: env.num_envs = 100,000 is more than 4,096, the most "
+        "environments one process steps together"
+    )
+    assert not (in_tmp / "r").exists()

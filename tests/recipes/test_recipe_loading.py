@@ -255,3 +255,22 @@ def test_prioritized_replay_settings_out_of_range_are_refused(override: str, mes
     with pytest.raises(ConfigurationError) as caught:
         load_recipe("sac_pendulum", ["memory.sampler='prioritized'", override])
     assert message in str(caught.value)
+
+
+def test_more_environments_than_one_process_steps_are_refused_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    from emote_core.recipes.schema import MAX_NUM_ENVS
+
+    assert load_recipe("sac_pendulum", [f"env.num_envs={MAX_NUM_ENVS}"]).env.num_envs == 4096
+    path = tmp_path / "many.toml"
+    path.write_text('algorithm = "sac"\n[env]\nnum_envs = 100_000\n')
+    with pytest.raises(ConfigurationError) as caught:
+        load_recipe(path)
+    assert str(caught.value) == (
+        f"{path}: env.num_envs = 100,000 is more than 4,096, the most environments one process "
+        "steps together (one after another: more add memory, not speed); lower env.num_envs "
+        "(emote collect --workers N spreads collection over processes)"
+    )
+    with pytest.raises(UsageError, match=r"^--set env\.num_envs=4097: env\.num_envs = 4,097 is"):
+        load_recipe("sac_pendulum", ["env.num_envs=4097"])
