@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 __all__ = [
+    "AllowNonfiniteOption",
     "DebugOption",
     "ExitCode",
     "JsonOption",
@@ -74,6 +75,14 @@ SkipDamagedOption = Annotated[
         "--skip-damaged",
         help="Use the intact episodes of a damaged store (it is refused otherwise; "
         "`emote memory verify` names what is damaged).",
+    ),
+]
+AllowNonfiniteOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-nonfinite",
+        help="Keep NaN and infinite values in float columns (observations, actions, rewards); "
+        "refused by default, as training on them turns losses into NaN.",
     ),
 ]
 JsonOption = Annotated[

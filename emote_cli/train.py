@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from emote_cli._common import (
+    AllowNonfiniteOption,
     DebugOption,
     ExitCode,
     JsonOption,
@@ -68,6 +69,7 @@ def train(
         ),
     ] = None,
     skip_damaged: SkipDamagedOption = False,
+    allow_nonfinite: AllowNonfiniteOption = False,
     steps: Annotated[
         int | None, typer.Option("--steps", min=1, help="Updates in all (recipe's bp_steps).")
     ] = None,
@@ -207,6 +209,7 @@ def train(
             setup = build_training(
                 loaded, run=run, device=chosen, live=live, stores=memory or [], resume=resume,
                 bp_steps=steps, skip_damaged=skip_damaged, distributed=context,
+                allow_nonfinite=allow_nonfinite,
                 # The progress line replaces TerminalLogger's; TensorBoard gets every metric.
                 terminal_log=False, progress=None if quiet else training_sink(display),
                 follow=follow,

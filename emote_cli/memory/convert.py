@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from emote_cli._common import (
+    AllowNonfiniteOption,
     DebugOption,
     JsonOption,
     QuietOption,
@@ -63,13 +64,7 @@ def convert(
     trust_pickle: TrustPickleOption = False,
     force: Annotated[bool, typer.Option("--force", help="Replace DST if it exists.")] = False,
     skip_damaged: SkipDamagedOption = False,
-    allow_nonfinite: Annotated[
-        bool,
-        typer.Option(
-            "--allow-nonfinite",
-            help="Keep NaN and infinite values in float columns (refused by default).",
-        ),
-    ] = False,
+    allow_nonfinite: AllowNonfiniteOption = False,
     json_output: JsonOption = False,
     quiet: QuietOption = False,
     debug: DebugOption = False,

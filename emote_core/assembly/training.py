@@ -33,7 +33,7 @@ from emote_core.assembly.compatibility import (
 from emote_core.assembly.monitoring import env_step_counter, monitoring_callbacks
 from emote_core.callback import Callback
 from emote_core.callbacks.progress import ProgressReporter, ProgressSink
-from emote_core.errors import ConfigurationError
+from emote_core.errors import ConfigurationError, FormatError
 from emote_core.recipes.loading import recipe_to_toml
 from emote_core.recipes.schema import MemoryConfig, Recipe, SamplerKind
 from emote_core.runs import RunDirectory
@@ -83,6 +83,7 @@ def build_training(
     bp_steps: int | None = None,
     terminal_log: bool = True,
     skip_damaged: bool = False,
+    allow_nonfinite: bool = False,
     progress: ProgressSink | None = None,
     follow: bool = False,
     distributed: DistributedContext | None = None,
@@ -99,6 +100,8 @@ def build_training(
         bp_steps: Total updates of the run (the recipe's ``training.bp_steps`` by default).
         terminal_log: Also log a line per log interval to the terminal (stderr).
         skip_damaged: Train on the intact episodes of damaged stores (refused by default).
+        allow_nonfinite: Train on stores whose float columns hold NaN or infinities (refused
+            by default: every loss would turn NaN).
         progress: Receives progress snapshots (done / total, rates, ETA, return, losses) at
             the start, every half second and at the end (see ``ProgressReporter``).
         follow: Keep taking in the episodes committed to ``stores`` while training (every
@@ -167,6 +170,8 @@ def build_training(
     )  # fmt: skip
     if not resume:  # a resumed run's memory is what its checkpoint recorded (restore_state)
         memory.fill(opened)  # the stores the check above read: not opened again
+        if not allow_nonfinite:
+            _refuse_nonfinite(table, stores)
     if not live and not resume and not follow and not loader.is_ready():
         raise ConfigurationError(
             f"the stores hold {table.size()} transitions in {table.episode_count} episodes; a "
@@ -261,6 +266,19 @@ TRAINING_COPIES = 4
 """Copies of every parameter that training holds: weights, gradients and Adam's two moments."""
 _SIZE_KEY = re.compile(r"hidden|dims?$|size$|width|channels|features")
 """Names of the plug-in tables' keys that set how large networks are."""
+
+
+def _refuse_nonfinite(table: Any, stores: Sequence[str | Path]) -> None:
+    found = table.find_nonfinite()
+    if found is None:
+        return
+    named = ", ".join(f"'{store}'" for store in stores)
+    raise FormatError(
+        f"store {named}: column '{found.column}' holds {found.count:,} non-finite values (NaN or "
+        f"inf) in {found.episodes:,} episode(s), the first in episode {found.episode} at row "
+        f"{found.row}; training on them turns losses into NaN — convert the store without them, "
+        "or pass allow_nonfinite=True (--allow-nonfinite) to train on them"
+    )
 
 
 def check_networks_fit(recipe: Recipe, spaces: Any, device: torch.device) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -28,6 +28,24 @@ from emote_core.memory.table_sampling import (
 from emote_core.typing import EpisodeState
 
 log = logging.getLogger(__name__)
+
+
+class NonfiniteValues(NamedTuple):
+    """Where a float column of a table holds NaN or infinities (see ``find_nonfinite``).
+
+    Attributes:
+        column: The column.
+        count: How many such values it holds.
+        episodes: How many episodes hold any.
+        episode: The id of the first (oldest) such episode.
+        row: The first such row within it.
+    """
+
+    column: str
+    count: int
+    episodes: int
+    episode: int
+    row: int
 
 
 def _headroom(maxlen: int) -> int:
@@ -381,6 +399,56 @@ class ArrayMemoryTable(TableSampling, TableBulkFill):
         """Bytes allocated for stored columns (CPU pages count only once written)."""
         return sum(array.nbytes for array in self._arrays.values())
 
+    def find_nonfinite(self) -> NonfiniteValues | None:
+        """The first float column (in schema order) whose held rows hold NaN or infinities.
+
+        Columns are scanned in pieces of about 64 MiB, on the table's device.
+
+        Returns:
+            ``None`` when every held value is finite.
+        """
+        with self._lock:
+            slots = self.live_slots_in_order()
+            if len(slots) == 0:
+                return None
+            starts = self.index.starts[slots].astype(np.int64)
+            lengths = self.index.lengths[slots].astype(np.int64)
+            for column in self.stored:
+                if np.dtype(column.dtype).kind not in "fc":
+                    continue
+                held = lengths + self.schema.extra_rows.get(column.name, 0)
+                ends = np.cumsum(held)
+                firsts = ends - held
+                rows = np.repeat(starts - firsts, held) + np.arange(int(ends[-1]))
+                count, flagged = self._nonfinite_rows(self._arrays[column.name], rows)
+                if count:
+                    episode_of = np.searchsorted(ends, flagged, side="right")
+                    k = int(episode_of[0])
+                    return NonfiniteValues(
+                        column.name, count, len(np.unique(episode_of)),
+                        int(self.index.ids[slots[k]]), int(flagged[0] - firsts[k]),
+                    )  # fmt: skip
+        return None
+
+    @staticmethod
+    def _nonfinite_rows(array: RingArray, rows: np.ndarray) -> tuple[int, np.ndarray]:
+        """Non-finite values among ``rows`` of ``array``, and which of ``rows`` hold any."""
+        row_bytes = max(int(np.prod(array.shape, dtype=np.int64)) * array.dtype.itemsize, 1)
+        step = max(1, (64 << 20) // row_bytes)
+        count, flagged = 0, []
+        for first in range(0, len(rows), step):
+            chunk = rows[first : first + step]
+            if array.host is not None:
+                bad = ~np.isfinite(array.host.take(chunk, axis=0).reshape(len(chunk), -1))
+                count += int(bad.sum())
+                flagged.append(np.flatnonzero(bad.any(axis=1)) + first)
+            else:
+                index = torch.from_numpy(chunk).to(array.device)
+                found = ~torch.isfinite(array.tensor.index_select(0, index).reshape(len(chunk), -1))
+                count += int(found.sum())
+                flagged.append(torch.nonzero(found.any(dim=1)).flatten().cpu().numpy() + first)
+        return count, np.concatenate(flagged) if flagged else np.zeros(0, np.int64)
+
     def __repr__(self) -> str:
         return (
             f"ArrayMemoryTable(episodes={self.episode_count}, transitions={self._size}, "
@@ -388,4 +456,4 @@ class ArrayMemoryTable(TableSampling, TableBulkFill):
         )
 
 
-__all__ = ["IMPORTANCE_WEIGHTS_KEY", "ArrayMemoryTable"]
+__all__ = ["IMPORTANCE_WEIGHTS_KEY", "ArrayMemoryTable", "NonfiniteValues"]
