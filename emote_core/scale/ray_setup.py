@@ -1,10 +1,11 @@
 """Getting Ray: importing it (an optional extra), reaching a cluster without hanging, starting a
 local instance whose workers can import emote.
 
-``ray.init(address=...)`` waits a long time for a cluster that is not there, so an address is
-first checked with a plain TCP connection (:data:`CONNECT_TIMEOUT_S`): an unreachable one fails
-within seconds with one line saying how to start a cluster. An address that answers but is not
-a Ray cluster fails after about :data:`GCS_WAIT_S` seconds of Ray's own retries.
+``ray.init(address=...)`` waits minutes for a cluster that is not there, printing Ray's own
+warnings, so an address is checked first, each step within :data:`CONNECT_TIMEOUT_S`: a TCP
+connection (nothing listens: one line saying how to start a cluster), then a gRPC handshake, which
+a cluster's GCS and Ray's client server both answer (something else listens: one line saying it
+is not Ray).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ __all__ = [
     "GCS_WAIT_S",
     "ClusterError",
     "address_endpoint",
+    "check_answers_grpc",
     "check_reachable",
     "connect",
     "require_ray",
@@ -100,6 +102,34 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
         ) from None
 
 
+def check_answers_grpc(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Refuses, within ``timeout`` seconds, a Ray address whose listener does not complete a
+    gRPC (HTTP/2) handshake, as a Ray GCS or client server does.
+
+    Raises:
+        ClusterError: If no handshake completes in time.
+    """
+    endpoint = address_endpoint(address)
+    if endpoint is None:
+        return
+    try:
+        import grpc  # Ray's own dependency
+    except ImportError:  # pragma: no cover - Ray installs it
+        return
+    host, port = endpoint
+    channel = grpc.insecure_channel(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout)
+    except grpc.FutureTimeoutError:
+        raise ClusterError(
+            f"'{address}' accepts connections but does not answer as Ray does (no gRPC handshake "
+            f"within {timeout:g} s); give the address `ray start --head` printed, or leave out "
+            "--ray-address to run a local Ray"
+        ) from None
+    finally:
+        channel.close()
+
+
 def connect(address: str | None, *, num_cpus: int) -> bool:
     """Connects to the cluster at ``address``, or starts a local Ray when it is ``None``.
 
@@ -115,7 +145,7 @@ def connect(address: str | None, *, num_cpus: int) -> bool:
         Whether this call started the connection (the caller then shuts it down).
 
     Raises:
-        ClusterError: If Ray is missing or the address cannot be reached.
+        ClusterError: If Ray is missing, or nothing at the address answers as Ray does.
     """
     ray = require_ray()
     if ray.is_initialized():
@@ -130,6 +160,7 @@ def connect(address: str | None, *, num_cpus: int) -> bool:
         )
         return True
     check_reachable(address)
+    check_answers_grpc(address)
     # Something that accepts connections but is no Ray (a proxy, another service) would keep
     # ray.init retrying for about 20 s; Ray's own setting bounds it, unless the user set it.
     os.environ.setdefault(_GCS_WAIT_VARIABLE, str(GCS_WAIT_S))

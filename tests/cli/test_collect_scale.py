@@ -3,11 +3,16 @@ counts, Ray addresses, a missing Ray, following a run that has published no poli
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import socket
+import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -103,4 +108,55 @@ def test_following_a_run_whose_published_policy_is_damaged_fails_in_one_line(
             "; no policy is in use yet, so there is none to keep: publish one that loads there "
             "(the learner's next export replaces it) and run the command again"
         )
+    assert not (in_tmp / "h.zarr").exists()
+
+
+@pytest.fixture
+def not_ray() -> Iterator[int]:
+    """The port of a loopback TCP server that answers every connection with an HTTP/1 reply,
+    as a proxy or another service at a mistyped address would; closed when the test ends."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.5)
+    done = threading.Event()
+
+    def answer() -> None:
+        while not done.is_set():
+            try:
+                connection, _ = server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with connection:
+                connection.settimeout(5)
+                with contextlib.suppress(OSError):
+                    connection.recv(1024)
+                    connection.sendall(b"HTTP/1.0 400 Bad Request\r\n\r\nnot ray\n")
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        done.set()
+        server.close()
+        thread.join(timeout=10)
+
+
+def test_an_address_that_answers_but_is_not_ray_fails_in_one_line(
+    in_tmp: Path, not_ray: int
+) -> None:
+    address = f"127.0.0.1:{not_ray}"
+    done = subprocess.run(
+        [sys.executable, "-m", "emote_cli", *COLLECT, "--workers", "2", "--ray-address", address],
+        cwd=in_tmp, env={**os.environ, "COLUMNS": "200"}, capture_output=True, text=True,
+        timeout=120,  # Ray's own retries took minutes
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        f"error: '{address}' accepts connections but does not answer as Ray does (no gRPC "
+        "handshake within 3 s); give the address `ray start --head` printed, or leave out "
+        "--ray-address to run a local Ray"
+    ]
+    assert done.stdout == ""
     assert not (in_tmp / "h.zarr").exists()
