@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from emote_cli._json import emit_json, emit_json_line, held_json_document, record_error
+from emote_cli._text import printable
 from emote_cli._warnings import route_warnings
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ def _write_error_line(message: str) -> None:
     ``"error"``."""
     line = _one_line(message)
     record_error(line)
-    sys.stderr.write(f"{_ERROR_PREFIX}{line}\n")
+    sys.stderr.write(f"{_ERROR_PREFIX}{printable(line)}\n")
     sys.stderr.flush()
 
 
@@ -350,7 +351,8 @@ class _LineFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         if self._debug:
             return super().format(record)
-        line = f"{record.levelname.lower()}: {record.getMessage()}"
+        message = "\n".join(map(printable, record.getMessage().split("\n")))
+        line = f"{record.levelname.lower()}: {message}"
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line

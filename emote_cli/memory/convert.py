@@ -24,6 +24,7 @@ from emote_cli._common import (
     setup_logging,
     stdout_console,
 )
+from emote_cli._text import printable
 from emote_cli.memory.inspect import FromOption, TrustPickleOption, trust_pickle_warning
 from emote_cli.progress import ProgressDisplay
 
@@ -98,8 +99,10 @@ def convert(
         else:
             stdout_console().print(
                 f"converted {summary['episodes']:,} episodes ({summary['transitions']:,} "
-                f"transitions) from {summary['source_format']} '{source}' to "
-                f"{summary['target_format']} '{destination}' in {summary['seconds']:.2f} s",
+                f"transitions) from {summary['source_format']} '{printable(source)}' to "
+                f"{summary['target_format']} '{printable(destination)}' in "
+                f"{summary['seconds']:.2f} s",
                 soft_wrap=True,
                 highlight=False,
+                markup=False,
             )

@@ -21,6 +21,7 @@ from emote_cli._common import (
     setup_logging,
     stdout_console,
 )
+from emote_cli._text import printable
 
 __all__ = ["SourceFormat", "TrustPickleOption", "inspect", "trust_pickle_warning"]
 
@@ -101,11 +102,19 @@ def inspect(
             trust_pickle=trust_pickle,
         )
         for shard, problem in (report.get("damaged_shards") or {}).items():
-            log.warning("damaged shard '%s': %s", shard, problem)
+            log.warning("damaged shard '%s': %s", printable(shard), printable(problem))
         if json_output:
             emit_json(report)
         else:
             _print_report(report)
+
+
+def _text(*lines: Any) -> Any:
+    """A table cell or title of text from the source, one line per argument: control
+    characters escaped (:func:`printable`), never read as Rich markup."""
+    from rich.text import Text
+
+    return Text("\n".join(printable(line) for line in lines))
 
 
 def _number(value: Any, digits: int = 4) -> str:
@@ -137,13 +146,13 @@ def _print_report(report: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = stdout_console()
-    overview = Table(title=f"emote memory: {report.get('location')}", show_header=False)
+    overview = Table(title=_text(f"emote memory: {report.get('location')}"), show_header=False)
     overview.title_justify = "left"
     overview.add_column("item", style="bold")
     overview.add_column("value", overflow="fold")
     version = report.get("format_version")
     overview.add_row(
-        "format", f"{report['format']}" + (f" v{version}" if version is not None else "")
+        "format", _text(f"{report['format']}" + (f" v{version}" if version is not None else ""))
     )
     overview.add_row("episodes", _number(report["episodes"]))
     overview.add_row("transitions", _number(report["transitions"]))
@@ -151,21 +160,23 @@ def _print_report(report: dict[str, Any]) -> None:
     overview.add_row("episode return min / mean / max", _statistics(report.get("episode_return")))
     ends = report.get("end_states") or {}
     overview.add_row("end states", ", ".join(f"{k} {v:,}" for k, v in ends.items()) or "-")
-    overview.add_row("length key", str(report.get("length_key") or "-"))
+    overview.add_row("length key", _text(report.get("length_key") or "-"))
     overview.add_row("bytes on disk", _size(report.get("bytes_on_disk")))
     producer = report.get("producer")
     if isinstance(producer, dict):
         described = f"{producer.get('tool', '?')} {producer.get('version', '')}".strip()
-        overview.add_row("producer", f"{described} (python {producer.get('python', '?')})")
+        overview.add_row("producer", _text(f"{described} (python {producer.get('python', '?')})"))
     if report.get("created"):
-        overview.add_row("created", str(report["created"]))
+        overview.add_row("created", _text(report["created"]))
     source = report.get("source")
     if isinstance(source, dict):
         sha = source.get("sha256")
         overview.add_row(
             "converted from",
-            f"{source.get('format')} {source.get('path')}"
-            + (f" (sha256 {sha[:16]}…)" if sha else ""),
+            _text(
+                f"{source.get('format')} {source.get('path')}"
+                + (f" (sha256 {str(sha)[:16]}…)" if sha else "")
+            ),
         )
     console.print(overview)
 
@@ -174,11 +185,11 @@ def _print_report(report: dict[str, Any]) -> None:
         columns.add_column(header)
     for name, column in report["columns"].items():
         columns.add_row(
-            name,
-            str(column.get("kind", "")),
-            str(column.get("dtype")),
-            str(tuple(column.get("shape", ()))),
-            str(column.get("rows", "")),
+            _text(name),
+            _text(column.get("kind", "")),
+            _text(column.get("dtype")),
+            _text(tuple(column.get("shape", ()))),
+            _text(column.get("rows", "")),
         )
     console.print(columns)
 
@@ -189,7 +200,7 @@ def _print_report(report: dict[str, Any]) -> None:
             table.add_column(header, justify="left" if header == "shard" else "right")
         for shard in shards:
             table.add_row(
-                shard["name"],
+                _text(shard["name"]),
                 _number(shard["episodes"]),
                 _number(shard["transitions"]),
                 _number(shard.get("commit_sequence")),
@@ -215,14 +226,21 @@ def _print_spaces(console: Any, spaces: dict[str, Any] | None) -> None:
     try:
         mdp = MDPSpace.from_json(spaces)
     except (ConfigurationError, AttributeError):
-        console.print(f"[bold]spaces[/bold] (unreadable): {json.dumps(spaces)}", soft_wrap=True)
+        console.print(
+            "[bold]spaces[/bold] (unreadable):", _text(json.dumps(spaces)), soft_wrap=True
+        )
         return
     table = Table(title="spaces", title_justify="left")
     for header in ("entry", "dtype", "holds", "bounds"):
         table.add_column(header)
     entries = [(f"observation '{key}'", space) for key, space in mdp.state.spaces.items()]
     for name, space in (*entries, ("actions", mdp.actions), ("rewards", mdp.rewards)):
-        table.add_row(name, str(space.dtype), describe_space(space), describe_bounds(space))
+        table.add_row(
+            _text(name),
+            _text(space.dtype),
+            _text(describe_space(space)),
+            _text(describe_bounds(space)),
+        )
     console.print(table)
 
 
@@ -233,18 +251,20 @@ def _print_provenance(console: Any, provenance: dict[str, Any] | None) -> None:
     if provenance is None:
         return
     if provenance.get("env_id"):
-        console.print(f"[bold]made on[/bold]: {provenance['env_id']}", highlight=False)
+        console.print("[bold]made on[/bold]:", _text(provenance["env_id"]), highlight=False)
     for shard, sessions in provenance.get("shards", {}).items():
         if not sessions:
-            console.print(f"shard '{shard}': who wrote it is not recorded")
+            console.print(_text(f"shard '{shard}': who wrote it is not recorded"))
             continue
-        table = Table(title=f"shard '{shard}': who wrote it", title_justify="left", show_lines=True)
+        table = Table(
+            title=_text(f"shard '{shard}': who wrote it"), title_justify="left", show_lines=True
+        )
         table.add_column("episodes", justify="right")
         table.add_column("session", overflow="fold")
         for session in sessions:
             first, count = session.get("first_episode", 0), session.get("episodes", 0)
             span = {0: "none", 1: f"{first:,}"}.get(count, f"{first:,}-{first + count - 1:,}")
-            table.add_row(span, "\n".join(_session_lines(session)))
+            table.add_row(span, _text(*_session_lines(session)))
         console.print(table)
 
 

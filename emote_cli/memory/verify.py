@@ -21,6 +21,7 @@ from emote_cli._common import (
     setup_logging,
     stdout_console,
 )
+from emote_cli._text import printable
 
 __all__ = ["verify"]
 
@@ -69,7 +70,7 @@ def verify(
         report = verify_store(store)
         document = report.to_json()
         for note in report.notes:
-            log.info("%s", note)
+            log.info("%s", printable(note))
         if json_output:
             emit_json(document)
         if not report.ok:
@@ -83,8 +84,10 @@ def verify(
         if not json_output:
             rate = document["mb_per_second"]
             stdout_console().print(
-                f"store '{store}' is intact: {report.episodes:,} episodes, "
+                f"store '{printable(store)}' is intact: {report.episodes:,} episodes, "
                 f"{report.transitions:,} transitions, {report.bytes_checked / 1e6:,.1f} MB checked "
                 f"in {report.seconds:.2f} s" + (f" ({rate:,.0f} MB/s)" if rate is not None else ""),
                 soft_wrap=True,
+                markup=False,
+                highlight=False,
             )

@@ -161,6 +161,66 @@ def test_the_human_report_shows_counts_columns_and_shards(runner, tmp_path, upst
         json.loads(result.stdout)
 
 
+ESCAPES = "\x1b[2J\x1b]0;owned\x07\x9b31m\u202e"
+"""Clears the screen, retitles the terminal, a C1 CSI and a right-to-left override."""
+
+
+def _store_with_escapes(tmp_path: Path, upstream_v1: Path) -> Path:
+    """A converted store whose column, shard, producer, creation time, source and provenance
+    carry terminal escape sequences, and a second shard, damaged, named with them too."""
+    url = tmp_path / f"m{ESCAPES}.zarr"
+    convert(upstream_v1, url)
+    root = json.loads((url / "zarr.json").read_text())
+    attributes = root["attributes"]
+    attributes["columns"][0]["name"] = f"observation{ESCAPES}"
+    attributes["producer"]["tool"] = f"emote{ESCAPES}"
+    attributes["created"] = ESCAPES
+    attributes["source"]["path"] = f"src{ESCAPES}"
+    (url / "zarr.json").write_text(json.dumps(root))
+    shard = url / "shards" / f"main{ESCAPES}"
+    (url / "shards" / "main").rename(shard)
+    (shard / "columns" / "observation").rename(shard / "columns" / f"observation{ESCAPES}")
+    document = json.loads((shard / "zarr.json").read_text())
+    document["attributes"]["provenance"][0]["command"] = ["emote", ESCAPES]
+    rows = document["attributes"]["commit"]["rows"]
+    rows[f"observation{ESCAPES}"] = rows.pop("observation")
+    (shard / "zarr.json").write_text(json.dumps(document))
+    damaged = url / "shards" / f"bad{ESCAPES}"
+    damaged.mkdir()
+    (damaged / "zarr.json").write_text("{not json")
+    return url
+
+
+def test_text_from_a_store_is_printed_escaped_and_json_keeps_it(runner, tmp_path, upstream_v1):
+    url = _store_with_escapes(tmp_path, upstream_v1)
+    raw = ("\x1b", "\x07", "\x9b", "\u202e")
+    shown = "\\x1b[2J\\x1b]0;owned\\x07\\x9b31m\\u202e"
+
+    result = runner.invoke(app, ["memory", "inspect", str(url)])
+    assert result.exit_code == ExitCode.OK, result.output
+    assert not any(c in result.stdout + result.stderr for c in raw)
+    for text in (f"observation{shown}", f"main{shown}", f"emote{shown}", f"src{shown}"):
+        assert text in result.stdout
+    assert f"damaged shard 'bad{shown}'" in result.stderr
+
+    report = _inspect_json(runner, str(url))
+    assert report["producer"]["tool"] == f"emote{ESCAPES}"  # JSON keeps the text, escaped
+    assert f"observation{ESCAPES}" in report["columns"]
+    assert report["provenance"]["shards"][f"main{ESCAPES}"][0]["command"] == ["emote", ESCAPES]
+
+    verified = runner.invoke(app, ["memory", "verify", str(url)])
+    assert verified.exit_code == ExitCode.ERROR
+    assert not any(c in verified.stderr for c in raw) and f"shard 'bad{shown}'" in verified.stderr
+    document = json.loads(runner.invoke(app, ["memory", "verify", str(url), "--json"]).stdout)
+    assert any(f"shard 'bad{ESCAPES}'" in problem for problem in document["problems"])
+
+    out = tmp_path / f"out{ESCAPES}.zarr"
+    converted = runner.invoke(app, ["memory", "convert", str(url), str(out), "--skip-damaged"])
+    assert converted.exit_code == ExitCode.OK, converted.output
+    assert not any(c in converted.stdout + converted.stderr for c in raw)
+    assert f"out{shown}.zarr" in converted.stdout
+
+
 def test_from_overrides_detection_and_a_wrong_override_is_one_error_line(runner, upstream_v1):
     assert _inspect_json(runner, str(upstream_v1), "--from", "emote-v1")["episodes"] == 100
     result = runner.invoke(app, ["memory", "inspect", str(upstream_v1), "--from", "emote-legacy"])
