@@ -82,6 +82,14 @@ def inspect(
     ],
     source_format: FromOption = None,
     trust_pickle: TrustPickleOption = False,
+    returns: Annotated[
+        bool,
+        typer.Option(
+            "--returns",
+            help="Also show the distribution of episode returns: quartiles, mean, std, a "
+            "histogram, and episodes ending terminal vs truncated.",
+        ),
+    ] = False,
     json_output: JsonOption = False,
     quiet: QuietOption = False,
     debug: DebugOption = False,
@@ -100,6 +108,7 @@ def inspect(
             source,
             source_format=source_format.value if source_format else None,
             trust_pickle=trust_pickle,
+            returns=returns,
         )
         for shard, problem in (report.get("damaged_shards") or {}).items():
             log.warning("damaged shard '%s': %s", printable(shard), printable(problem))
@@ -208,6 +217,47 @@ def _print_report(report: dict[str, Any]) -> None:
         console.print(table)
     _print_spaces(console, report.get("spaces"))
     _print_provenance(console, report.get("provenance"))
+    if report.get("returns") is not None:
+        _print_returns(console, report["returns"])
+
+
+HISTOGRAM_WIDTH = 40
+"""Characters of the longest bar of the return histogram."""
+
+
+def _print_returns(console: Any, returns: dict[str, Any]) -> None:
+    """The return distribution: quantiles, mean and std, the end states, and a histogram of
+    bars drawn with block characters."""
+    from rich.table import Table
+
+    ends = returns["end_states"]
+    console.print(
+        f"[bold]episode returns[/bold] of {returns['episodes']:,} episodes: "
+        f"{ends['TERMINAL']:,} ended terminal, {ends['INTERRUPTED']:,} truncated",
+        highlight=False,
+    )
+    if returns.get("median") is None:
+        console.print("no finite returns (the source holds no rewards)", highlight=False)
+        return
+    keys = ("min", "p25", "median", "p75", "max", "mean", "std")
+    table = Table(title="returns", title_justify="left")
+    for key in keys:
+        table.add_column(key, justify="right")
+    table.add_row(*(_number(returns[key]) for key in keys))
+    console.print(table)
+    if returns.get("nonfinite"):
+        console.print(f"{returns['nonfinite']:,} returns not finite (left out)", highlight=False)
+    edges, counts = returns["histogram"]["edges"], returns["histogram"]["counts"]
+    histogram = Table(title="histogram", title_justify="left")
+    histogram.add_column("return from", justify="right")
+    histogram.add_column("to", justify="right")
+    histogram.add_column("episodes", justify="right")
+    histogram.add_column("")
+    largest = max(counts, default=0) or 1
+    for low, high, count in zip(edges, edges[1:], counts, strict=False):
+        bar = "█" * round(HISTOGRAM_WIDTH * count / largest)
+        histogram.add_row(_number(low), _number(high), _number(count), bar)
+    console.print(histogram)
 
 
 def _print_spaces(console: Any, spaces: dict[str, Any] | None) -> None:

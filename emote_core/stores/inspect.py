@@ -6,9 +6,16 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from emote_core.stores.provenance import ENV_ID, FIRST_EPISODE, shard_sessions
 from emote_core.stores.sources import FORMATS, detect_format, length_key, read_source
-from emote_core.stores.summary import bytes_on_disk, summarize_stored
+from emote_core.stores.summary import (
+    bytes_on_disk,
+    episode_returns,
+    return_distribution,
+    summarize_stored,
+)
 
 if TYPE_CHECKING:
     from emote_core.stores.zarr_store import MemoryStore
@@ -19,10 +26,19 @@ def inspect_source(
     *,
     source_format: str | None = None,
     trust_pickle: bool = False,
+    returns: bool = False,
 ) -> dict[str, Any]:
     """The ``emote memory inspect`` report of any source; never changes it.
 
-    A Zarr store's report reads only its episode tables; other sources are read whole.
+    A Zarr store's report reads only its episode tables (its return distribution too); other
+    sources are read whole.
+
+    Args:
+        location: The source.
+        source_format: Read it as this format instead of detecting it.
+        trust_pickle: Unpickle without restrictions (runs the file's code).
+        returns: Add ``returns``, the distribution of episode returns
+            (:func:`~emote_core.stores.summary.return_distribution`).
 
     Returns:
         A JSON-compatible dict with at least ``format``, ``format_version``, ``location``,
@@ -44,10 +60,19 @@ def inspect_source(
         report = store.info()
         report["location"] = report.pop("store", text)
         report["provenance"] = store_provenance(store)
+        if returns:
+            tables = [shard.table for shard in store.shards]
+            report["returns"] = return_distribution(
+                np.concatenate([t["return"] for t in tables] or [np.zeros(0)]),
+                np.concatenate([t["end_state"] for t in tables] or [np.zeros(0)]),
+            )
         return report
     name, stored = read_source(text, source_format=name, trust_pickle=trust_pickle)
     key = length_key(stored)
     report = summarize_stored(stored, key)
+    if returns:
+        ends = np.array([int(end) for _, _, end in stored.episodes], dtype=np.int64)
+        report["returns"] = return_distribution(episode_returns(stored), ends)
     if stored.episodes:
         from emote_core.stores.zarr_store import store_columns
 

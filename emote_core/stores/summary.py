@@ -55,6 +55,49 @@ def episode_summary(
     }
 
 
+RETURN_BINS = 10
+"""Bins of the return histogram ``emote memory inspect --returns`` shows."""
+
+
+def return_distribution(
+    returns: np.ndarray, end_states: np.ndarray, *, bins: int = RETURN_BINS
+) -> dict[str, Any]:
+    """The distribution of episode returns: quantiles, mean and spread, a histogram, and how
+    many episodes ended TERMINAL and INTERRUPTED (truncated).
+
+    Args:
+        returns: Each episode's return (NaN where the source holds no rewards).
+        end_states: Each episode's :class:`EpisodeState`.
+        bins: Bins of equal width from the smallest return to the largest.
+
+    Returns:
+        ``{episodes, min, p25, median, p75, max, mean, std, histogram: {edges, counts},
+        end_states: {TERMINAL, INTERRUPTED}, nonfinite}``: statistics of the finite returns
+        (``None`` without any); ``edges`` has one more entry than ``counts``; ``nonfinite``
+        counts the returns left out (NaN or infinite).
+    """
+    values = np.asarray(returns, dtype=np.float64)
+    finite = values[np.isfinite(values)]
+    ends = np.asarray(end_states)
+    found: dict[str, Any] = {"episodes": len(values)}
+    names = ("min", "p25", "median", "p75", "max")
+    if len(finite):
+        quantiles = np.quantile(finite, [0.0, 0.25, 0.5, 0.75, 1.0])
+        found |= {name: float(q) for name, q in zip(names, quantiles, strict=True)}
+        found |= {"mean": float(finite.mean()), "std": float(finite.std())}
+        counts, edges = np.histogram(finite, bins=bins)
+        found["histogram"] = {"edges": edges.tolist(), "counts": counts.tolist()}
+    else:
+        found |= dict.fromkeys((*names, "mean", "std"))
+        found["histogram"] = {"edges": [], "counts": []}
+    found["end_states"] = {
+        state.name: int(np.sum(ends == int(state)))
+        for state in (EpisodeState.TERMINAL, EpisodeState.INTERRUPTED)
+    }
+    found["nonfinite"] = int(len(values) - len(finite))
+    return found
+
+
 def columns_summary(columns: Sequence[ColumnSchema]) -> dict[str, dict[str, Any]]:
     """Column name -> ``{dtype, shape, kind}``."""
     return {
@@ -94,11 +137,13 @@ def bytes_on_disk(location: str | os.PathLike[str]) -> int | None:
 
 
 __all__ = [
+    "RETURN_BINS",
     "REWARD_COLUMNS",
     "bytes_on_disk",
     "columns_summary",
     "episode_returns",
     "episode_summary",
+    "return_distribution",
     "reward_column",
     "statistics",
     "summarize_stored",

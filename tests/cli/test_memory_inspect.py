@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -129,6 +130,51 @@ def test_a_legacy_dump_reports_terminal_and_interrupted_episodes(runner, tmp_pat
     assert (report["episodes"], report["transitions"]) == (3, 7)
     assert report["end_states"] == {"TERMINAL": 2, "INTERRUPTED": 1}
     assert report["episode_length"] == {"min": 2.0, "mean": 7 / 3, "max": 3.0}
+
+
+def _returns_table(returns: list[float], ends: list[EpisodeState]) -> StoredTable:
+    """Episodes of two steps each whose rewards add up to ``returns``."""
+    columns = [
+        ColumnSchema("obs", "Column", (1,), np.dtype(np.float32)),
+        ColumnSchema("actions", "Column", (1,), np.dtype(np.float32)),
+        ColumnSchema("rewards", "Column", (1,), np.dtype(np.float32)),
+    ]
+    episodes = [
+        (i, {"obs": np.zeros((3, 1), np.float32), "actions": np.zeros((2, 1), np.float32),
+             "rewards": np.full((2, 1), value / 2, np.float32)}, end)
+        for i, (value, end) in enumerate(zip(returns, ends, strict=True))
+    ]  # fmt: skip
+    return StoredTable("generated", "test", columns, episodes, length_key="actions")
+
+
+@pytest.mark.parametrize("target", ["zarr", "npz"])
+def test_returns_shows_the_distribution_of_episode_returns(runner, tmp_path, target):
+    T, I = EpisodeState.TERMINAL, EpisodeState.INTERRUPTED  # noqa: E741
+    returns = [1.0, 2.0, 3.0, 4.0, 10.0, 7.0, -2.0, 3.0, 3.0]
+    path = tmp_path / f"memory.{target}"
+    write_target(_returns_table(returns, [T, I, T, T, I, T, T, I, T]), path, target)
+    if target == "zarr":  # read from the episode table alone: no column is needed
+        for chunks in path.glob("shards/main/columns/*/c"):
+            shutil.rmtree(chunks)
+
+    report = _inspect_json(runner, str(path), "--returns")["returns"]
+    values = np.array(returns)
+    assert report["episodes"] == 9 and report["nonfinite"] == 0
+    expected = {"min": -2.0, "p25": 2.0, "median": 3.0, "p75": 4.0, "max": 10.0,
+                "mean": values.mean(), "std": values.std()}  # fmt: skip
+    for key, value in expected.items():
+        assert report[key] == pytest.approx(value), key
+    counts, edges = np.histogram(values, bins=10)
+    assert report["histogram"]["counts"] == counts.tolist()
+    assert report["histogram"]["edges"] == pytest.approx(edges.tolist())
+    assert report["end_states"] == {"TERMINAL": 6, "INTERRUPTED": 3}
+    assert "returns" not in _inspect_json(runner, str(path))
+
+    shown = runner.invoke(app, ["memory", "inspect", str(path), "--returns"])
+    assert shown.exit_code == ExitCode.OK, shown.output
+    assert "episode returns of 9 episodes: 6 ended terminal, 3 truncated" in shown.stdout
+    bars = [line.count("█") for line in shown.stdout.splitlines() if "█" in line]
+    assert bars == [round(40 * c / counts.max()) for c in counts if c]  # the fullest bin: 40
 
 
 def test_a_store_reports_schema_shards_producer_and_source(runner, tmp_path, upstream_v1):
