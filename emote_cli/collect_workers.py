@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from emote_cli._common import ExitCode, abort, emit_json, stdout_console
 from emote_cli.progress import ProgressDisplay
 
-__all__ = ["collect_on_workers", "describe_workers"]
+__all__ = ["collect_on_workers", "describe_workers", "route_ray_logging"]
 
 
 def collect_on_workers(
@@ -43,9 +44,10 @@ def collect_on_workers(
     from emote_core.scale.ray_setup import require_ray
 
     require_ray()  # before anything starts: the one-line message naming the extra
+    route_ray_logging()
     display.status(f"starting {workers} Ray workers")
 
-    def show(progress: ScaleProgress) -> None:
+    def show(progress: ScaleProgress, *, force: bool = False) -> None:
         metrics: dict[str, float | int | None] = {"workers": progress.running}
         if steps is not None:
             metrics["episodes"] = progress.episodes
@@ -56,14 +58,13 @@ def collect_on_workers(
         metrics["return"] = progress.recent_return
         metrics["policy step"] = progress.training_step
         metrics["deaths"] = progress.deaths or None
-        display.update(done, total, metrics=metrics)
+        display.update(done, total, metrics=metrics, force=force)
 
     collection = RayCollection(recipe, out, workers=workers, episodes=episodes, steps=steps,
                                address=address, max_restarts=max_restarts, on_progress=show,
                                **options)  # fmt: skip
     summary = collection.run()
-    final = collection.totals()
-    show(final)
+    show(collection.totals(), force=True)  # the last line, with every worker's final count
     display.close()
     if json_output:
         emit_json(summary)
@@ -85,6 +86,19 @@ def collect_on_workers(
             f": {'; '.join(sorted(str(r) for r in reasons))}); the "
             f"{summary['episodes']} episodes committed to {out} are kept"
         )
+
+
+def route_ray_logging() -> None:
+    """Sends the driver's Ray log records through the command's logging, as ``warning: ...``
+    lines; Ray's INFO records only with ``--debug``. Ray's own stderr handler goes (it would
+    print them raw), and ``ray.init`` leaves the level alone (emote's
+    :func:`~emote_core.scale.ray_setup.connect` passes ``configure_logging=False``)."""
+    debug = logging.getLogger("emote_cli").isEnabledFor(logging.DEBUG)
+    ray_logger = logging.getLogger("ray")
+    for handler in list(ray_logger.handlers):
+        ray_logger.removeHandler(handler)
+    ray_logger.propagate = True
+    ray_logger.setLevel(logging.INFO if debug else logging.WARNING)
 
 
 def describe_workers(summary: dict[str, Any]) -> str:

@@ -135,7 +135,8 @@ def connect(address: str | None, *, num_cpus: int) -> bool:
 
     A Ray already initialised in this process is used as it is. A local instance gets
     ``num_cpus`` CPUs and passes this process's ``sys.path`` to its workers, so they import
-    the same emote.
+    the same emote. Workers' output stays on their machines, and the ``ray`` logger is left
+    as the process configured it.
 
     Args:
         address: ``None``, ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``.
@@ -156,6 +157,7 @@ def connect(address: str | None, *, num_cpus: int) -> bool:
             num_cpus=num_cpus,
             include_dashboard=False,
             log_to_driver=False,  # stdout may be a --json document; the driver reports deaths
+            configure_logging=False,  # the "ray" logger is the process's to set up
             runtime_env={"env_vars": {"PYTHONPATH": path}},
         )
         return True
@@ -165,7 +167,7 @@ def connect(address: str | None, *, num_cpus: int) -> bool:
     # ray.init retrying for about 20 s; Ray's own setting bounds it, unless the user set it.
     os.environ.setdefault(_GCS_WAIT_VARIABLE, str(GCS_WAIT_S))
     try:
-        ray.init(address=address, log_to_driver=False)
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
     except (ConnectionError, RuntimeError, TimeoutError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ClusterError(

@@ -160,3 +160,25 @@ def test_an_address_that_answers_but_is_not_ray_fails_in_one_line(
     ]
     assert done.stdout == ""
     assert not (in_tmp / "h.zarr").exists()
+
+
+def test_ray_speaks_through_warning_lines_and_the_workers_progress_ends_with_the_totals(
+    in_tmp: Path,
+) -> None:
+    """A real local Ray started by the command: what Ray logs on the driver reaches stderr as
+    emote's ``warning: ...`` lines (its INFO lines not at all), never in Ray's own format."""
+    env = {**os.environ, "COLUMNS": "200", "RAY_AUTH_MODE": "disabled"}
+    command = [*COLLECT[:4], "--steps", "200", "--workers", "2", "--json"]
+    done = subprocess.run(
+        [sys.executable, "-m", "emote_cli", *command],
+        cwd=in_tmp, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["env_steps"] == 200
+    lines = done.stderr.splitlines()
+    assert [line for line in lines if not line.startswith(("collect ", "warning: "))] == []
+    progress = [line for line in lines if line.startswith("collect ")]
+    assert progress[0] == "collect env_step=0/200 (0%) workers=2 episodes=0"
+    # every worker's count: 100 steps each, three whole 30-step episodes each
+    assert progress[-1].startswith("collect env_step=200/200 (100%) eta=0:00 env_steps/s=")
+    assert " workers=0 episodes=6" in progress[-1]
