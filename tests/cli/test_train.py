@@ -185,6 +185,7 @@ def test_ctrl_c_says_at_which_update_it_stopped_and_how_to_resume(in_tmp: Path) 
     assert errors[-1] == f"error: {message}\n"
     # --json: the summary is the one document, and it carries the error too.
     assert document["interrupted"] is True and document["steps"] == update
+    assert document["evaluation"] is None  # an interrupted run is evaluated later, by emote eval
     assert (document["error"], document["exit_code"]) == (message, 130)
 
 
