@@ -74,7 +74,12 @@ def train(
         int | None, typer.Option("--steps", min=1, help="Updates in all (recipe's bp_steps).")
     ] = None,
     run_dir: Annotated[
-        Path | None, typer.Option("--run-dir", help="Run directory (runs/<recipe>-<time>).")
+        Path | None,
+        typer.Option(
+            "--run-dir",
+            help="Run directory (runs/<recipe>-<time>; runs/<recipe>-<env id>-<time> when --set "
+            "changes env.id).",
+        ),
     ] = None,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda[:n].")] = "auto",
     threads: Annotated[
