@@ -47,8 +47,14 @@ def train(
         typer.Option("--memory", help="An emote memory store to start from (repeatable)."),
     ] = None,
     live: Annotated[
-        bool, typer.Option("--live/--no-live", help="Collect experience while training.")
-    ] = True,
+        bool | None,
+        typer.Option(
+            "--live/--no-live",
+            help="Collect experience while training (default: live; with --resume, as the run "
+            "did last).",
+            show_default=False,
+        ),
+    ] = None,
     follow: Annotated[
         bool,
         typer.Option(
@@ -74,12 +80,7 @@ def train(
         int | None, typer.Option("--steps", min=1, help="Updates in all (recipe's bp_steps).")
     ] = None,
     run_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--run-dir",
-            help="Run directory (runs/<recipe>-<time>; runs/<recipe>-<env id>-<time> when --set "
-            "changes env.id).",
-        ),
+        Path | None, typer.Option("--run-dir", help="Run directory (runs/<recipe>-<time>).")
     ] = None,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda[:n].")] = "auto",
     threads: Annotated[
@@ -169,7 +170,7 @@ def train(
                 run_dir, steps = _wait_for_rank_zero()
         with _telling_other_ranks(context is not None and context.is_main) as told:
             if resume:
-                path, loaded, changes, memory = _resume_plan(
+                path, loaded, changes, memory, live = _resume_plan(
                     recipe, run_dir, settings, memory, live
                 )
                 if steps is None and "training.bp_steps" not in changes:
@@ -186,6 +187,7 @@ def train(
                     loaded.name, _changed_env(recipe, settings, loaded)
                 )
                 changes = {}
+                live = True if live is None else live
             check_env_id(loaded.env.id)
             if not live and not memory and not resume:  # a resumed run has its own memory
                 raise ConfigurationError(
@@ -205,6 +207,7 @@ def train(
                 run = prepare_run(
                     path, recipe=loaded, command=sys.argv, resume=resume, force=force,
                     changes=changes, memory=memory, live=live, steps=steps, follow=follow,
+                    inputs=_command_inputs(recipe, loaded) if force else None,
                 )  # fmt: skip
             told.update(run_dir=str(path), steps=steps)
         torch.manual_seed(loaded.seed)
@@ -324,10 +327,11 @@ def _resume_plan(
     run_dir: Path | None,
     settings: list[str],
     memory: list[str] | None,
-    live: bool,
-) -> tuple[Path, Any, dict[str, list[Any]], list[str]]:
+    live: bool | None,
+) -> tuple[Path, Any, dict[str, list[Any]], list[str], bool]:
     """What a resumed run continues with: its directory, its own recipe with the allowed
-    ``--set`` changes, those changes, and its stores. Refuses before anything is written."""
+    ``--set`` changes, those changes, its stores and whether it collects live (``live`` ``None``:
+    as the run did last). Refuses before anything is written."""
     from emote_core.errors import ConfigurationError
     from emote_core.recipes import load_recipe
     from emote_core.recipes.loading import apply_override, recipe_from_dict, recipe_to_dict
@@ -356,7 +360,18 @@ def _resume_plan(
         apply_override(data, setting)
     requested = recipe_from_dict(data, source=f"{run.recipe_file} with --set")
     changes = resume_changes(current, requested, run_path=run.path)
-    return run.path, requested, changes, check_resume_inputs(run, memory=memory, live=live)
+    stores, live = check_resume_inputs(run, memory=memory, live=live)
+    return run.path, requested, changes, stores, live
+
+
+def _command_inputs(recipe: str | None, loaded: Any) -> list[str]:
+    """What the command reads besides its ``--memory`` stores: the recipe file and the stores
+    its add-ons train on, which ``--force`` must never delete."""
+    from emote_core.assembly.builders import data_sources
+    from emote_core.recipes.loading import find_recipe
+
+    inputs = [str(find_recipe(recipe))] if recipe is not None else []
+    return inputs + [str(source.store) for source in data_sources(loaded)]
 
 
 def _resume_follow(run: Any, follow: bool) -> bool:

@@ -19,7 +19,12 @@ the command's, ...) and a ``history`` list of every report written to it, oldest
 latest included. Evaluations append to it; none overwrites an earlier one.
 
 A run directory is never overwritten: a second run into it needs ``resume`` (continue from its
-latest checkpoint) or ``force`` (delete it and start over).
+latest checkpoint) or ``force`` (delete the run's own files and start over).
+
+``run.json``'s ``written`` lists the names above that the run claimed (those absent when it
+started). ``force`` deletes only those, and inside them only what emote's layout names (checkpoint
+files, event files, ONNX exports, W&B runs, an emote-memory store): never the directory itself, a
+file it did not claim, nor an input of the command inside the run.
 
 ``recipe.toml`` is written once, when the run starts. Each start appends an entry to ``run.json``'s
 ``starts`` (command, seed, ``memory`` stores, ``live``); a resume's entry also holds the settings
@@ -29,10 +34,12 @@ it changed as ``changes: {key: [old, new]}`` (only :data:`RESUMABLE_SETTINGS`), 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import re
+import reprlib
 import shutil
 import sys
 import time
@@ -45,9 +52,11 @@ from typing import Any
 
 from emote_core import DISTRIBUTION
 from emote_core.callbacks.checkpointing import list_checkpoints
-from emote_core.errors import ConfigurationError
+from emote_core.errors import ConfigurationError, FormatError
 from emote_core.recipes.loading import recipe_from_dict, recipe_to_dict, recipe_to_toml
 from emote_core.recipes.schema import Recipe
+from emote_core.stores.zarr_store.layout import FORMAT_NAME as STORE_FORMAT
+from emote_core.utils.files import read_regular_file
 
 RUNS_DIRECTORY = "runs"
 RUN_FORMAT = "emote-run"
@@ -57,6 +66,26 @@ RUN_FORMAT = "emote-run"
 _PACKAGES = {"emote": DISTRIBUTION} | {
     name: name for name in ("torch", "numpy", "gymnasium", "zarr", "onnx", "onnxruntime", "typer")
 }
+RUN_FILE_LIMIT = 64 * 2**20
+"""The most bytes emote reads from a run's ``run.json``, ``eval.json`` or ``recipe.toml``."""
+_LAYOUT_FILES = ("recipe.toml", "run.json", "eval.json")
+_LAYOUT_FOLDERS = {  # what emote writes inside each folder of the layout, by name
+    "checkpoints": re.compile(
+        r"checkpoint_\d+\.tar|best\.tar|checkpoint_\d+\.tar\.damaged-\d+"
+        r"|\.(checkpoint_\d+|best)\..+\.tmp"
+    ),
+    "tensorboard": re.compile(r"events\.out\.tfevents\..+"),
+    "exports": re.compile(
+        r"(policy|savedmodel)_\d+\.onnx|latest\.onnx"
+        r"|\.[0-9a-f]{32}\.tmp\.onnx|\.latest\.onnx\.[0-9a-f]{32}\.tmp"
+    ),
+    "wandb": re.compile(
+        r"(offline-)?run-\d{8}_\d{6}-[0-9a-z]+|latest-run|debug(-internal|-cli\..+)?\.log"
+    ),
+}
+_LAYOUT_STORES = ("memory_export",)
+LAYOUT_NAMES = (*_LAYOUT_FILES, *_LAYOUT_FOLDERS, *_LAYOUT_STORES)
+"""The names a run may write at its top level; ``run.json``'s ``written`` lists those it claimed."""
 
 
 @dataclass(frozen=True)
@@ -177,14 +206,15 @@ def run_recipe(run: RunDirectory) -> Recipe:
     """
     if not run.recipe_file.is_file():
         raise ConfigurationError(f"run '{run.path}' has no recipe.toml to continue with")
+    raw = _read_run_file(run.recipe_file)
     try:
-        data = tomllib.loads(run.recipe_file.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as error:
         raise ConfigurationError(f"'{run.recipe_file}' is not valid TOML: {error}") from error
     data.setdefault("name", run.path.name)
-    for start in _read_json(run.run_file).get("starts", []):
+    for start in read_run_record(run.run_file).get("starts", []):
         for key, (_, new) in (start.get("changes") or {}).items():
-            _set_key(data, key, new)
+            _set_key(data, key, new, where=run.run_file)
     return recipe_from_dict(data, source=str(run.recipe_file))
 
 
@@ -239,39 +269,45 @@ def resume_changes(current: Recipe, requested: Recipe, *, run_path: Path) -> dic
 def run_steps(run: RunDirectory) -> int | None:
     """The total of updates the run's latest start asked for with ``--steps`` (``None``: the
     recipe's ``bp_steps``), which a resume without ``--steps`` keeps."""
-    for start in reversed(_read_json(run.run_file).get("starts", [])):
+    for start in reversed(read_run_record(run.run_file).get("starts", [])):
         if "steps" in start:
             return start["steps"]
     return None
 
 
-def check_resume_inputs(run: RunDirectory, *, memory: list[str] | None, live: bool) -> list[str]:
-    """The ``--memory`` stores of a resumed run: those it began with (its checkpoints count
-    their episodes), which a resume may repeat but not change. A live run may go on from its
-    memory alone (``--no-live``); a run without live collection cannot start collecting.
+def check_resume_inputs(
+    run: RunDirectory, *, memory: list[str] | None, live: bool | None
+) -> tuple[list[str], bool]:
+    """The ``--memory`` stores and the mode of a resumed run. The stores are those it began with
+    (its checkpoints count their episodes), which a resume may repeat but not change. ``live``
+    ``None`` takes the mode of the run's latest start; a live run may go on from its memory
+    alone (``False``), a run without live collection cannot start collecting.
 
     Raises:
         ConfigurationError: If they differ from the run's first start.
     """
-    first = (_read_json(run.run_file).get("starts") or [{}])[0]
+    starts = read_run_record(run.run_file).get("starts") or [{}]
+    first = starts[0]
     began_with = first.get("memory")
     if began_with is not None and memory and list(memory) != list(began_with):
         raise ConfigurationError(
             f"--resume: run '{run.path}' trains from --memory {began_with}, not {list(memory)}; "
             "its checkpoints count the episodes of those stores — omit --memory to reuse them"
         )
+    if live is None:
+        live = starts[-1].get("live", True)
     if first.get("live") is False and live:  # its checkpoints hold no collector to continue
         raise ConfigurationError(
-            f"--resume: run '{run.path}' trains from stored memory only; resume it with "
-            "--no-live, or start a new run to collect live"
+            f"--resume --live: run '{run.path}' trains from stored memory only, so its "
+            "checkpoints hold no collector to go on with; omit --live, or start a new run"
         )
-    return list(began_with if began_with is not None else memory or [])
+    return list(began_with if began_with is not None else memory or []), live
 
 
 def run_follows(run: RunDirectory) -> bool:
     """Whether the run began following its ``--memory`` stores (``emote train --follow``): its
     checkpoints then pin what it read of them, and a resume follows on."""
-    first = (_read_json(run.run_file).get("starts") or [{}])[0]
+    first = (read_run_record(run.run_file).get("starts") or [{}])[0]
     return bool(first.get("follow", False))
 
 
@@ -287,20 +323,29 @@ def prepare_run(
     live: bool = True,
     steps: int | None = None,
     follow: bool = False,
+    inputs: list[str | Path] | None = None,
 ) -> RunDirectory:
     """Creates (or reopens, for ``resume``) a run directory and records how the run started.
 
     A new run writes its resolved ``recipe.toml``; a resumed one leaves it as it is and records
     its ``changes`` (see :func:`resume_changes`) as a new entry of ``run.json``'s ``starts``.
+    ``force`` first deletes the files an earlier run there wrote (:func:`check_replaceable_run`);
+    ``inputs`` are the files the command reads (``memory`` counts too), which it never deletes.
 
     Raises:
         ConfigurationError: For ``resume`` without a run holding checkpoints there, or an existing
-            run directory without ``resume`` or ``force``.
+            run directory without ``resume`` or ``force``, or one ``force`` may not clear.
+        FormatError: If a run file there is not a readable file (see :func:`read_run_record`).
     """
     run = RunDirectory(Path(path))
+    if run.path.exists() and not run.path.is_dir():
+        raise ConfigurationError(
+            f"run directory '{run.path}' is a file, not a folder; choose another --run-dir"
+        )
     exists = run.path.exists() and any(run.path.iterdir())
     if resume and force:
         raise ConfigurationError("--resume and --force contradict each other; pass one of them")
+    claimed: set[str] = set()
     if resume:
         check_resumable_run(run.path)
     elif exists:
@@ -309,8 +354,15 @@ def prepare_run(
                 f"run directory '{run.path}' already exists; pass --resume to continue it, "
                 "--force to delete it and start over, or choose another --run-dir"
             )
-        check_replaceable_run(run.path)
-        shutil.rmtree(run.path)
+        doomed = check_replaceable_run(run.path, inputs=[*(inputs or []), *(memory or [])])
+        claimed = set(read_run_record(run.run_file).get("written", [])) & set(LAYOUT_NAMES)
+        for entry in doomed:
+            _remove(entry)
+        for name in _LAYOUT_FOLDERS:  # emptied by the above: emote made them
+            folder = run.path / name
+            if name in claimed and folder.is_dir() and not folder.is_symlink():
+                with contextlib.suppress(OSError):
+                    folder.rmdir()  # only when empty
     recipe_text = None if resume else recipe_to_toml(recipe)  # fails before anything is made
     fresh = not run.path.exists()
     if fresh:  # claimed atomically: what fails below removes only a directory this call made
@@ -321,10 +373,15 @@ def prepare_run(
                 f"run directory '{run.path}' was created by another command just now; choose "
                 "another --run-dir"
             ) from None
+    if resume:
+        claimed = set(read_run_record(run.run_file).get("written", [])) & set(LAYOUT_NAMES)
+    # The names emote's layout may write that nobody holds yet are this run's from now on.
+    claimed |= {name for name in LAYOUT_NAMES if not os.path.lexists(run.path / name)}
     try:
         _write_run_files(
-            run, recipe, recipe_text, command, resume, changes, memory, live, steps, follow
-        )
+            run, recipe, recipe_text, command, resume, changes, memory, live, steps, follow,
+            written=sorted(claimed),
+        )  # fmt: skip
     except BaseException:
         if fresh:
             shutil.rmtree(run.path, ignore_errors=True)
@@ -343,12 +400,13 @@ def _write_run_files(
     live: bool,
     steps: int | None,
     follow: bool = False,
+    written: list[str] | None = None,
 ) -> None:
     for directory in (run.path, run.checkpoints, run.tensorboard, run.exports):
         directory.mkdir(parents=True, exist_ok=True)
     if recipe_text is not None:
         _write_atomically(run.recipe_file, recipe_text)
-    record = _read_json(run.run_file) if resume else {}
+    record = read_run_record(run.run_file) if resume else {}
     start: dict[str, Any] = {
         "command": command,
         "seed": recipe.seed,
@@ -365,6 +423,7 @@ def _write_run_files(
         start["changes"] = changes or {}
     record.setdefault("starts", []).append(start)
     record["format"] = RUN_FORMAT
+    record["written"] = list(written or [])
     record["seed"] = recipe.seed
     record["python"] = platform.python_version()
     record["executable"] = sys.executable
@@ -376,7 +435,7 @@ def is_run(path: Path) -> bool:
     """Whether ``path`` is an emote run directory: its ``run.json`` is emote's (tagged
     ``format = "emote-run"``, or, as runs before the tag wrote it, with ``starts`` and the
     ``packages`` emote records)."""
-    record = _read_json(path / "run.json")
+    record = read_run_record(path / "run.json")
     if record.get("format") == RUN_FORMAT:
         return True
     packages = record.get("packages")
@@ -387,12 +446,15 @@ def is_run(path: Path) -> bool:
     )
 
 
-def check_replaceable_run(path: Path) -> None:
-    """``--force`` deletes a run and nothing else.
+def check_replaceable_run(path: Path, *, inputs: list[str | Path] | None = None) -> list[Path]:
+    """What ``--force`` deletes of the run at ``path``: the entries its ``run.json`` lists as
+    ``written`` that emote's layout names (see the module docstring). Nothing is deleted here.
 
     Raises:
         ConfigurationError: If ``path`` is a link, the working directory or one of its parents,
-            not an emote run, or a directory that holds other runs — nothing is touched.
+            not an emote run, a directory that holds other runs, or holds one of ``inputs``
+            (local paths the command reads); if its record lists nothing it wrote, or an entry
+            of emote's layout there is not the run's (the new run would write into it).
     """
     if path.is_symlink():
         raise ConfigurationError(f"--force: '{path}' is a symbolic link; it replaces no links")
@@ -402,6 +464,15 @@ def check_replaceable_run(path: Path) -> None:
             f"--force: '{path}' is the working directory or holds it; it replaces only a run "
             "directory — choose another --run-dir"
         )
+    for given in inputs or []:
+        if "://" in str(given):
+            continue  # a URL: never inside a local run directory
+        inside = Path(given).resolve()
+        if inside == resolved or resolved in inside.parents:
+            raise ConfigurationError(
+                f"--force: the input '{given}' lies inside run directory '{path}', which --force "
+                "would clear; move it out of the run directory or choose another --run-dir"
+            )
     if not is_run(path):
         raise ConfigurationError(
             f"--force: '{path}' is not an emote run (no run.json of emote's in it); it replaces "
@@ -413,6 +484,80 @@ def check_replaceable_run(path: Path) -> None:
             f"--force: '{path}' holds other runs ({nested[0].parent}); it replaces one run at a "
             "time — choose another --run-dir"
         )
+    written = read_run_record(path / "run.json").get("written")
+    if not written:
+        raise ConfigurationError(
+            f"--force: '{path / 'run.json'}' lists no files that emote wrote there (an older "
+            "emote's run, or not emote's), so nothing in it can be proven emote's; delete what "
+            "you no longer need yourself, or choose another --run-dir"
+        )
+    return _owned_entries(path, set(written))
+
+
+def _owned_entries(path: Path, written: set[str]) -> list[Path]:
+    """The entries of the run at ``path`` that ``--force`` deletes (see
+    :func:`check_replaceable_run`)."""
+    doomed: list[Path] = []
+    for name in LAYOUT_NAMES:
+        entry = path / name
+        if not os.path.lexists(entry):
+            continue
+        if name not in written:
+            raise ConfigurationError(
+                f"--force: '{entry}' is not among the files '{path / 'run.json'}' records as "
+                "emote's, and a new run would write into it; move it away or choose another "
+                "--run-dir"
+            )
+        if entry.is_symlink():
+            doomed.append(entry)  # the link alone goes, never what it points to
+        elif name in _LAYOUT_FILES:
+            if not entry.is_file():
+                raise ConfigurationError(
+                    f"--force: '{entry}' is not a file, so emote did not write it; move it away "
+                    "or choose another --run-dir"
+                )
+            doomed.append(entry)
+            temporary = entry.with_name(f".{name}.tmp")
+            if temporary.is_file() and not temporary.is_symlink():
+                doomed.append(temporary)
+        elif name in _LAYOUT_STORES:
+            if not entry.is_dir() or (any(entry.iterdir()) and not _is_store(entry)):
+                raise ConfigurationError(
+                    f"--force: '{entry}' is not an emote-memory store, so emote did not write "
+                    "it; move it away or choose another --run-dir"
+                )
+            doomed.append(entry)
+        else:
+            if not entry.is_dir():
+                raise ConfigurationError(
+                    f"--force: '{entry}' is not a folder, so emote did not write it; move it "
+                    "away or choose another --run-dir"
+                )
+            pattern = _LAYOUT_FOLDERS[name]
+            doomed.extend(
+                item
+                for item in sorted(entry.iterdir())
+                if pattern.fullmatch(item.name)
+                and (item.is_symlink() or item.is_file() or name == "wandb")
+            )
+    return doomed
+
+
+def _is_store(folder: Path) -> bool:
+    """Whether ``folder`` is an emote-memory store (its root ``zarr.json`` says so)."""
+    try:
+        document = json.loads(read_regular_file(folder / "zarr.json", limit=2**20, rule=""))
+    except (OSError, ValueError, RecursionError, FormatError):
+        return False
+    attributes = document.get("attributes") if isinstance(document, dict) else None
+    return isinstance(attributes, dict) and attributes.get("format") == STORE_FORMAT
+
+
+def _remove(entry: Path) -> None:
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry)
+    else:
+        entry.unlink(missing_ok=True)
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -431,22 +576,116 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _set_key(data: dict[str, Any], key: str, value: Any) -> None:
+def _set_key(data: dict[str, Any], key: str, value: Any, *, where: Path) -> None:
     *sections, leaf = key.split(".")
     for section in sections:
         data = data.setdefault(section, {})
+        if not isinstance(data, dict):
+            raise _damaged(where, f"its change of '{key}' names no recipe table")
     if value is None:
         data.pop(leaf, None)
     else:
         data[leaf] = value
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_run_record(path: Path) -> dict[str, Any]:
+    """A run's ``run.json`` (``{}`` when there is none), its entries checked for the types emote
+    writes.
+
+    Raises:
+        FormatError: If it is not a file, is too large, is not a JSON object, or an entry emote
+            reads has the wrong type, naming the file and the entry.
+    """
+    record = _read_json(path)
+    starts = record.get("starts", [])
+    if not isinstance(starts, list) or not all(isinstance(s, dict) for s in starts):
+        raise _damaged(path, f"'starts' must be a list of objects, got {_shown(starts)}")
+    for k, start in enumerate(starts):
+        for key, (check, wanted) in _START_ENTRIES.items():
+            if key in start and not check(start[key]):
+                raise _damaged(
+                    path, f"starts[{k}].{key} must be {wanted}, got {_shown(start[key])}"
+                )
+        for key, change in (start.get("changes") or {}).items():
+            if not key.startswith(RESUMABLE_SETTINGS) or not _is_pair(change):
+                raise _damaged(
+                    path,
+                    f"starts[{k}].changes holds {key!r}: {_shown(change)}, not a resumable "
+                    "setting with [old, new]",
+                )
+    if "written" in record and not _is_strings(record["written"]):
+        raise _damaged(path, f"'written' must be a list of names, got {_shown(record['written'])}")
+    return record
+
+
+def _is_strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _is_pair(value: Any) -> bool:
+    return isinstance(value, list) and len(value) == 2
+
+
+def _is_count(value: Any) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0)
+
+
+_START_ENTRIES = {
+    "command": (_is_strings, "a list of strings"),
+    "memory": (_is_strings, "a list of store paths"),
+    "live": (lambda v: isinstance(v, bool), "true or false"),
+    "follow": (lambda v: isinstance(v, bool), "true or false"),
+    "resume": (lambda v: isinstance(v, bool), "true or false"),
+    "steps": (_is_count, "a positive count or null"),
+    "changes": (lambda v: isinstance(v, dict), "an object"),
+}
+
+
+def _shown(value: Any) -> str:
+    return f"{type(value).__name__} {reprlib.repr(value)}"
+
+
+def _damaged(path: Path, what: str) -> FormatError:
+    return FormatError(
+        f"'{path}' is damaged: {what}; restore it from a copy, or start a new run in another "
+        "--run-dir"
+    )
+
+
+def _read_run_file(path: Path) -> bytes:
+    """The bytes of one of a run's files (:data:`RUN_FILE_LIMIT`; not a pipe or device)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return read_regular_file(
+            path, limit=RUN_FILE_LIMIT,
+            rule="a run keeps it as a plain file that emote wrote; move it away or choose another "
+            "--run-dir",
+        )  # fmt: skip
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        raise FormatError(f"'{path}' cannot be read: {error.strerror or error}") from None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """The JSON object in one of a run's files (``{}`` when there is none).
+
+    Raises:
+        FormatError: If it is not a readable file of at most :data:`RUN_FILE_LIMIT` bytes
+            holding a JSON object.
+    """
+    try:
+        raw = _read_run_file(path)
+    except (FileNotFoundError, NotADirectoryError):
         return {}
-    return data if isinstance(data, dict) else {}
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise _damaged(path, "it nests deeper than emote reads") from None
+    except ValueError as error:  # UnicodeDecodeError and JSONDecodeError too
+        raise _damaged(path, f"it is not JSON text ({error})") from None
+    if not isinstance(data, dict):
+        raise _damaged(path, f"it holds {_shown(data)}, not a JSON object")
+    return data
 
 
 def _version(name: str) -> str | None:
@@ -457,8 +696,10 @@ def _version(name: str) -> str | None:
 
 
 __all__ = [
+    "LAYOUT_NAMES",
     "RESUMABLE_SETTINGS",
     "RUNS_DIRECTORY",
+    "RUN_FILE_LIMIT",
     "RUN_FORMAT",
     "RunDirectory",
     "check_replaceable_run",
@@ -468,6 +709,7 @@ __all__ = [
     "is_run",
     "latest_run_path",
     "prepare_run",
+    "read_run_record",
     "resume_changes",
     "run_follows",
     "run_recipe",

@@ -4,6 +4,13 @@ and a resumed run that continues the same run."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
 import tomllib
 from pathlib import Path
 
@@ -250,3 +257,60 @@ def test_a_resume_without_steps_goes_on_to_the_total_the_run_was_started_for(
     assert json.loads(longer.stdout)["steps"] == 30
     again = invoke(runner, "train", "--resume", "--run-dir", "r", "-q", "--json")
     assert json.loads(again.stdout)["steps"] == 30
+
+
+def _train_until_interrupted(args: list[str], *, past: int, cwd: Path) -> tuple[str, int]:
+    """Runs ``emote ARGS`` (a real process), sends Ctrl-C once its progress shows an update
+    beyond ``past``, and returns its last stderr line and exit status."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "emote_cli", *args], cwd=cwd, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert process.stderr is not None
+    lines: list[str] = []
+    going = threading.Event()
+
+    def read() -> None:
+        for line in process.stderr:  # type: ignore[union-attr]
+            lines.append(line)
+            shown = re.match(r"train update=(\d+)/", line)
+            if shown and int(shown[1]) > past:
+                going.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert going.wait(timeout=180), "".join(lines[-20:])
+    process.send_signal(signal.SIGINT)
+    status = process.wait(timeout=120)
+    reader.join(timeout=60)
+    return lines[-1].rstrip("\n"), status
+
+
+def test_the_resume_hint_of_an_interrupted_no_live_run_resumes_it_as_it_was(
+    runner: CliRunner, store: Path, in_tmp: Path
+) -> None:
+    """The printed hint names no mode or store: the resume takes both from the run's record."""
+    began = ["train", "sac_hit_the_middle", "--memory", str(store), "--no-live", "--steps",
+             "100000", "--run-dir", "r", "--threads", "1"]  # fmt: skip
+    last, status = _train_until_interrupted(began, past=0, cwd=in_tmp)
+    assert status == 130, last
+    hint = re.fullmatch(r"error: interrupted at update (\d+); resume with: (.*)", last)
+    assert hint is not None, last
+    stopped = int(hint[1])
+    command = shlex.split(hint[2])
+    assert command[:2] == ["emote", "train"]
+
+    last, status = _train_until_interrupted(
+        [*command[1:], "--threads", "1"], past=stopped, cwd=in_tmp
+    )
+    assert status == 130, last
+    assert re.fullmatch(r"error: interrupted at update (\d+); resume with: .*", last), last
+    starts = json.loads((in_tmp / "r" / "run.json").read_text())["starts"]
+    assert [(s["live"], s["memory"], s["resume"]) for s in starts] == [
+        (False, [str(store)], False),
+        (False, [str(store)], True),
+    ]
+    # Asked for live collection explicitly, the run refuses in one line and writes nothing.
+    refused = invoke(runner, "train", "--resume", "--run-dir", "r", "--live")
+    assert refused.exit_code == 1 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "--resume --live: run 'r' trains from stored memory only" in refused.stderr
