@@ -61,6 +61,28 @@ def test_an_install_from_the_index_is_told_the_distribution_name(
     assert install_command("minari") == f'pip install "{DISTRIBUTION}[minari]"'
 
 
+def test_an_install_from_a_built_wheel_or_a_folder_is_told_to_install_the_extra_from_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wheel = tmp_path / "dist" / f"{DISTRIBUTION.replace('-', '_')}-9.9.9-py3-none-any.whl"
+    _fake_install(tmp_path, monkeypatch, {"url": wheel.as_uri(), "archive_info": {}})
+    assert install_command("mujoco") == f'pip install "{wheel}[mujoco]"'
+
+
+def test_a_clone_whose_own_metadata_is_found_first_is_told_to_install_from_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Running from a clone puts its ``emote_toolkit.egg-info`` (no direct_url.json) first."""
+    clone = tmp_path / "clone"
+    info = clone / f"{DISTRIBUTION.replace('-', '_')}.egg-info"
+    info.mkdir(parents=True)
+    (clone / "emote_core").mkdir()
+    (clone / "pyproject.toml").write_text(f'[project]\nname = "{DISTRIBUTION}"\n')
+    (info / "PKG-INFO").write_text(f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: 9\n")
+    monkeypatch.setattr(sys, "path", [str(clone), *sys.path])
+    assert install_command("mujoco") == f'pip install -e "{clone}[mujoco]"'
+
+
 def test_a_source_tree_that_was_never_installed_is_told_to_install_itself(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
