@@ -1,9 +1,10 @@
 """How much one file may make a reader allocate: one budget, charged before each allocation.
 
 Every reader of a file from elsewhere (pickles, zips, ``.pt``, HDF5) makes an
-:class:`AllocationBudget` for it and charges it with what the file *declares* (a zip member's
-uncompressed size, a tensor's shape and dtype, an HDF5 dataset's shape, a pickle's bytearray
-length, the expanded size of nested lists) before allocating it. A file may make its reader
+:class:`AllocationBudget` for it and charges it with what the file *declares* (the uncompressed
+sizes of the zip members it will read, all before reading any; a tensor's shape and dtype, an
+HDF5 dataset's shape, a pickle's bytearray length, the expanded size of nested lists) before
+allocating it. A file may make its reader
 allocate at most :data:`SIZE_RATIO` times its own size plus :data:`SIZE_FLOOR`, and never more
 than :data:`MEMORY_SHARE` of the memory available when reading starts; a charge beyond that
 raises a one-line :class:`~emote_core.errors.FormatError` naming the file, the member and the
@@ -13,6 +14,8 @@ size it declares, before anything was allocated for it.
 from __future__ import annotations
 
 import os
+import zipfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +76,30 @@ class AllocationBudget:
     def for_path(cls, path: str | os.PathLike[str], source: str) -> AllocationBudget:
         """The budget of a file (or directory) on disk."""
         return cls(source, file_bytes(path))
+
+    @classmethod
+    def for_zip(cls, archive: zipfile.ZipFile, source: str) -> AllocationBudget:
+        """The budget of an open zip archive: that of its file's size."""
+        if archive.filename is not None and Path(archive.filename).is_file():
+            return cls.for_path(archive.filename, source)
+        position = archive.fp.tell()  # an archive opened from a stream
+        size = archive.fp.seek(0, os.SEEK_END)
+        archive.fp.seek(position)
+        return cls(source, size)
+
+    def charge_zip(self, archive: zipfile.ZipFile, names: Iterable[str]) -> None:
+        """Charges the declared uncompressed sizes of the members ``names``, all before any is
+        read (a name the archive lacks is left to the reader's own error).
+
+        Raises:
+            FormatError: If the members together exceed the budget.
+        """
+        for name in names:
+            try:
+                info = archive.getinfo(name)
+            except KeyError:
+                continue
+            self.charge(f"member '{name}'", info.file_size, f"{info.compress_size:,} compressed")
 
     def charge(self, member: str, nbytes: int, what: str = "") -> None:
         """Records that reading ``member`` will allocate ``nbytes``; call before allocating.

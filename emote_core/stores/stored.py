@@ -20,7 +20,6 @@ import numpy as np
 from emote_core.errors import FormatError, MemoryTableError
 from emote_core.memory.columns import Column, TagColumn, VirtualColumn
 from emote_core.memory.schema import TableSchema
-from emote_core.stores.budget import AllocationBudget
 from emote_core.typing import EpisodeState
 
 if TYPE_CHECKING:
@@ -140,15 +139,13 @@ EXPANSION_FLOOR = 64 << 20
 like: a column of zeros does)."""
 
 
-def read_member(
-    archive: zipfile.ZipFile, name: str, *, source: str, budget: AllocationBudget | None = None
-) -> bytes:
+def read_member(archive: zipfile.ZipFile, name: str, *, source: str) -> bytes:
     """The bytes of one zip member, refusing decompression bombs before reading.
 
     A member that declares more than :data:`EXPANSION_FLOOR` bytes and more than
-    :data:`MAX_EXPANSION` times its compressed size is refused unread; so is one whose declared
-    size exceeds what is left of ``budget`` (the whole archive's, see :func:`zip_budget`). No
-    member yields more bytes than its header declares (zipfile stops there, and checks the CRC).
+    :data:`MAX_EXPANSION` times its compressed size is refused unread; no member yields more
+    bytes than its header declares (zipfile stops there, and checks the CRC). What the whole
+    archive may expand to is the readers' :class:`~emote_core.stores.budget.AllocationBudget`.
 
     Raises:
         FormatError: If the member is missing, cannot be read (truncated or corrupt archive), or
@@ -164,8 +161,6 @@ def read_member(
                 f"expands over {MAX_EXPANSION}x beyond {EXPANSION_FLOOR >> 20} MiB (a "
                 "decompression bomb or a damaged header)"
             )
-        if budget is not None:
-            budget.charge(f"member '{name}'", declared, f"{packed:,} bytes compressed")
         return archive.read(info)
     except KeyError:
         raise FormatError(
@@ -175,14 +170,6 @@ def read_member(
         raise FormatError(
             f"{source} is damaged: member '{name}' cannot be read ({error})"
         ) from error
-
-
-def zip_budget(archive: zipfile.ZipFile, source: str) -> AllocationBudget:
-    """The :class:`AllocationBudget` of an open zip: that of its file's size."""
-    if archive.filename is not None:
-        return AllocationBudget.for_path(archive.filename, source)
-    archive.fp.seek(0, 2)  # an archive opened from a stream
-    return AllocationBudget(source, archive.fp.tell())
 
 
 def check_schema(table: ArrayMemoryTable, columns: Sequence[ColumnSchema], *, source: str) -> None:
@@ -350,5 +337,4 @@ __all__ = [
     "replace_content",
     "restore_stored",
     "signed_identity",
-    "zip_budget",
 ]

@@ -102,9 +102,10 @@ def _load_npz(data: bytes, source: str, budget: AllocationBudget) -> dict[str, n
     except (zipfile.BadZipFile, EOFError, ValueError) as error:
         raise FormatError(f"{source} is not a readable .npz archive ({error})") from error
     with archive:
+        budget.charge_zip(archive, archive.namelist())
         tensors = {}
         for member in archive.namelist():
-            raw = read_member(archive, member, source=source, budget=budget)
+            raw = read_member(archive, member, source=source)
             try:
                 tensors[member[: -len(".npy")]] = read_npy(raw, objects=False)
             except FormatError as error:
@@ -130,11 +131,9 @@ def _charge_storages(
         )
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            members = archive.infolist()
+            budget.charge_zip(archive, archive.namelist())
     except (zipfile.BadZipFile, EOFError, ValueError) as error:
         raise FormatError(f"{source} is not a readable torch.save file ({error})") from error
-    for info in members:
-        budget.charge(f"member '{info.filename}'", info.file_size, f"{info.compress_size:,} stored")
 
 
 def _load_pt(

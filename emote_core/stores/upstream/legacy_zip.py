@@ -34,7 +34,6 @@ from emote_core.stores.stored import (
     check_schema,
     read_member,
     signed_identity,
-    zip_budget,
 )
 from emote_core.typing import EpisodeState
 
@@ -99,7 +98,8 @@ def _column_schema(name: str, column: Any, source: str) -> ColumnSchema:
 def _read_parts(
     archive: zipfile.ZipFile, source: str, trust: bool, budget: AllocationBudget
 ) -> dict[str, Any]:
-    raw = read_member(archive, DATA_PICKLE, source=source, budget=budget)
+    budget.charge_zip(archive, [DATA_PICKLE])
+    raw = read_member(archive, DATA_PICKLE, source=source)
     parts = safe_loads(raw, trust=trust, budget=budget)
     if not isinstance(parts, Mapping):
         raise FormatError(f"{source}'s {DATA_PICKLE} holds a {type(parts).__name__}, not a dict")
@@ -169,7 +169,7 @@ def read_legacy_zip(
     """
     if trust_pickle:
         log.warning("unpickling %s without restrictions (--trust-pickle): it may run code", source)
-    budget = zip_budget(archive, source)
+    budget = AllocationBudget.for_zip(archive, source)
     parts = _read_parts(archive, source, trust_pickle, budget)
     columns = [_column_schema(str(n), c, source) for n, c in parts["columns"].items()]
     length_key = parts["length_key"]
@@ -183,9 +183,10 @@ def read_legacy_zip(
     order = _episode_order(parts, source)
     raw_ids = {signed_identity(k, source=source): k for k in parts["lengths"]}
     episodes_data: list[dict[str, np.ndarray]] = [{} for _ in order]
+    budget.charge_zip(archive, [f"{schema.name}.npy" for schema in wanted])
     for schema in wanted:
         array = read_npy(
-            read_member(archive, f"{schema.name}.npy", source=source, budget=budget),
+            read_member(archive, f"{schema.name}.npy", source=source),
             trust=trust_pickle,
             budget=budget,
         )

@@ -38,7 +38,6 @@ from emote_core.stores.stored import (
     check_schema,
     read_member,
     signed_identity,
-    zip_budget,
 )
 from emote_core.stores.upstream.versions import TableSerializationVersion
 from emote_core.typing import EpisodeState
@@ -310,15 +309,16 @@ def _parse_end_states(configuration: dict[str, Any], count: int, source: str) ->
     return [_END_STATES[name] for name in names]
 
 
+def _column_members(schema: ColumnSchema) -> tuple[str, str]:
+    return f"{schema.name}.npy", f"{schema.name}.ranges.npy"
+
+
 def _read_column(
-    archive: zipfile.ZipFile, schema: ColumnSchema, source: str, budget: AllocationBudget
+    archive: zipfile.ZipFile, schema: ColumnSchema, source: str
 ) -> tuple[np.ndarray, dict[int, tuple[int, int]]]:
-    raw = read_member(archive, f"{schema.name}.npy", source=source, budget=budget)
-    values = read_npy(raw, objects=False)
-    ranges = read_npy(
-        read_member(archive, f"{schema.name}.ranges.npy", source=source, budget=budget),
-        objects=False,
-    )
+    values_member, ranges_member = _column_members(schema)
+    values = read_npy(read_member(archive, values_member, source=source), objects=False)
+    ranges = read_npy(read_member(archive, ranges_member, source=source), objects=False)
     if values.ndim == 0 or values.shape[1:] != schema.shape:
         raise FormatError(
             f"{source}: '{schema.name}.npy' holds rows of shape {values.shape[1:]}, but "
@@ -363,11 +363,12 @@ def read_v1(
 
     Raises:
         FormatError: If the configuration or the arrays are malformed or inconsistent, the
-            file's columns differ from ``table``'s, or its members declare more than the file's
-            size and the free memory allow (checked before each is read).
+            file's columns differ from ``table``'s, or the members it reads declare more than
+            the file's size and the free memory allow (checked before any is read).
     """
-    budget = zip_budget(archive, source)
-    raw = read_member(archive, CONFIGURATION, source=source, budget=budget)
+    budget = AllocationBudget.for_zip(archive, source)
+    budget.charge_zip(archive, [CONFIGURATION])
+    raw = read_member(archive, CONFIGURATION, source=source)
     try:
         configuration = json.loads(raw)
     except ValueError as error:
@@ -395,9 +396,10 @@ def read_v1(
         check_schema(table, columns, source=source)
         wanted = {c.name for c in (*table.stored, *table.tags)}
         stored_in_file = [c for c in stored_in_file if c.name in wanted]
+    budget.charge_zip(archive, [name for c in stored_in_file for name in _column_members(c)])
     episodes_data: list[dict[str, np.ndarray]] = [{} for _ in ids]
     for schema in stored_in_file:
-        values, spans = _read_column(archive, schema, source, budget)
+        values, spans = _read_column(archive, schema, source)
         for data, identity in zip(episodes_data, ids, strict=True):
             if identity not in spans:
                 raise FormatError(

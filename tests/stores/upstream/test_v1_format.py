@@ -291,3 +291,45 @@ def test_a_zip_is_read_only_within_64_times_its_size(tmp_path, monkeypatch, nois
     else:
         assert ratio < 64
         assert np.array_equal(read_table_file(path).episodes[0][1]["obs"], data["obs"])
+
+
+def test_a_zip_is_refused_before_any_member_is_read(tmp_path, monkeypatch):
+    import tracemalloc
+
+    from emote_core.stores.stored import ColumnSchema, StoredTable
+    from emote_core.stores.upstream import read_table_file
+    from emote_core.stores.upstream.v1 import write_v1_stored
+
+    monkeypatch.setattr("emote_core.stores.budget.SIZE_FLOOR", 0)  # the ratio alone decides
+    rows = np.random.default_rng(0).standard_normal((4, 1 << 20)).astype(np.float32)  # 16 MiB
+    data = {"obs": np.zeros((5, 1), np.float32), "actions": np.zeros((4, 1), np.float32),
+            "early": rows, "late": rows[::-1].copy()}  # fmt: skip
+    columns = [ColumnSchema(n, "Column", v.shape[1:], v.dtype) for n, v in data.items()]
+    stored = StoredTable("t", "emote-v1", columns, [(0, data, EpisodeState.TERMINAL)], "actions")
+    written, path = tmp_path / "written.zip", tmp_path / "late.zip"
+    write_v1_stored(stored, written)
+    with zipfile.ZipFile(written) as old, zipfile.ZipFile(path, "w") as new:
+        for name in old.namelist():  # stored as they are, without zip64 extras
+            content = old.read(name)
+            new.writestr(name, content[: 12 << 20] if name == "late.npy" else content)
+    declared = 190 * (12 << 20)  # what a 190x compressed member would expand to
+    blob = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as archive:
+        offset = archive.start_dir
+    while blob[offset : offset + 4] == b"PK\x01\x02":  # the central directory's entries
+        lengths = [
+            int.from_bytes(blob[offset + k : offset + k + 2], "little") for k in (28, 30, 32)
+        ]
+        if blob[offset + 46 : offset + 46 + lengths[0]] == b"late.npy":
+            blob[offset + 24 : offset + 28] = declared.to_bytes(4, "little")
+        offset += 46 + sum(lengths)
+    path.write_bytes(bytes(blob))
+    assert declared > 64 * path.stat().st_size
+    tracemalloc.start()
+    try:
+        with pytest.raises(FormatError, match=f"member 'late.npy' declares {declared:,} bytes"):
+            read_table_file(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, f"{peak:,} bytes read before the refusal"  # 'early.npy' is 16 MiB
