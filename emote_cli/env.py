@@ -1,9 +1,9 @@
 """``emote env``: report the software and accelerators this environment gives emote.
 
 Meant for bug reports and for checking a machine before a run: Python, the platform, emote,
-torch with CUDA/cuDNN/MPS and the visible devices, onnxruntime's execution providers and the
-versions of the packages emote builds on. A package that is missing or fails to import is
-reported as ``null``; it never makes the command fail.
+torch with CUDA/cuDNN/MPS and the visible devices, onnxruntime's execution providers, the
+versions of the packages emote builds on and of the optional ones (extras and peers). A package
+that is missing or fails to import is reported as ``null``; it never makes the command fail.
 """
 
 from __future__ import annotations
@@ -45,6 +45,22 @@ _PACKAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "psutil": ("psutil", ("psutil",)),
 }
 
+# Optional packages (display name -> distribution names), looked up in the installed metadata only:
+# importing Ray or MuJoCo to learn a version would make `emote env` slow.
+_OPTIONAL_PACKAGES: dict[str, tuple[str, ...]] = {
+    "ray": ("ray",),
+    "minari": ("minari",),
+    "wandb": ("wandb",),
+    "s3fs": ("s3fs",),
+    "zarrs": ("zarrs",),
+    "zlib-ng": ("zlib-ng", "zlib_ng"),
+    "mujoco": ("mujoco",),
+    "skrl": ("skrl",),
+    "pettingzoo": ("pettingzoo",),
+    "stable-baselines3": ("stable-baselines3",),
+    "imageio-ffmpeg": ("imageio-ffmpeg",),
+}
+
 
 def env(
     json_output: JsonOption = False,
@@ -69,7 +85,9 @@ def collect_environment() -> dict[str, Any]:
 
     Returns:
         A JSON-compatible dict with the keys ``python``, ``platform``, ``emote``, ``torch``,
-        ``packages`` (name -> version or ``None``), ``onnxruntime_providers`` (``None`` when
+        ``packages`` (name -> version or ``None``), ``optional_packages`` (the same for the
+        packages of emote's extras and the peers it works with, found without importing them),
+        ``onnxruntime_providers`` (``None`` when
         onnxruntime cannot be imported) and ``plugins`` (the algorithms and add-ons recipes can
         name, those of installed packages' entry points included).
     """
@@ -91,9 +109,24 @@ def collect_environment() -> dict[str, Any]:
         "emote": emote_version,
         "torch": _torch_report(),
         "packages": {name: _package_version(*spec) for name, spec in _PACKAGES.items()},
+        "optional_packages": {
+            name: _distribution_version(distributions)
+            for name, distributions in _OPTIONAL_PACKAGES.items()
+        },
         "onnxruntime_providers": _onnxruntime_providers(),
         "plugins": _plugins_report(),
     }
+
+
+def _distribution_version(distributions: tuple[str, ...]) -> str | None:
+    """The version in the installed metadata of the first of ``distributions`` found, or
+    ``None``."""
+    for distribution in distributions:
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
 
 
 def _package_version(module: str, distributions: tuple[str, ...]) -> str | None:
@@ -102,11 +135,9 @@ def _package_version(module: str, distributions: tuple[str, ...]) -> str | None:
     Distribution metadata is asked first (no import needed); a module found on ``sys.path``
     without metadata (a source checkout) falls back to its ``__version__``.
     """
-    for distribution in distributions:
-        try:
-            return importlib.metadata.version(distribution)
-        except importlib.metadata.PackageNotFoundError:
-            continue
+    version = _distribution_version(distributions)
+    if version is not None:
+        return version
     try:
         if importlib.util.find_spec(module) is None:
             return None
@@ -236,6 +267,9 @@ def _print_report(report: dict[str, Any]) -> None:
         "onnxruntime providers",
         Text(", ".join(providers)) if providers else Text("-", style="dim"),
     )
+    table.add_section()
+    for name, version in report["optional_packages"].items():
+        table.add_row(f"{name} (optional)", show(version))
 
     plugins = report["plugins"]
     table.add_section()

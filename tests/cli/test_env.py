@@ -113,3 +113,32 @@ def test_cuda_devices_are_listed(runner: CliRunner) -> None:
 
     result = runner.invoke(app, ["env"])
     assert devices[0]["name"] in result.stdout
+
+
+OPTIONAL = ["ray", "minari", "wandb", "s3fs", "zarrs", "mujoco", "skrl", "pettingzoo"]
+
+
+def _installed_version(name: str) -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def test_optional_packages_are_listed_with_their_versions_without_importing_them(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in OPTIONAL:  # importing any of them now fails: versions must come from metadata
+        monkeypatch.setitem(sys.modules, name, None)
+    expected = {name: _installed_version(name) for name in OPTIONAL}
+    assert any(expected.values())  # the dev extra installs most of them
+    optional = _env_json(runner)["optional_packages"]
+    assert {name: optional[name] for name in OPTIONAL} == expected
+
+    result = runner.invoke(app, ["env"])
+    assert result.exit_code == ExitCode.OK, result.stderr
+    for name, version in expected.items():
+        row = next(line for line in result.stdout.splitlines() if f" {name} (optional) " in line)
+        assert (version or "not installed") in row
