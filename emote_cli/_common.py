@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AllowNonfiniteOption",
     "DebugOption",
+    "DeviceOption",
     "ExitCode",
     "JsonOption",
     "QuietOption",
@@ -75,7 +76,7 @@ SkipDamagedOption = Annotated[
     typer.Option(
         "--skip-damaged",
         help="Use the intact episodes of a damaged store (it is refused otherwise; "
-        "`emote memory verify` names what is damaged).",
+        "'emote memory verify' names what is damaged).",
     ),
 ]
 AllowNonfiniteOption = Annotated[
@@ -86,6 +87,16 @@ AllowNonfiniteOption = Annotated[
         "refused by default, as training on them turns losses into NaN.",
     ),
 ]
+DeviceOption = Annotated[
+    str,
+    typer.Option(
+        "--device",
+        metavar="DEVICE",
+        help="auto (CUDA when torch sees it, else the CPU), cpu or cuda[:n].",
+    ),
+]
+"""``--device``: where networks run; every command defaults to ``auto``."""
+
 JsonOption = Annotated[
     bool,
     typer.Option(
@@ -201,6 +212,8 @@ def handle_errors(*, debug: bool = False, json_output: bool = False) -> Iterator
       command line got wrong): ``error: <message>``, exit 2.
     - :class:`~emote_core.errors.EmoteError` and :class:`OSError`: ``error: <message>``, exit 1.
     - :class:`KeyboardInterrupt`: ``error: interrupted``, exit 130.
+    - gymnasium's ``DependencyNotInstalled``, or an ``ImportError`` of an optional package:
+      ``error: this command needs the optional dependency <package> ...: <pip command>``, exit 1.
     - Any other exception: ``error: internal error: <Type>: <message> (run with --debug for the
       traceback)``, exit 1.
     - A closed stdout pipe (``emote env --json | head -c1``): silent, exit 1.
@@ -279,9 +292,13 @@ def _one_line_errors(debug: bool) -> Iterator[None]:
     except Exception as exc:  # anything else is a bug; still one line unless --debug
         if debug:
             _print_traceback(exc)
-            hint = ""
-        else:
-            hint = " (run with --debug for the traceback)"
+        from emote_core.utils.dependencies import missing_dependency
+
+        missing = missing_dependency(exc, "this command")  # an optional package not installed
+        if missing is not None:
+            _write_error_line(str(missing))
+            raise typer.Exit(int(ExitCode.ERROR)) from None
+        hint = "" if debug else " (run with --debug for the traceback)"
         _write_error_line(
             f"internal error: {_qualified_type_name(exc)}: {describe_exception(exc)}{hint}"
         )

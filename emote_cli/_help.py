@@ -1,17 +1,22 @@
-"""Help text computed when it is shown: the recipes a command can take by name.
+"""How ``emote`` help is shown: one style for every command and group.
+
+- Flags show no value placeholder (Typer would print ``<bool>``); options that take a value show
+  the metavar they declare (``--steps N``).
+- Usage lines name positional arguments by their metavar, in upper case, in square brackets
+  when optional: ``emote train [OPTIONS] [RECIPE]``, ``emote memory convert [OPTIONS] SOURCE DST``.
+- Commands that take a RECIPE end their help with the recipes found when it is shown.
 
 Only Typer and :mod:`emote_core.recipes.locations` (standard library) are imported, so help stays
-fast; the listing is made when help is rendered, from the current directory's ``recipes/`` and
-the ones shipped with emote.
+fast.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from typer.core import TyperCommand
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-__all__ = ["RecipeCommand", "recipes_epilog"]
+__all__ = ["EmoteCommand", "EmoteGroup", "RecipeCommand", "recipes_epilog"]
 
 
 def recipes_epilog() -> str:
@@ -25,7 +30,48 @@ def recipes_epilog() -> str:
     return f"Recipes (RECIPE by name): {', '.join(names)}. A path to a .toml file works too."
 
 
-class RecipeCommand(TyperCommand):
+def _tidy(params: list[Any]) -> list[Any]:
+    """Blank the type placeholder of flags (they take no value) and name arguments in upper case,
+    in place."""
+    for param in params:
+        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ""
+        elif isinstance(param, TyperArgument) and param.metavar is None:
+            param.metavar = param.name.upper()
+    return params
+
+
+def _usage_pieces(command: Any, ctx: Any) -> list[str]:
+    pieces = [command.options_metavar] if command.options_metavar else []
+    for param in command.get_params(ctx):
+        if not isinstance(param, TyperArgument):
+            pieces.extend(param.get_usage_pieces(ctx))
+            continue
+        name = param.metavar or param.name.upper()
+        if param.nargs != 1:
+            name += "..."
+        pieces.append(name if param.required else f"[{name}]")
+    return pieces
+
+
+class EmoteCommand(TyperCommand):
+    """A command in emote's help style (see the module docstring)."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _tidy(super().get_params(ctx))
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        return _usage_pieces(self, ctx)
+
+
+class EmoteGroup(TyperGroup):
+    """A command group in emote's help style (see the module docstring)."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _tidy(super().get_params(ctx))
+
+
+class RecipeCommand(EmoteCommand):
     """A command whose help ends with the recipes it can take by name."""
 
     def format_help(self, ctx: Any, formatter: Any) -> None:

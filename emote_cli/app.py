@@ -20,17 +20,16 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
 
 from emote_cli import collect, env, export, memory, train
 from emote_cli import eval as evaluate
-from emote_cli._help import RecipeCommand
+from emote_cli._help import EmoteCommand, EmoteGroup, RecipeCommand
 from emote_cli._json import json_requested, write_json_error
 
 __all__ = ["app", "main"]
 
 
-class _RootGroup(TyperGroup):
+class _RootGroup(EmoteGroup):
     """The root command group; under ``--json`` a usage error is also a JSON document on stdout.
 
     Typer finds usage errors (an unknown option, a bad value, a missing argument) before a
@@ -77,11 +76,12 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
-# Commands, one module each. Those that take a RECIPE list the recipes found at the end of --help.
+# Commands, one module each, in emote's help style (emote_cli._help). Those that take a RECIPE
+# list the recipes found at the end of --help.
 app.command("collect", cls=RecipeCommand)(collect.collect)
 app.command("train", cls=RecipeCommand)(train.train)
-app.command("eval")(evaluate.evaluate)
-app.command("env")(env.env)
+app.command("eval", cls=EmoteCommand)(evaluate.evaluate)
+app.command("env", cls=EmoteCommand)(env.env)
 app.add_typer(memory.app, name="memory")
 app.add_typer(export.app, name="export")
 

@@ -9,6 +9,7 @@ import typer
 
 from emote_cli._common import (
     DebugOption,
+    DeviceOption,
     ExitCode,
     JsonOption,
     QuietOption,
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 
 
 def collect(
+    ctx: typer.Context,
     recipe: Annotated[str, typer.Argument(help="A recipe file, or the name of one in recipes/.")],
     out: Annotated[
         str, typer.Option("--out", help="The emote memory store to create or append to.")
@@ -37,7 +39,12 @@ def collect(
         int | None, typer.Option("--steps", min=1, help="Collect this many env steps.")
     ] = None,
     envs: Annotated[
-        int | None, typer.Option("--envs", min=1, help="Environments stepped together.")
+        int | None,
+        typer.Option(
+            "--envs",
+            min=1,
+            help="Environments stepped together (default: the recipe's env.num_envs).",
+        ),
     ] = None,
     policy: Annotated[
         str,
@@ -49,7 +56,7 @@ def collect(
     shard: Annotated[
         str, typer.Option("--shard", help="Store shard to write (one per parallel collector).")
     ] = "main",
-    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda[:n].")] = "cpu",
+    device: DeviceOption = "auto",
     follow_policy: Annotated[
         bool,
         typer.Option(
@@ -81,13 +88,9 @@ def collect(
         ),
     ] = None,
     max_restarts: Annotated[
-        int | None,
-        typer.Option(
-            "--max-restarts",
-            min=0,
-            help="With --workers: restarts allowed per worker [default: 3].",
-        ),
-    ] = None,
+        int,
+        typer.Option("--max-restarts", min=0, help="With --workers: restarts allowed per worker."),
+    ] = 3,
     json_output: JsonOption = False,
     quiet: QuietOption = False,
     debug: DebugOption = False,
@@ -115,7 +118,8 @@ def collect(
                   ExitCode.USAGE)  # fmt: skip
         if no_wait and not follow_policy:
             abort("--no-wait goes with --follow-policy", ExitCode.USAGE)
-        if workers is None and (ray_address is not None or max_restarts is not None):
+        restarts_given = ctx.get_parameter_source("max_restarts").name != "DEFAULT"
+        if workers is None and (ray_address is not None or restarts_given):
             option = "--ray-address" if ray_address is not None else "--max-restarts"
             abort(f"{option} goes with --workers N", ExitCode.USAGE)
         if workers is not None and shard != "main":
@@ -131,11 +135,9 @@ def collect(
                    "wait_for_policy": not no_wait}  # fmt: skip
         if workers is not None:
             from emote_cli.collect_workers import collect_on_workers
-            from emote_core.scale.collection import DEFAULT_MAX_RESTARTS
 
-            restarts = DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts
             collect_on_workers(loaded, out, display, workers=workers, address=ray_address,
-                               max_restarts=restarts, json_output=json_output,
+                               max_restarts=max_restarts, json_output=json_output,
                                **options)  # fmt: skip
             return
         from emote_core.assembly.collection import CollectionProgress, collect_to_store

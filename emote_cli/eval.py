@@ -9,6 +9,7 @@ import typer
 
 from emote_cli._common import (
     DebugOption,
+    DeviceOption,
     ExitCode,
     JsonOption,
     QuietOption,
@@ -54,7 +55,16 @@ def evaluate(
     stochastic: Annotated[
         bool, typer.Option("--stochastic", help="Sample actions instead of acting greedily.")
     ] = False,
-    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda[:n].")] = "cpu",
+    device: DeviceOption = "auto",
+    video: Annotated[
+        Path | None,
+        typer.Option(
+            "--video",
+            metavar="DIR",
+            help="Record every episode as an MP4 file in DIR (created; files already there are "
+            "kept and the videos take new names); needs the video extra.",
+        ),
+    ] = None,
     json_output: JsonOption = False,
     quiet: QuietOption = False,
     debug: DebugOption = False,
@@ -106,6 +116,7 @@ def evaluate(
                 episodes=count,
                 seed=env_seed,
                 on_episode=episode_progress(display, count),
+                video_dir=video,
             )
         report["checkpoint"] = str(checkpoint) if checkpoint is not None else None
         report["deterministic"] = not stochastic
@@ -123,6 +134,11 @@ def evaluate(
                 f"{report['episodes']} episodes of {report['env']}: mean return "
                 f"{report['mean_return']:.2f} ± {report['std_return']:.2f}"
             )
+            if video is not None:
+                stdout_console().print(
+                    f"videos: {len(report['videos'])} MP4 file(s) in {video}",
+                    markup=False, highlight=False, soft_wrap=True,
+                )  # fmt: skip
         if report["passed"] is False:
             below = (
                 f"--min-return {threshold}"

@@ -18,6 +18,7 @@ import typer
 from emote_cli._common import (
     AllowNonfiniteOption,
     DebugOption,
+    DeviceOption,
     ExitCode,
     JsonOption,
     QuietOption,
@@ -44,7 +45,9 @@ def train(
     ] = None,
     memory: Annotated[
         list[str] | None,
-        typer.Option("--memory", help="An emote memory store to start from (repeatable)."),
+        typer.Option(
+            "--memory", metavar="STORE", help="An emote memory store to start from (repeatable)."
+        ),
     ] = None,
     live: Annotated[
         bool | None,
@@ -82,7 +85,7 @@ def train(
     run_dir: Annotated[
         Path | None, typer.Option("--run-dir", help="Run directory (runs/<recipe>-<time>).")
     ] = None,
-    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda[:n].")] = "auto",
+    device: DeviceOption = "auto",
     threads: Annotated[
         int | None,
         typer.Option(
@@ -116,6 +119,14 @@ def train(
         list[str] | None,
         typer.Option("--set", metavar="KEY=VALUE", help="Override a recipe value (repeatable)."),
     ] = None,
+    show: Annotated[
+        bool,
+        typer.Option(
+            "--show",
+            help="Print the resolved recipe (every key, after --set) as TOML, or JSON with --json, "
+            "and exit without training.",
+        ),
+    ] = False,
     json_output: JsonOption = False,
     quiet: QuietOption = False,
     debug: DebugOption = False,
@@ -127,7 +138,7 @@ def train(
 
     Ctrl-C stops after the current update, writes a checkpoint, says how to resume and exits 130.
 
-    Under ``torchrun --nproc-per-node K -m emote_cli train ...`` the K processes train one run
+    Under torchrun --nproc-per-node K -m emote_cli train ... the K processes train one run
     data-parallel: each samples its own batches (and collects its own experience when live),
     gradients are averaged, and rank 0 alone writes the run directory and prints.
     """
@@ -159,6 +170,9 @@ def train(
             settings.append("logging.wandb=true")
         if publish_interval is not None:
             settings.append(f"training.publish_interval={publish_interval}")
+        if show:
+            _show_recipe(recipe, settings, resume=resume, json_output=json_output)
+            return
         if follow and not memory and not resume:
             abort("--follow follows the stores given with --memory STORE; pass one", ExitCode.USAGE)
         chosen = resolve_device(device)
@@ -278,6 +292,22 @@ def train(
             f"{summary['checkpoint']}\nnext: emote eval {quoted}",
             markup=False, highlight=False, soft_wrap=True,
         )  # fmt: skip
+
+
+def _show_recipe(
+    recipe: str | None, settings: list[str], *, resume: bool, json_output: bool
+) -> None:
+    """``--show``: the recipe with the overrides applied, on stdout; nothing is written."""
+    from emote_core.recipes.loading import load_recipe, recipe_to_dict, recipe_to_toml
+
+    if recipe is None or resume:
+        abort("--show prints a recipe before a run exists: pass RECIPE, without --resume",
+              ExitCode.USAGE)  # fmt: skip
+    loaded = load_recipe(recipe, settings)
+    if json_output:
+        emit_json(recipe_to_dict(loaded))
+    else:
+        typer.echo(recipe_to_toml(loaded), nl=False)
 
 
 def _secondary_rank() -> bool:

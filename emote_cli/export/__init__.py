@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import typer
 
+from emote_cli._help import EmoteCommand, EmoteGroup
 from emote_cli.export import onnx
 
 __all__ = ["app"]
 
 app = typer.Typer(
+    cls=EmoteGroup,
     name="export",
     help="Export trained policies to run outside emote: ONNX for onnxruntime and game engines.",
     no_args_is_help=True,
@@ -20,4 +22,4 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
-app.command("onnx")(onnx.onnx)
+app.command("onnx", cls=EmoteCommand)(onnx.onnx)

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import typer
 
+from emote_cli._help import EmoteCommand, EmoteGroup
 from emote_cli.memory import convert, inspect, verify
 
 __all__ = ["app"]
 
 app = typer.Typer(
+    cls=EmoteGroup,
     name="memory",
     help=(
         "Inspect, verify and convert episode memories: emote's Zarr stores, upstream emote zips "
@@ -23,6 +25,6 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
-app.command("inspect")(inspect.inspect)
-app.command("verify")(verify.verify)
-app.command("convert")(convert.convert)
+app.command("inspect", cls=EmoteCommand)(inspect.inspect)
+app.command("verify", cls=EmoteCommand)(verify.verify)
+app.command("convert", cls=EmoteCommand)(convert.convert)

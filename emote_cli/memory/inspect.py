@@ -96,7 +96,7 @@ def inspect(
 ) -> None:
     """Show what a memory holds: format, schema, spaces, episodes, transitions and statistics.
 
-    Works on emote's Zarr stores and, read-only, on every format `emote memory convert` reads.
+    Works on emote's Zarr stores and, read-only, on every format emote memory convert reads.
     """
     setup_logging(quiet=quiet, debug=debug)
     with handle_errors(debug=debug, json_output=json_output):

@@ -10,6 +10,7 @@ import dataclasses
 import difflib
 import functools
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from emote_core.onnx.graph import PolicyGraph
 from emote_core.recipes.loading import load_recipe
 from emote_core.recipes.schema import Recipe
 from emote_core.spaces import MDPSpace
+from emote_core.utils.dependencies import missing_dependency
 
 log = logging.getLogger(__name__)
 
@@ -51,18 +53,44 @@ def check_env_id(env_id: str) -> None:
     raise ConfigurationError(f"'{env_id}' is not a registered gymnasium environment{hint}")
 
 
-def make_env(recipe: Recipe, *, num_envs: int | None = None) -> Any:
-    """The recipe's environment as a ``DictGymWrapper`` over a gymnasium vector env."""
+def make_env(
+    recipe: Recipe,
+    *,
+    num_envs: int | None = None,
+    render_mode: str | None = None,
+    wrappers: list[Callable[[Any], Any]] | None = None,
+) -> Any:
+    """The recipe's environment as a ``DictGymWrapper`` over a gymnasium vector env.
+
+    Args:
+        recipe: Names the env (``[env]``).
+        num_envs: Environments stepped together (default: the recipe's ``env.num_envs``).
+        render_mode: Passed to each env (``"rgb_array"`` to record video).
+        wrappers: Wrap each single env, innermost first.
+
+    Raises:
+        ConfigurationError: If the id is not registered or the env rejects ``env.kwargs``.
+        MissingDependencyError: If the env needs an optional package that is not installed.
+    """
     from emote_core.env import DictGymWrapper, make_vector_env
 
     check_env_id(recipe.env.id)
     kwargs = dict(recipe.env.kwargs)
     if recipe.env.max_episode_steps is not None:
         kwargs["max_episode_steps"] = recipe.env.max_episode_steps
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
     try:
-        vector = make_vector_env(recipe.env.id, num_envs=num_envs or recipe.env.num_envs, **kwargs)
+        vector = make_vector_env(
+            recipe.env.id, num_envs=num_envs or recipe.env.num_envs, wrappers=wrappers, **kwargs
+        )
     except TypeError as error:  # an env constructor that does not take a given keyword
         raise ConfigurationError(f"env '{recipe.env.id}' rejected env.kwargs: {error}") from error
+    except Exception as error:
+        missing = missing_dependency(error, f"env '{recipe.env.id}'")
+        if missing is None:
+            raise
+        raise missing from error
     return DictGymWrapper(vector)
 
 

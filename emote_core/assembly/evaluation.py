@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from emote_core.assembly.builders import make_env
+from emote_core.assembly.builders import check_env_id, make_env
 from emote_core.callbacks.checkpointing import CHECKPOINT_DIRECTORY, is_torch_file
 from emote_core.errors import ConfigurationError
 from emote_core.onnx.agent import is_onnx_file
@@ -64,6 +64,7 @@ def evaluate(
     episodes: int,
     seed: int,
     on_episode: Callable[[list[float]], None] | None = None,
+    video_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Runs ``agent`` on one environment for ``episodes`` whole episodes.
 
@@ -73,12 +74,34 @@ def evaluate(
         episodes: How many episodes to run.
         seed: Seeds the environment's first reset.
         on_episode: Called with the returns so far each time an episode ends (for progress).
+        video_dir: Record every episode as an MP4 file in this folder (created; files already
+            there are kept, the videos take the next free names ``episode-<n>.mp4``).
 
     Returns:
         ``{env, seed, episodes, returns, lengths, mean_return, std_return, lowest_return,
-        highest_return}``.
+        highest_return}``, and ``videos`` (the files, in episode order) with ``video_dir``.
+
+    Raises:
+        ConfigurationError: If ``video_dir`` is given for an env that renders no rgb_array frames.
+        MissingDependencyError: If ``video_dir`` is given without the ``video`` extra.
     """
-    env = make_env(recipe, num_envs=1)
+    recorders: list[Any] = []
+    wrappers = None
+    if video_dir is not None:
+        from emote_core.env.video import EpisodeVideos, check_renders_frames, require_video_writer
+
+        require_video_writer()
+        check_env_id(recipe.env.id)
+        check_renders_frames(recipe.env.id)
+
+        def record(single: Any) -> Any:
+            recorders.append(EpisodeVideos(single, video_dir, episodes=episodes))
+            return recorders[-1]
+
+        wrappers = [record]
+    env = make_env(
+        recipe, num_envs=1, render_mode="rgb_array" if video_dir else None, wrappers=wrappers
+    )
     returns: list[float] = []
     lengths: list[int] = []
     try:
@@ -94,7 +117,7 @@ def evaluate(
     finally:
         env.close()
     returns, lengths = returns[:episodes], lengths[:episodes]
-    return {
+    report = {
         "env": recipe.env.id,
         "seed": seed,
         "episodes": len(returns),
@@ -105,6 +128,10 @@ def evaluate(
         "lowest_return": float(np.min(returns)),
         "highest_return": float(np.max(returns)),
     }
+    if video_dir is not None:
+        report["video_dir"] = str(video_dir)
+        report["videos"] = [str(path) for recorder in recorders for path in recorder.files]
+    return report
 
 
 __all__ = ["PolicyKind", "evaluate", "policy_kind"]

@@ -235,3 +235,94 @@ def test_train_help_shows_the_tables_resume_may_change() -> None:
     result = CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == ExitCode.OK
     assert "[eval] and [logging]" in " ".join(result.stdout.replace("│", " ").split())
+
+
+def _help_of_every_command() -> list[tuple[str, object, str]]:
+    """``(command path, command, its --help output)`` for the root, every group and command."""
+    import typer.main
+
+    runner = CliRunner(env={"COLUMNS": "200"})
+    helps = []
+    for path, command in _all_commands(typer.main.get_command(app)):
+        result = runner.invoke(app, [*path, "--help"])
+        assert result.exit_code == ExitCode.OK, result.output
+        helps.append((" ".join(("emote", *path)), command, result.stdout))
+    return helps
+
+
+def _option_row(help_text: str, option: str) -> str:
+    """The text of an option's row in Rich's table (continuation lines joined)."""
+    rows, current = [], None
+    for line in help_text.splitlines():
+        cells = line.strip("│ ").split()
+        if line.startswith("│") and cells and cells[0].startswith("-"):
+            current = [line]
+            rows.append(current)
+        elif current is not None and line.startswith("│"):
+            current.append(line)
+        else:
+            current = None
+    for row in rows:
+        if row[0].strip("│ ").split()[0] == option:
+            return " ".join(" ".join(part.strip("│ ").split()) for part in row)
+    raise AssertionError(f"no row for {option} in:\n{help_text}")
+
+
+def test_help_shows_no_python_type_placeholders_or_raw_backticks() -> None:
+    import re
+
+    found = []
+    for name, _, text in _help_of_every_command():
+        for wrong in ("<bool>", "<list[", "`"):
+            if wrong in text:
+                found.append(f"{name} --help shows {wrong!r}")
+        usage = next(line for line in text.splitlines() if "Usage:" in line)
+        for piece in usage.split("Usage:", 1)[1].split()[len(name.split()) :]:
+            # one style for positional metavars: NAME, [NAME] when optional; never {name}
+            if not re.fullmatch(r"\[?[A-Z][A-Z_]*\]?(\.\.\.)?", piece) and piece not in (
+                "[OPTIONS]",
+                "[ARGS]...",
+            ):
+                found.append(f"{name}: usage piece {piece!r} in {usage.strip()!r}")
+    assert not found, "\n".join(found)
+
+
+def test_every_option_with_a_default_shows_it() -> None:
+    missing = []
+    for name, command, text in _help_of_every_command():
+        for param in command.params:
+            if param.param_type_name != "option" or param.hidden or param.expose_value is False:
+                continue
+            if param.default is None or param.default is False or not param.opts:
+                continue
+            row = _option_row(text, param.opts[0])
+            if "[default: " not in row:
+                missing.append(f"{name} {param.opts[0]}: {row!r}")
+    assert not missing, "\n".join(missing)
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "shown"),
+    [
+        ("collect", "--max-restarts", "[default: 3]"),
+        ("collect", "--envs", "(default: the recipe's env.num_envs)"),
+        ("collect", "--device", "[default: auto]"),
+        ("train", "--device", "[default: auto]"),
+        ("eval", "--device", "[default: auto]"),
+    ],
+)
+def test_defaults_that_help_used_to_hide_or_disagree_on_are_shown(
+    runner: CliRunner, command: str, option: str, shown: str
+) -> None:
+    result = runner.invoke(app, [command, "--help"])
+    assert result.exit_code == ExitCode.OK
+    assert shown in _option_row(result.stdout, option)
+
+
+def test_the_default_of_max_restarts_is_the_librarys() -> None:
+    import inspect
+
+    from emote_cli.collect import collect
+    from emote_core.scale.collection import DEFAULT_MAX_RESTARTS
+
+    assert inspect.signature(collect).parameters["max_restarts"].default == DEFAULT_MAX_RESTARTS

@@ -277,3 +277,101 @@ def test_collect_and_export_never_write_over_a_folder_of_user_files(
     assert (in_tmp / "mine.onnx").read_text().startswith("a user's file")
     assert run(runner, "export", "onnx", "r", "--out", "p.onnx").exit_code == 0
     assert run(runner, "export", "onnx", "r", "--out", "p.onnx", "--force").exit_code == 0
+
+
+def test_train_show_prints_the_resolved_recipe_and_starts_no_run(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    import tomllib
+
+    from emote_core.recipes import load_recipe
+    from emote_core.recipes.loading import recipe_to_dict
+
+    args = ("train", "sac_pendulum", "--show", "--set", "training.bp_steps=7", "--seed", "5")
+    expected = load_recipe("sac_pendulum", ["training.bp_steps=7", "seed=5"])
+    shown = run(runner, *args)
+    assert shown.exit_code == 0, shown.output
+    recipe = tomllib.loads(shown.stdout)
+    assert recipe["training"]["bp_steps"] == 7 and recipe["seed"] == 5
+    assert recipe["env"]["id"] == "Pendulum-v1"
+    assert "learning_rate" in recipe["sac"]  # every key, the defaults included
+    (in_tmp / "shown.toml").write_text(shown.stdout)
+    assert load_recipe("shown.toml") == expected
+
+    as_json = run(runner, *args, "--json")
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.stdout) == recipe_to_dict(expected)
+    assert list(in_tmp.iterdir()) == [in_tmp / "shown.toml"]  # no runs/ directory
+
+    resumed = run(runner, "train", "--resume", "--show")
+    assert resumed.exit_code == 2 and "--show prints a recipe" in resumed.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny_pendulum_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run of sac_pendulum trained for 2 updates, with 10-step episodes."""
+    run_dir = tmp_path_factory.mktemp("runs") / "pendulum"
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(
+        app,
+        ["train", "sac_pendulum", "--steps", "2", "--run-dir", str(run_dir), "--device", "cpu",
+         "--set", "env.max_episode_steps=10", "--set", "memory.warmup_steps=10",
+         "--set", "memory.batch_size=8", "--set", "sac.hidden_dims=[8]",
+         "--set", "eval.episodes=1", "-q", "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return run_dir
+
+
+def test_eval_video_records_each_episode_to_an_mp4_beside_the_users_files(
+    runner: CliRunner, in_tmp: Path, tiny_pendulum_run: Path
+) -> None:
+    import imageio.v2 as imageio
+
+    (in_tmp / "videos").mkdir()
+    (in_tmp / "videos" / "episode-000.mp4").write_bytes(b"the user's own video")
+    result = run(runner, "eval", str(tiny_pendulum_run), "--episodes", "2", "--video", "videos",
+                 "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["video_dir"] == "videos"
+    assert report["videos"] == ["videos/episode-001.mp4", "videos/episode-002.mp4"]
+    assert (in_tmp / "videos" / "episode-000.mp4").read_bytes() == b"the user's own video"
+    assert sorted(p.name for p in (in_tmp / "videos").iterdir()) == [
+        "episode-000.mp4", "episode-001.mp4", "episode-002.mp4"
+    ]  # fmt: skip
+    for path, length in zip(report["videos"], report["lengths"], strict=True):
+        with imageio.get_reader(path) as reader:
+            frames = [frame for frame in reader]
+        assert len(frames) == length + 1  # the first observation, then one frame per step
+        assert frames[0].ndim == 3 and frames[0].shape[2] == 3 and frames[0].std() > 0
+
+    text = run(runner, "eval", str(tiny_pendulum_run), "--episodes", "1", "--video", "new/dir")
+    assert text.exit_code == 0, text.output
+    assert "videos: 1 MP4 file(s) in new/dir" in text.stdout
+    assert [p.name for p in (in_tmp / "new" / "dir").iterdir()] == ["episode-000.mp4"]
+
+
+def test_eval_video_without_the_extra_or_of_an_env_that_does_not_render_is_one_line(
+    runner: CliRunner, in_tmp: Path, tiny_pendulum_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from emote_core import install_command
+
+    cannot = run(runner, "eval", str(tiny_pendulum_run), "--env", "emote/HitTheMiddle-v0",
+                 "--video", "v")  # fmt: skip
+    assert cannot.exit_code == 1, cannot.output
+    assert cannot.stderr.strip().splitlines() == [
+        "error: env 'emote/HitTheMiddle-v0' renders [], not 'rgb_array' frames, so its episodes "
+        "cannot be recorded as video; record an env that renders rgb_array"
+    ]
+    monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)
+    missing = run(runner, "eval", str(tiny_pendulum_run), "--video", "v", "--json")
+    assert missing.exit_code == 1, missing.output
+    line = (
+        "recording video needs the optional dependency imageio-ffmpeg, which is not installed: "
+        f"{install_command('video')}"
+    )
+    assert missing.stderr.strip().splitlines() == [f"error: {line}"]
+    assert json.loads(missing.stdout) == {"error": line, "exit_code": 1}
+    assert not (in_tmp / "v").exists()

@@ -117,3 +117,51 @@ def test_a_binary_recipe_file_is_one_line_naming_it(
     (in_tmp / "model.pt").write_bytes(content)
     line = _one_error_line(runner.invoke(app, ["train", "model.pt"]), ExitCode.ERROR)
     assert line.startswith("error: 'model.pt' is not a TOML recipe file")
+
+
+@pytest.fixture
+def without_mujoco(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MuJoCo as a machine without the mujoco extra has it: ``import mujoco`` fails, so gymnasium's
+    MuJoCo envs raise its ``DependencyNotInstalled`` when they are made."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "mujoco", None)
+    for name in [m for m in sys.modules if m.startswith("gymnasium.envs.mujoco")]:
+        monkeypatch.delitem(sys.modules, name)  # imported again, without mujoco
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("train", "sac_inverted_pendulum", "--steps", "2", "--run-dir", "r"),
+        ("collect", "sac_inverted_pendulum", "--out", "c.zarr", "--episodes", "1"),
+    ],
+)
+def test_a_recipe_whose_env_needs_a_missing_extra_is_one_line_naming_it(
+    runner: CliRunner, in_tmp: Path, without_mujoco: None, args: tuple[str, ...]
+) -> None:
+    from emote_core import install_command
+
+    line = _one_error_line(runner.invoke(app, list(args)), ExitCode.ERROR)
+    assert line == (
+        "error: env 'InvertedPendulum-v5' needs the optional dependency mujoco, which is not "
+        f"installed: {install_command('mujoco')}"
+    )
+    assert "[mujoco]" in line
+    assert not (in_tmp / "r").exists() and not (in_tmp / "c.zarr").exists()
+
+
+def test_a_missing_optional_package_anywhere_is_one_line_not_an_internal_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import typer
+
+    from emote_core import install_command
+
+    with pytest.raises(typer.Exit) as caught, handle_errors():
+        raise ModuleNotFoundError("No module named 'imageio_ffmpeg'", name="imageio_ffmpeg")
+    assert caught.value.exit_code == ExitCode.ERROR
+    assert capsys.readouterr().err == (
+        "error: this command needs the optional dependency imageio-ffmpeg, which is not "
+        f"installed: {install_command('video')}\n"
+    )
