@@ -128,10 +128,10 @@ class AllocationBudget:
                 "it is damaged or built to exhaust memory; recorded experience does not expand "
                 "this much, so it was not read"
             )
+        before = f" (with {self.charged:,} declared before it)" if self.charged else ""
         raise FormatError(
             f"{self.source}: {member} declares {nbytes:,} bytes{detail}, beyond what this file "
-            f"may make emote allocate ({self.limit:,} bytes: {rule}; {self.charged:,} already "
-            f"read) — {fix}"
+            f"may make emote allocate{before}: {self.limit:,} bytes, {rule} — {fix}"
         )
 
     def charge_nested(self, member: str, value: Any) -> int:
