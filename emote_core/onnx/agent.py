@@ -19,15 +19,16 @@ from pathlib import Path
 import numpy as np
 
 from emote_core.errors import ConfigurationError, FormatError
-from emote_core.onnx.format import ACTIONS_OUTPUT, EPSILON_INPUT, PolicyMetadata
+from emote_core.onnx.format import (
+    ACTIONS_OUTPUT,
+    EPSILON_INPUT,
+    MAX_POLICY_BYTES,
+    PolicyMetadata,
+)
 from emote_core.proxies.base import acting_agents
 from emote_core.spaces import DiscreteSpace, MDPSpace, describe_shape, describe_space
 from emote_core.typing import AgentId, DictObservation, DictResponse
 from emote_core.utils.files import read_regular_file
-
-MAX_POLICY_BYTES = 2**31 - 1
-"""The largest ``.onnx`` file read: protobuf's limit for a model that keeps its weights inside
-the file, as emote's exports do."""
 
 
 def is_onnx_file(path: str | Path) -> bool:
@@ -50,7 +51,8 @@ class OnnxAgentProxy:
     Raises:
         ConfigurationError: If the file does not exist or does not fit ``spaces``.
         FormatError: If it is not a regular file (a named pipe, a device), holds more than
-            :data:`MAX_POLICY_BYTES`, or is not a loadable emote policy export.
+            :data:`~emote_core.onnx.format.MAX_POLICY_BYTES`, or is not a loadable emote policy
+            export.
     """
 
     def __init__(

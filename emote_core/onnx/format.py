@@ -40,6 +40,9 @@ BATCH_AXIS = "batch"
 """The name of the dynamic leading axis of every input and output."""
 ACTION_RESCALE = "env_action = low + (actions + 1) * (high - low) / 2"
 """How an engine maps SAC's ``actions`` in ``[-1, 1]`` onto the environment's bounds."""
+MAX_POLICY_BYTES = 2**31 - 1
+"""The largest ``.onnx`` file emote reads: protobuf's limit for a model that keeps its weights
+inside the file, as emote's exports do."""
 
 
 class OnnxPolicyVersion(IntEnum):
@@ -207,6 +210,7 @@ __all__ = [
     "BATCH_AXIS",
     "EPSILON_INPUT",
     "FORMAT_NAME",
+    "MAX_POLICY_BYTES",
     "Q_VALUES_OUTPUT",
     "MetadataKey",
     "OnnxPolicyVersion",

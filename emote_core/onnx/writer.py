@@ -30,9 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from emote_core.errors import ConfigurationError, ExportError
-from emote_core.onnx.format import BATCH_AXIS, PolicyMetadata
+from emote_core.errors import ConfigurationError, ExportError, FormatError
+from emote_core.onnx.format import BATCH_AXIS, MAX_POLICY_BYTES, PolicyMetadata
 from emote_core.onnx.graph import PolicyGraph
+from emote_core.utils.files import read_regular_file
 
 log = logging.getLogger(__name__)
 
@@ -189,8 +190,9 @@ def check_destination(destination: Path, *, force: bool) -> None:
     """An export writes a new file, or (with ``force``) replaces an ONNX model, nothing else.
 
     Raises:
-        ExportError: If ``destination`` exists without ``force``, or is a directory, a link or
-            a file that is not an ONNX model.
+        ExportError: If ``destination`` exists without ``force``, or is a directory, a link, a
+            named pipe, a device or a file that is not an ONNX model (read only up to
+            :data:`~emote_core.onnx.format.MAX_POLICY_BYTES`).
     """
     if destination.is_dir():
         raise ExportError(f"'{destination}' is a directory; --out names the .onnx file to write")
@@ -202,8 +204,13 @@ def check_destination(destination: Path, *, force: bool) -> None:
         raise ExportError(f"'{destination}' is a symbolic link; --force replaces no links")
     import onnx
 
+    rule = "--force replaces only an ONNX file — choose another --out"
+    try:  # a named pipe or a device is refused unread (opening a pipe would wait for ever)
+        data = read_regular_file(destination, limit=MAX_POLICY_BYTES, rule=rule)
+    except FormatError as error:
+        raise ExportError(str(error)) from None
     try:
-        onnx.load(str(destination), load_external_data=False)
+        onnx.load_model_from_string(data)
     except Exception:  # onnx raises protobuf's own errors for files of other kinds
         raise ExportError(
             f"'{destination}' is not an ONNX model; --force replaces only an ONNX file — choose "

@@ -116,7 +116,7 @@ class PolicyRelay:
 
     def _read(self, path: Path) -> RelayedPolicy:
         from emote_core.assembly.compatibility import onnx_collect_agent
-        from emote_core.onnx.agent import MAX_POLICY_BYTES
+        from emote_core.onnx.format import MAX_POLICY_BYTES
         from emote_core.utils.files import read_regular_file
 
         try:  # a pipe or a device in its place is refused, not read

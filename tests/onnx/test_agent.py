@@ -14,7 +14,8 @@ from emote_core.algorithms.dqn import DoubleDQN
 from emote_core.algorithms.sac import SoftActorCritic
 from emote_core.errors import ConfigurationError, FormatError
 from emote_core.nn import DiscreteActionValueMlp, GaussianMlpPolicy
-from emote_core.onnx.agent import MAX_POLICY_BYTES, OnnxAgentProxy
+from emote_core.onnx.agent import OnnxAgentProxy
+from emote_core.onnx.format import MAX_POLICY_BYTES
 from emote_core.onnx.graph import policy_metadata
 from emote_core.onnx.writer import export_policy
 from emote_core.proxies import EpsilonGreedyAgentProxy, MultiKeyAgentProxy

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import stat
 import threading
 import time
 from pathlib import Path
@@ -82,6 +84,15 @@ def test_each_supported_opset_is_written_as_asked_in_one_file(tmp_path: Path, op
         ("pos", ["batch", 3]), ("grid", ["batch", 2, 2]), ("epsilon", ["batch", 2])
     ]  # fmt: skip
     assert [(o.name, o.shape) for o in session.get_outputs()] == [("actions", ["batch", 2])]
+
+
+def test_force_refuses_a_named_pipe_unread_and_keeps_it(tmp_path: Path) -> None:
+    pipe = tmp_path / "policy.onnx"
+    os.mkfifo(pipe)  # opened for reading the usual way, it would wait for a writer for ever
+    with pytest.raises(ExportError, match=r"'.*policy\.onnx' is not a file \(mode p.*--force"):
+        export_sac(pipe, force=True)
+    assert stat.S_ISFIFO(pipe.lstat().st_mode)  # not replaced
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["policy.onnx"]
 
 
 def test_the_file_acts_exactly_as_the_torch_proxy(tmp_path: Path) -> None:
