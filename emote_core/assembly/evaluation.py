@@ -82,7 +82,8 @@ def evaluate(
         highest_return}``, and ``videos`` (the files, in episode order) with ``video_dir``.
 
     Raises:
-        ConfigurationError: If ``video_dir`` is given for an env that renders no rgb_array frames.
+        ConfigurationError: If ``video_dir`` is a file, or is given for an env that renders no
+            rgb_array frames.
         MissingDependencyError: If ``video_dir`` is given without the ``video`` extra.
     """
     recorders: list[Any] = []
@@ -93,6 +94,10 @@ def evaluate(
         require_video_writer()
         check_env_id(recipe.env.id)
         check_renders_frames(recipe.env.id)
+        if video_dir.exists() and not video_dir.is_dir():
+            raise ConfigurationError(
+                f"the video folder '{video_dir}' is a file; pass a folder (created when missing)"
+            )
 
         def record(single: Any) -> Any:
             recorders.append(EpisodeVideos(single, video_dir, episodes=episodes))

@@ -365,6 +365,13 @@ def test_eval_video_without_the_extra_or_of_an_env_that_does_not_render_is_one_l
         "error: env 'emote/HitTheMiddle-v0' renders [], not 'rgb_array' frames, so its episodes "
         "cannot be recorded as video; record an env that renders rgb_array"
     ]
+    (in_tmp / "notes.txt").write_text("a user's file")
+    a_file = run(runner, "eval", str(tiny_pendulum_run), "--video", "notes.txt")
+    assert a_file.exit_code == 1, a_file.output
+    assert a_file.stderr.strip().splitlines() == [
+        "error: the video folder 'notes.txt' is a file; pass a folder (created when missing)"
+    ]
+    assert (in_tmp / "notes.txt").read_text() == "a user's file"
     monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)
     missing = run(runner, "eval", str(tiny_pendulum_run), "--video", "v", "--json")
     assert missing.exit_code == 1, missing.output
