@@ -255,6 +255,11 @@ ALLOWED_GLOBALS: dict[tuple[str, str], Any] = _build_allowlist()
 """Every ``(module, name)`` a restricted pickle may name, and what it resolves to."""
 
 
+class _Stopped(Exception):
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
 def _sized_arguments(value: Any) -> bool:
     return isinstance(value, list | tuple | np.ndarray)
 
@@ -282,10 +287,40 @@ class RestrictedUnpickler(pickle._Unpickler):  # the Python unpickler: see the c
 
     def __init__(self, file: IO[bytes], *, budget: AllocationBudget | None = None, **kwargs: Any):
         super().__init__(file, **kwargs)
+        self.stream = file
         position = file.tell()
         self.size = file.seek(0, io.SEEK_END) - position
         file.seek(position)
         self.budget = budget or AllocationBudget("the pickle", self.size)
+
+    def load(self) -> Any:
+        """Reads the pickle; see the class doc for what it refuses."""
+        # Frames (protocol 4+) only group the opcodes that follow them in the stream, so every
+        # read goes straight to the stream, without pickle's pure-Python framing layer.
+        self.read, self.readinto = self.stream.read, self.stream.readinto  # type: ignore[attr-defined]
+        self.readline = self.stream.readline
+        self.metastack, self.stack = [], []
+        self.append = self.stack.append
+        self.proto = 0
+        read, dispatch = self.read, self.dispatch
+        try:
+            while True:
+                key = read(1)
+                if not key:
+                    raise EOFError("the pickle ends before its STOP opcode")
+                dispatch[key[0]](self)
+        except _Stopped as stopped:
+            return stopped.value
+
+    def load_frame(self) -> None:
+        self.read(8)  # the frame's length: its opcodes follow and are read as they come
+
+    dispatch[pickle.FRAME[0]] = load_frame
+
+    def load_stop(self) -> None:
+        raise _Stopped(self.stack.pop())
+
+    dispatch[pickle.STOP[0]] = load_stop
 
     def find_class(self, module: str, name: str) -> Any:
         # Python 2 era names (protocols 0-2: "__builtin__.long") map as plain pickle maps them.
