@@ -276,7 +276,7 @@ def _refuse_nonfinite(table: Any, stores: Sequence[str | Path]) -> None:
     raise FormatError(
         f"store {named}: column '{found.column}' holds {found.count:,} non-finite values (NaN or "
         f"inf) in {found.episodes:,} episode(s), the first in episode {found.episode} at row "
-        f"{found.row}; training on them turns losses into NaN — convert the store without them, "
+        f"{found.row}; training on them turns losses into NaN — repair the store, "
         "or pass allow_nonfinite=True (--allow-nonfinite) to train on them"
     )
 
