@@ -442,9 +442,10 @@ def safe_loads(data: bytes, *, trust: bool = False, budget: AllocationBudget | N
     except FormatError:  # refused globals and budgets, already one line
         raise
     except Exception as error:  # pickle reports damage with many exception types
+        where = f"{budget.source}: " if budget is not None else ""
         raise FormatError(
-            f"the data is not a readable pickle ({type(error).__name__}: {error}); the file is "
-            "damaged or not in the format it claims"
+            f"{where}the data is not a readable pickle ({type(error).__name__}: {error}); the "
+            "file is damaged or not in the format it claims"
         ) from error
 
 

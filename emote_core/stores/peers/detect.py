@@ -18,6 +18,7 @@ from emote_core.stores.peers.tmrl import DATASET_FILE, TMRL_FORMAT
 
 _SB3_MODULE = "stable_baselines3.common.buffers"
 _PEEK_OPCODES = 200
+_PEEK_BYTES = 1 << 16
 # A torch.save zip's data.pkl holds only the structure (about 35 opcodes per tensor; the data is
 # in other members), so its names are read further: a PPO memory has 9 tensors.
 _PEEK_TORCH_OPCODES = 10_000
@@ -113,7 +114,8 @@ def detect_peer_format(path: str | os.PathLike[str]) -> str | None:
                 return None
             if head[:1] == b"\x80":
                 file.seek(0)
-                first, found, _ = _peek_pickle(file)
+                # From memory: a file's read(n) allocates the n bytes a length opcode declares.
+                first, found, _ = _peek_pickle(io.BytesIO(file.read(_PEEK_BYTES)))
                 if found is not None and found.startswith(f"{_SB3_MODULE}."):
                     return SB3_FORMAT
                 top_list = first[:1] == ["EMPTY_LIST"] or first == ["MARK", "LIST"]

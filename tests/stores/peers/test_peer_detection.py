@@ -80,3 +80,21 @@ def test_detection_does_not_run_a_pickle(tmp_path):
     path.write_bytes(pickle.dumps({"buffer": Payload()}))
     assert detect_peer_format(path) is None
     assert not marker.exists()
+
+
+def test_detection_allocates_nothing_a_pickle_declares(tmp_path):
+    import tracemalloc
+
+    from emote_core.stores.upstream import read_table_file
+
+    declared = tmp_path / "declares.pkl"  # BINBYTES8 of 1 GiB, then 3 bytes
+    declared.write_bytes(b"\x80\x04\x8e" + (1 << 30).to_bytes(8, "little") + b"abc.")
+    tracemalloc.start()
+    try:
+        assert detect_peer_format(declared) is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"{peak:,} bytes allocated to look at a 16-byte file"
+    with pytest.raises(FormatError, match=r"^legacy dump '.*declares.pkl': the data is not a"):
+        read_table_file(declared)
