@@ -268,18 +268,20 @@ def _train_until_interrupted(args: list[str], *, past: int, cwd: Path) -> tuple[
     )  # fmt: skip
     assert process.stderr is not None
     lines: list[str] = []
-    going = threading.Event()
+    progressed, seen = threading.Event(), threading.Event()
 
     def read() -> None:
         for line in process.stderr:  # type: ignore[union-attr]
             lines.append(line)
             shown = re.match(r"train update=(\d+)/", line)
             if shown and int(shown[1]) > past:
-                going.set()
+                progressed.set()
+                seen.set()
+        seen.set()  # it ended without getting there
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    assert going.wait(timeout=180), "".join(lines[-20:])
+    assert seen.wait(timeout=180) and progressed.is_set(), "".join(lines[-20:])
     process.send_signal(signal.SIGINT)
     status = process.wait(timeout=120)
     reader.join(timeout=60)
