@@ -22,6 +22,7 @@ _PEEK_BYTES = 1 << 16
 # A torch.save zip's data.pkl holds only the structure (about 35 opcodes per tensor; the data is
 # in other members), so its names are read further: a PPO memory has 9 tensors.
 _PEEK_TORCH_OPCODES = 10_000
+_PEEK_TORCH_BYTES = 1 << 20
 _STRINGS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING"}
 _FRAMING = {"PROTO", "FRAME"}
 
@@ -74,8 +75,9 @@ def _zip_format(path: Path) -> str | None:
             pickles = [name for name in members if name.endswith("/data.pkl")]
             if len(pickles) != 1:
                 return None  # emote's own zips, or other archives
-            with archive.open(pickles[0]) as member:
-                _, _, strings = _peek_pickle(member, _PEEK_TORCH_OPCODES)
+            with archive.open(pickles[0]) as member:  # at most 1 MiB inflated
+                head = io.BytesIO(member.read(_PEEK_TORCH_BYTES))
+            _, _, strings = _peek_pickle(head, _PEEK_TORCH_OPCODES)
     except (zipfile.BadZipFile, OSError, EOFError, ValueError):
         return None
     return SKRL_FORMAT if _has_skrl_names(strings) else None

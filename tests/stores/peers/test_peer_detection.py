@@ -98,3 +98,25 @@ def test_detection_allocates_nothing_a_pickle_declares(tmp_path):
     assert peak < 8 << 20, f"{peak:,} bytes allocated to look at a 16-byte file"
     with pytest.raises(FormatError, match=r"^legacy dump '.*declares.pkl': the data is not a"):
         read_table_file(declared)
+
+
+def test_detection_inflates_at_most_a_mebibyte_of_a_torch_pickle(tmp_path):
+    import tracemalloc
+
+    bomb = tmp_path / "memory.pt"  # a torch.save-like zip whose data.pkl inflates to 256 MiB
+    with (
+        zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as archive,
+        archive.open("memory/data.pkl", "w") as member,
+    ):
+        member.write(b"\x80\x04\x8e" + (256 << 20).to_bytes(8, "little"))
+        block = bytes(1 << 20)
+        for _ in range(256):
+            member.write(block)
+    assert bomb.stat().st_size < 1 << 20
+    tracemalloc.start()
+    try:
+        assert detect_peer_format(bomb) is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"{peak:,} bytes allocated to look at a {bomb.stat().st_size:,}-byte zip"
