@@ -1,14 +1,15 @@
 """Small hostile files that declare gigabytes: `emote memory inspect` and `convert` refuse each
 in one line naming the member and its declared size, before allocating it.
 
-The commands run in one child process whose address space is capped about 1 GiB above what
-its imports take: a reader that allocated what a file declares would fail there with a
+The commands run in one child process whose address space is capped 2 GiB above what its
+imports take: a reader that allocated what a file declares would fail there with a
 different message (or be killed), not with the budget's line.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
 import struct
@@ -26,7 +27,7 @@ from emote_core.typing import EpisodeState
 
 ROOT = Path(__file__).parents[2]
 PENDULUM = ROOT / "tests" / "stores" / "peers" / "minari_data" / "pendulum" / "random-v0"
-HEADROOM = 1 << 30
+HEADROOM = 2 << 30  # under the 3 GiB and more each file declares
 
 DRIVER = f"""
 import json, resource, sys
@@ -184,6 +185,7 @@ def refusals(tmp_path_factory) -> dict[tuple[str, str], tuple[dict, Path, str, s
     done = subprocess.run(
         [sys.executable, "-c", DRIVER, json.dumps(commands)],
         capture_output=True, text=True, timeout=600, cwd=folder,
+        env={**os.environ, "MALLOC_ARENA_MAX": "2"},  # threads' arenas reserve address space
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
