@@ -4,11 +4,10 @@ Every reader of a file from elsewhere (pickles, zips, ``.pt``, HDF5) makes an
 :class:`AllocationBudget` for it and charges it with what the file *declares* (the uncompressed
 sizes of the zip members it will read, all before reading any; a tensor's shape and dtype, an
 HDF5 dataset's shape, a pickle's bytearray length, the expanded size of nested lists) before
-allocating it. A file may make its reader
-allocate at most :data:`SIZE_RATIO` times its own size plus :data:`SIZE_FLOOR`, and never more
-than :data:`MEMORY_SHARE` of the memory available when reading starts; a charge beyond that
-raises a one-line :class:`~emote_core.errors.FormatError` naming the file, the member and the
-size it declares, before anything was allocated for it.
+allocating it. A file may make its reader allocate at most :data:`SIZE_RATIO` times its own size
+plus :data:`SIZE_FLOOR`, and never more than :data:`MEMORY_SHARE` of the memory available when
+reading starts; a charge beyond that raises a one-line :class:`~emote_core.errors.FormatError`
+naming the file, the member and the size it declares, before anything was allocated for it.
 """
 
 from __future__ import annotations
