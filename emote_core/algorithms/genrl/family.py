@@ -56,6 +56,7 @@ from emote_core.nn.inputs import observation_dim
 from emote_core.onnx.graph import PolicyGraph
 from emote_core.proxies import MultiKeyAgentProxy
 from emote_core.spaces import BoxSpace, DiscreteSpace, MDPSpace
+from emote_core.utils.files import read_regular_file
 
 VAE_ALGORITHM = "genrl_vae"
 LATENT_SAC_ALGORITHM = "genrl_sac"
@@ -254,6 +255,7 @@ class ActingNetworkState(Callback):
 
 
 _VAE_RUN_OPTION = f"'{LATENT_SAC_ALGORITHM}.vae_run'"
+_RUN_FILE_BYTES = 64 * 2**20  # the cap emote_core.runs reads run files with (a layer above)
 
 
 def read_vae_config(vae_run: str) -> GenrlVaeConfig:
@@ -270,10 +272,13 @@ def read_vae_config(vae_run: str) -> GenrlVaeConfig:
             "DEMOS --no-live)"
         )
     run = Path(vae_run)
-    try:
-        record = json.loads((run / "run.json").read_text())
-        recipe = tomllib.loads((run / "recipe.toml").read_text())
-    except (OSError, ValueError, UnicodeDecodeError):
+    rule = f"name a {VAE_ALGORITHM} run directory"
+    try:  # a pipe or /dev/zero in its place is refused, not read
+        record = json.loads(read_regular_file(run / "run.json", limit=_RUN_FILE_BYTES, rule=rule))
+        recipe = tomllib.loads(
+            read_regular_file(run / "recipe.toml", limit=_RUN_FILE_BYTES, rule=rule).decode()
+        )
+    except (OSError, ValueError, RecursionError):
         raise ConfigurationError(
             f"{option} '{vae_run}' is not an emote run directory (no readable run.json and "
             f"recipe.toml); name a {VAE_ALGORITHM} run"
