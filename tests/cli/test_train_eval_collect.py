@@ -230,7 +230,7 @@ def test_force_replaces_a_run_and_never_a_user_folder_the_cwd_or_a_folder_of_run
     (in_tmp / "mine" / "data.csv").write_text("1,2,3")
     assert run(runner, "train", "sac_hit_the_middle", "--steps", "2", "--run-dir", "runs/a",
                "--set", "memory.warmup_steps=64", "-q").exit_code == 0  # fmt: skip
-    Path("runs/a/my_plot.png").write_bytes(b"a user's file inside a run is the run's")
+    Path("runs/a/my_plot.png").write_bytes(b"a user's file inside a run stays theirs")
     Path("linked").symlink_to("mine")
     refusals = {
         ".": "is the working directory or holds it",
@@ -253,7 +253,7 @@ def test_force_replaces_a_run_and_never_a_user_folder_the_cwd_or_a_folder_of_run
     assert Path("runs/a/my_plot.png").exists()
     replaced = run(runner, *train, "--run-dir", "runs/a")  # a real run: replaced
     assert replaced.exit_code == 0, replaced.stderr
-    assert not Path("runs/a/my_plot.png").exists()
+    assert Path("runs/a/my_plot.png").exists()  # --force deletes only what the run wrote
     assert json.loads(Path("runs/a/run.json").read_text())["format"] == "emote-run"
 
 
