@@ -35,7 +35,7 @@ from typing import Any
 from emote_core.assembly.collection import FLUSH_SECONDS, store_totals
 from emote_core.recipes.schema import Recipe
 from emote_core.scale.policy_relay import PolicyRelay
-from emote_core.scale.ray_setup import connect, require_ray
+from emote_core.scale.ray_setup import RayOutput, connect, require_ray
 from emote_core.scale.workers import (
     CollectorWorker,
     WorkerRun,
@@ -189,8 +189,9 @@ class RayCollection:
                 self.stopping = True
                 return self._summary(0.0)
         # Ray prints what it hears of dead workers on stdout, which belongs to the command (a
-        # --json document): while Ray runs here, its messages go to stderr.
-        with contextlib.redirect_stdout(sys.stderr):
+        # --json document): while Ray runs here, its messages are logged.
+        output = RayOutput()
+        with contextlib.redirect_stdout(output), contextlib.closing(output):
             cpus = max(self.workers, os.cpu_count() or 1)
             started_here = connect(self.address, num_cpus=cpus)
             begun = time.perf_counter()

@@ -10,10 +10,13 @@ is not Ray).
 
 from __future__ import annotations
 
+import io
 import logging
 import os
+import re
 import socket
 import sys
+import threading
 from typing import Any
 
 from emote_core.errors import ConfigurationError, EmoteError
@@ -22,6 +25,7 @@ __all__ = [
     "CONNECT_TIMEOUT_S",
     "GCS_WAIT_S",
     "ClusterError",
+    "RayOutput",
     "address_endpoint",
     "check_answers_grpc",
     "check_reachable",
@@ -42,6 +46,45 @@ _CLIENT_PORT = 10001  # a ray:// address without a port: the Ray client server's
 
 class ClusterError(EmoteError):
     """Ray is missing, a cluster cannot be reached, or its workers were lost."""
+
+
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+class RayOutput(io.TextIOBase):
+    """A text stream that turns every line written to it into one log record of the
+    ``ray.driver_output`` logger (WARNING), terminal colours removed.
+
+    Ray's driver prints what its raylets report (a worker that died, with why) on ``sys.stdout``,
+    which belongs to the command (a ``--json`` document): while Ray runs, stdout is this stream,
+    so those reports reach stderr as ``warning: ...`` lines where the process logs.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._partial = ""
+        self._lock = threading.Lock()  # Ray prints from its listener thread
+        self._log = logging.getLogger("ray.driver_output")
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            *lines, self._partial = (self._partial + text).split("\n")
+        for line in lines:
+            self._emit(line)
+        return len(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            line, self._partial = self._partial, ""
+        self._emit(line)
+
+    def _emit(self, line: str) -> None:
+        text = _ANSI_ESCAPE.sub("", line).strip()
+        if text:
+            self._log.warning("%s", text)
 
 
 def require_ray() -> Any:
