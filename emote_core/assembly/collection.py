@@ -78,7 +78,9 @@ class CollectionResult:
     Attributes:
         summary: ``store``, ``shard``, ``episodes``, ``transitions``, ``env_steps``,
             ``dropped_steps``, ``store_totals``, ``seconds``, ``env_steps_per_second``,
-            ``policy``; with a followed policy also ``policy_training_steps``.
+            ``policy``; with a followed policy also ``policy_training_steps``. However
+            collection ended (a Ctrl-C at any step included), ``transitions + dropped_steps ==
+            env_steps`` and ``dropped_steps >= 0``.
         interrupted: Stopped by Ctrl-C or the stop flag before the budget was spent.
     """
 
