@@ -274,9 +274,10 @@ class RayCollection:
             run.status = "failed"
             run.error = _first_line(getattr(error, "cause", None) or error)
         committed = self._committed(run.task.shard)
-        run.summary = {"episodes": committed[0], "transitions": committed[1]}
-        if run.progress is not None:
-            run.summary["env_steps"] = run.progress.env_steps
+        # Its last report may predate its last commits: it took at least the steps it committed.
+        reported = run.progress.env_steps if run.progress is not None else 0
+        run.summary = {"episodes": committed[0], "transitions": committed[1],
+                       "env_steps": max(reported, committed[1])}  # fmt: skip
         self._after_loss(run)
 
     def _after_loss(self, run: WorkerRun) -> None:

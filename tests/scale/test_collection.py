@@ -3,6 +3,7 @@ shard. One local Ray instance serves the whole module (starting one costs second
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -163,6 +164,34 @@ def test_a_killed_worker_loses_only_its_tail_and_restarts_on_a_new_shard(
     assert summary["episodes"] == 6_000 == summary["store_totals"]["episodes"]
     assert summary["lost_workers"] == []
     assert verify(runner, store)["episodes"] == 6_000
+
+
+def test_a_dead_workers_env_steps_cover_what_it_committed_after_its_last_report(
+    local_ray: None, tmp_path: Path
+) -> None:
+    """The driver polls progress four times a second; a worker may commit and die between two
+    polls. Its last report is made that old here: killed, and its report wound back to zero."""
+    collection = RayCollection(load_recipe("sac_hit_the_middle"), str(tmp_path / "h.zarr"),
+                               workers=1, episodes=10**6, max_restarts=0,
+                               flush_seconds=0.1)  # fmt: skip
+    collection.on_progress = lambda progress: None
+    original = collection.totals
+    killed: list[int] = []
+
+    def totals() -> ScaleProgress:
+        run = collection.runs[0]
+        if not killed and run.progress is not None and run.progress.committed_episodes:
+            os.kill(ray.get(run.actor.pid.remote()), signal.SIGKILL)
+            killed.append(run.progress.committed_episodes)
+            run.progress = dataclasses.replace(run.progress, env_steps=0)
+        return original()
+
+    collection.totals = totals  # type: ignore[method-assign]
+    summary = collection.run()
+    [entry] = summary["workers"]
+    assert entry["status"] == "died" and entry["episodes"] >= killed[0] > 0
+    assert entry["env_steps"] == entry["transitions"] == EPISODE * entry["episodes"]
+    assert summary["dropped_steps"] == 0
 
 
 def test_without_restarts_a_killed_worker_is_lost_and_the_command_fails(
