@@ -147,14 +147,15 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
 
 def check_answers_grpc(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
     """Refuses, within ``timeout`` seconds, a Ray address whose listener does not complete a
-    gRPC (HTTP/2) handshake, as a Ray GCS or client server does.
+    gRPC (HTTP/2) handshake, as a Ray GCS or client server does (not checked under Ray's
+    ``RAY_USE_TLS``).
 
     Raises:
         ClusterError: If no handshake completes in time.
     """
     endpoint = address_endpoint(address)
-    if endpoint is None:
-        return
+    if endpoint is None or os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        return  # a TLS cluster answers a handshake with certificates only Ray is given
     try:
         import grpc  # Ray's own dependency
     except ImportError:  # pragma: no cover - Ray installs it

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from emote_cli.app import app
 from emote_core import install_command
-from emote_core.scale.ray_setup import address_endpoint
+from emote_core.scale.ray_setup import ClusterError, address_endpoint, check_answers_grpc
 
 COLLECT = ["collect", "sac_hit_the_middle", "--out", "h.zarr", "--episodes", "2"]
 
@@ -160,6 +160,17 @@ def test_an_address_that_answers_but_is_not_ray_fails_in_one_line(
     ]
     assert done.stdout == ""
     assert not (in_tmp / "h.zarr").exists()
+
+
+def test_the_handshake_is_not_checked_against_a_tls_cluster(
+    not_ray: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray's TLS clusters answer only clients holding Ray's certificates: not refused here."""
+    monkeypatch.setenv("RAY_USE_TLS", "1")
+    check_answers_grpc(f"127.0.0.1:{not_ray}", timeout=0.5)
+    monkeypatch.setenv("RAY_USE_TLS", "0")
+    with pytest.raises(ClusterError, match="does not answer as Ray does"):
+        check_answers_grpc(f"127.0.0.1:{not_ray}", timeout=0.5)
 
 
 def test_ray_speaks_through_warning_lines_and_the_workers_progress_ends_with_the_totals(
