@@ -83,7 +83,12 @@ def train(
         int | None, typer.Option("--steps", min=1, help="Updates in all (recipe's bp_steps).")
     ] = None,
     run_dir: Annotated[
-        Path | None, typer.Option("--run-dir", help="Run directory (runs/<recipe>-<time>).")
+        Path | None,
+        typer.Option(
+            "--run-dir",
+            help="Run directory (runs/<recipe>-<time>; runs/<recipe>-<env id>-<time> when --set "
+            "changes env.id).",
+        ),
     ] = None,
     device: DeviceOption = "auto",
     threads: Annotated[
