@@ -45,6 +45,17 @@ def upstream_v1() -> Path:
 
 
 @pytest.fixture
+def no_hang() -> Iterator[None]:
+    """Ends the test run with every thread's traceback if the test blocks for 60 s (a read
+    waiting on a named pipe), rather than leave it hanging."""
+    import faulthandler
+
+    faulthandler.dump_traceback_later(60, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture
 def runner() -> CliRunner:
     """A CliRunner with a wide terminal so Rich never wraps what the tests look for."""
     return CliRunner(env={"COLUMNS": "200"})

@@ -214,17 +214,6 @@ def test_force_never_empties_a_folder_on_the_strength_of_a_forged_run_json(tmp_p
     assert (folder / "my_notes.txt").read_text() == "notes"
 
 
-@pytest.fixture
-def no_hang():
-    """Ends the test run with every thread's traceback if the test blocks for 60 s (a read
-    waiting on a named pipe), rather than leave it hanging."""
-    import faulthandler
-
-    faulthandler.dump_traceback_later(60, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
-
-
 def _hostile_run_json(path: Path, kind: str) -> str:
     """Puts a hostile ``run.json`` at ``path``; returns what the refusal says."""
     path.unlink()

@@ -34,6 +34,7 @@ from emote_core.stores.sources import (
     read_source,
 )
 from emote_core.stores.stored import StoredTable
+from emote_core.stores.zarr_store.lease import process_running
 from emote_core.stores.zarr_store.writer import is_store
 
 log = logging.getLogger(__name__)
@@ -327,7 +328,7 @@ def clean_leftovers(directory: Path) -> None:
         return
     for path in entries:
         match = _LEFTOVER.match(path.name)
-        if match is None or _running(int(match.group(2))):
+        if match is None or process_running(int(match.group(2))):
             continue
         kind, name = match.group(1), match.group(3)
         if kind == "old" and not (directory / name).exists():
@@ -336,16 +337,6 @@ def clean_leftovers(directory: Path) -> None:
             continue
         _remove(path)
         log.info("removed '%s', left by a conversion that was cut off", path)
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
 
 
 @contextmanager

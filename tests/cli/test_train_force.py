@@ -23,17 +23,6 @@ def tree(folder: Path) -> dict[str, bytes | None]:
 
 
 @pytest.fixture
-def no_hang():
-    """Ends the test run with every thread's traceback if the test blocks for 60 s (a read
-    waiting on a named pipe), rather than leave it hanging."""
-    import faulthandler
-
-    faulthandler.dump_traceback_later(60, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
-
-
-@pytest.fixture
 def trained(runner: CliRunner, in_tmp: Path) -> Path:
     """A finished run, ``r1``, with checkpoints, an evaluation and its memory export."""
     result = runner.invoke(app, [*TRAIN, "--run-dir", "r1", "-q"])

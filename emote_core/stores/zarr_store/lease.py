@@ -61,6 +61,17 @@ def holder_record(token: str) -> dict[str, Any]:
     }
 
 
+def process_running(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this machine (one of another user counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def describe(holder: dict[str, Any]) -> str:
     """``pid 1234 on host 'h' since 2026-11-24T10:00:00+00:00`` (what a refusal names)."""
     return (
@@ -258,4 +269,4 @@ def _read_json(handle: Any) -> dict[str, Any]:
         return {}
 
 
-__all__ = ["DEFAULT_TIMEOUT", "LEASES", "ShardLease", "describe", "is_local"]
+__all__ = ["DEFAULT_TIMEOUT", "LEASES", "ShardLease", "describe", "is_local", "process_running"]

@@ -28,7 +28,7 @@ from typing import Any
 from emote_core.errors import FormatError, StorageError
 from emote_core.stores.locations import S3_SCHEMES, filesystem, is_url, scheme, storage_errors
 from emote_core.stores.zarr_store.groups import PARTIAL_SUFFIX
-from emote_core.stores.zarr_store.lease import LEASES, describe, holder_record
+from emote_core.stores.zarr_store.lease import LEASES, describe, holder_record, process_running
 
 log = logging.getLogger(__name__)
 
@@ -44,17 +44,6 @@ def _marker() -> bytes:
     return json.dumps({"tool": "emote", **holder_record(uuid.uuid4().hex)}).encode()
 
 
-def _running(pid: int) -> bool:
-    """Whether a process ``pid`` runs on this machine."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
-
-
 def _gone_uploader(marker: Any) -> bool | None:
     """Whether a marker's uploader is provably gone: emote's marker, written on this host by a
     process no longer running (``True``); running (``False``); unprovable (``None``)."""
@@ -63,7 +52,7 @@ def _gone_uploader(marker: Any) -> bool | None:
     pid = marker.get("pid")
     if marker.get("host") != socket.gethostname() or type(pid) is not int or pid <= 0:
         return None
-    return not _running(pid)
+    return not process_running(pid)
 
 
 def _read_marker(fs: Any, path: str) -> Any:

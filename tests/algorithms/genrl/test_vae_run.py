@@ -11,17 +11,6 @@ from emote_core.algorithms.genrl.family import read_vae_config
 from emote_core.errors import ConfigurationError, FormatError
 
 
-@pytest.fixture
-def no_hang():
-    """Ends the test run with every thread's traceback if the test blocks for 60 s (a read
-    waiting on a named pipe), rather than leave it hanging."""
-    import faulthandler
-
-    faulthandler.dump_traceback_later(60, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
-
-
 def test_a_vae_run_whose_run_json_is_a_pipe_or_a_device_is_refused_not_read(
     tmp_path: Path, no_hang: None
 ) -> None:
