@@ -8,7 +8,7 @@ needs nothing of the kind, JSON escapes them itself.
 
 from __future__ import annotations
 
-__all__ = ["printable"]
+__all__ = ["printable", "printable_lines"]
 
 
 def printable(text: object) -> str:
@@ -26,3 +26,15 @@ def printable(text: object) -> str:
     if value.isprintable():
         return value
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in value)
+
+
+def printable_lines(text: object) -> str:
+    """``str(text)`` escaped as :func:`printable` does, line by line: its ``\\n`` are kept.
+
+    Args:
+        text: What to print (anything; ``str`` of it is escaped).
+
+    Returns:
+        The lines, each safe to print as it is, joined by ``\\n``.
+    """
+    return "\n".join(map(printable, str(text).split("\n")))

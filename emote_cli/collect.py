@@ -19,6 +19,7 @@ from emote_cli._common import (
     setup_logging,
     stdout_console,
 )
+from emote_cli._text import printable_lines
 from emote_cli.progress import ProgressDisplay
 
 __all__ = ["collect"]
@@ -186,7 +187,8 @@ def _check_envs(
 
 
 def describe(summary: dict[str, Any]) -> str:
-    """The human-readable summary: what was committed, what was dropped and why, the totals."""
+    """The human-readable summary: what was committed, what was dropped and why, the totals
+    (store names escaped: they may come from a recipe or a store)."""
     lines = [
         f"committed {summary['episodes']} episodes ({summary['transitions']} transitions) of "
         f"{summary['env_steps']} env steps to {summary['store']}"
@@ -202,4 +204,4 @@ def describe(summary: dict[str, Any]) -> str:
             f"{summary['store']} now holds {totals['episodes']} episodes "
             f"({totals['transitions']} transitions)"
         )
-    return "\n".join(lines)
+    return printable_lines("\n".join(lines))

@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from emote_cli._common import ExitCode, abort, emit_json, stdout_console
+from emote_cli._text import printable_lines
 from emote_cli.progress import ProgressDisplay
 
 __all__ = ["collect_on_workers", "describe_workers", "route_ray_logging"]
@@ -102,7 +103,8 @@ def route_ray_logging() -> None:
 
 
 def describe_workers(summary: dict[str, Any]) -> str:
-    """The human-readable summary: totals, one line per worker run, every death and restart."""
+    """The human-readable summary: totals, one line per worker run, every death and restart
+    (shard names and reasons escaped)."""
     from emote_cli.collect import describe
 
     lines = [describe(summary)]
@@ -125,4 +127,4 @@ def describe_workers(summary: dict[str, Any]) -> str:
             f"  worker {death['worker']} {death['status']} on shard {death['shard']} after "
             f"{death['after_seconds']:.1f} s ({death['reason']}); {after}"
         )
-    return "\n".join(lines)
+    return printable_lines("\n".join(lines))

@@ -25,6 +25,7 @@ from emote_cli._common import (
     setup_logging,
     stdout_console,
 )
+from emote_cli._text import printable
 
 __all__ = ["collect_environment", "env"]
 
@@ -215,19 +216,23 @@ def _plugins_report() -> dict[str, Any]:
 
 
 def _print_report(report: dict[str, Any]) -> None:
-    """Print the report as a two-column Rich table on stdout."""
+    """Print the report as a two-column Rich table on stdout (versions, paths and plug-in
+    names come from installed packages' files: escaped)."""
     from rich.table import Table
     from rich.text import Text
 
+    def text(value: str, style: str = "") -> Text:
+        return Text(printable(value), style=style)
+
     def show(value: Any) -> Text:
         if value is None:
-            return Text("not installed", style="dim")
+            return text("not installed", style="dim")
         if isinstance(value, bool):
-            return Text("yes" if value else "no", style="green" if value else "yellow")
-        return Text(str(value))
+            return text("yes" if value else "no", style="green" if value else "yellow")
+        return text(str(value))
 
     def absent(value: Any) -> Text:
-        return Text("-", style="dim") if value is None else Text(str(value))
+        return text("-", style="dim") if value is None else text(str(value))
 
     table = Table(title="emote environment", show_header=False, title_justify="left")
     table.add_column("item", style="bold")
@@ -235,26 +240,26 @@ def _print_report(report: dict[str, Any]) -> None:
 
     python = report["python"]
     table.add_row("emote", show(report["emote"]))
-    table.add_row("python", Text(f"{python['version']} ({python['implementation']})"))
-    table.add_row("executable", Text(python["executable"]))
-    table.add_row("platform", Text(report["platform"]["platform"]))
+    table.add_row("python", text(f"{python['version']} ({python['implementation']})"))
+    table.add_row("executable", text(python["executable"]))
+    table.add_row("platform", text(report["platform"]["platform"]))
     table.add_row("cpu count", absent(report["platform"]["cpu_count"]))
 
     torch = report["torch"]
     table.add_section()
     table.add_row("torch", show(torch["version"]))
     if torch["error"]:
-        table.add_row("torch error", Text(torch["error"], style="red"))
+        table.add_row("torch error", text(torch["error"], style="red"))
     table.add_row("CUDA available", show(torch["cuda_available"]))
     table.add_row("CUDA version", absent(torch["cuda_version"]))
     if torch["hip_version"]:
-        table.add_row("ROCm/HIP version", Text(str(torch["hip_version"])))
+        table.add_row("ROCm/HIP version", text(str(torch["hip_version"])))
     table.add_row("cuDNN", absent(torch["cudnn"]))
-    table.add_row("CUDA devices", Text(str(torch["device_count"])))
+    table.add_row("CUDA devices", text(str(torch["device_count"])))
     for device in torch["devices"]:
         table.add_row(
             f"  cuda:{device['index']}",
-            Text(f"{device['name']} (compute {device['capability']}, {device['memory_gib']} GiB)"),
+            text(f"{device['name']} (compute {device['capability']}, {device['memory_gib']} GiB)"),
         )
     table.add_row("MPS available", show(torch["mps_available"]))
     table.add_row("torch threads", absent(torch["num_threads"]))
@@ -265,7 +270,7 @@ def _print_report(report: dict[str, Any]) -> None:
     providers = report["onnxruntime_providers"]
     table.add_row(
         "onnxruntime providers",
-        Text(", ".join(providers)) if providers else Text("-", style="dim"),
+        text(", ".join(providers)) if providers else text("-", style="dim"),
     )
     table.add_section()
     for name, version in report["optional_packages"].items():
@@ -273,9 +278,9 @@ def _print_report(report: dict[str, Any]) -> None:
 
     plugins = report["plugins"]
     table.add_section()
-    table.add_row("algorithms", Text(", ".join(plugins["algorithms"]) or "-"))
-    table.add_row("add-ons", Text(", ".join(plugins["addons"]) or "-"))
+    table.add_row("algorithms", text(", ".join(plugins["algorithms"]) or "-"))
+    table.add_row("add-ons", text(", ".join(plugins["addons"]) or "-"))
     if plugins["error"]:
-        table.add_row("plug-in error", Text(plugins["error"], style="red"))
+        table.add_row("plug-in error", text(plugins["error"], style="red"))
 
     stdout_console().print(table)

@@ -19,6 +19,7 @@ from emote_cli._common import (
     setup_logging,
     stdout_console,
 )
+from emote_cli._text import printable
 from emote_cli.progress import ProgressDisplay, episode_progress
 
 __all__ = ["evaluate"]
@@ -130,13 +131,16 @@ def evaluate(
         if json_output:
             emit_json(report)
         else:
-            stdout_console().print(
-                f"{report['episodes']} episodes of {report['env']}: mean return "
-                f"{report['mean_return']:.2f} ± {report['std_return']:.2f}"
-            )
+            stdout_console().print(  # the env id may come from an ONNX file's metadata
+                printable(
+                    f"{report['episodes']} episodes of {report['env']}: mean return "
+                    f"{report['mean_return']:.2f} ± {report['std_return']:.2f}"
+                ),
+                markup=False, highlight=False, soft_wrap=True,
+            )  # fmt: skip
             if video is not None:
                 stdout_console().print(
-                    f"videos: {len(report['videos'])} MP4 file(s) in {video}",
+                    printable(f"videos: {len(report['videos'])} MP4 file(s) in {video}"),
                     markup=False, highlight=False, soft_wrap=True,
                 )  # fmt: skip
         if report["passed"] is False:

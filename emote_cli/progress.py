@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
+from emote_cli._text import printable
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -162,7 +164,8 @@ class ProgressDisplay:
             return
         self._start()
         if self._progress is not None:
-            self._progress.update(self._task, description=f"{self.title}: {text}", refresh=True)
+            description = printable(f"{self.title}: {text}")  # a path or a name from a file
+            self._progress.update(self._task, description=description, refresh=True)
 
     def update(
         self,
@@ -214,13 +217,13 @@ class ProgressDisplay:
             details.append(f"eta {format_duration(eta)}")
         details += [f"{_rate(v)} {k}" for k, v in rates.items() if v is not None]
         shown = [f"{k} {_number(v)}" for k, v in (metrics or {}).items() if v is not None]
-        self._progress.metrics_line = _DETAILS_SEPARATOR.join(shown)
+        self._progress.metrics_line = printable(_DETAILS_SEPARATOR.join(shown))
         self._progress.update(
             self._task,
             description=self.title,
             completed=done,
             total=total,
-            details=_DETAILS_SEPARATOR.join(details),
+            details=printable(_DETAILS_SEPARATOR.join(details)),
         )
 
     def plain_line(
@@ -255,7 +258,7 @@ class ProgressDisplay:
         return self._meter.add(done)
 
     def _print(self, line: str) -> None:
-        self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+        self.console.print(printable(line), markup=False, highlight=False, soft_wrap=True)
 
 
 def _key(name: str) -> str:
@@ -285,7 +288,7 @@ def _two_line_progress(console: Console) -> Any:
 
     return TwoLineProgress(
         SpinnerColumn(),
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),
         BarColumn(bar_width=24),
         MofNCompleteColumn(),
         TimeElapsedColumn(),

@@ -29,6 +29,7 @@ from emote_cli._common import (
     setup_logging,
     stdout_console,
 )
+from emote_cli._text import printable, printable_lines
 from emote_cli.progress import ProgressDisplay, training_sink
 
 __all__ = ["train"]
@@ -246,7 +247,10 @@ def train(
                 shutil.rmtree(run.path, ignore_errors=True)
             raise
         console = display.console  # lines printed above the progress display
-        console.print(f"training {loaded.name} on {chosen} into {run.path}")
+        console.print(  # the recipe's name (and the run's path) come from a file: escaped
+            printable(f"training {loaded.name} on {chosen} into {run.path}"),
+            markup=False, highlight=False, soft_wrap=True,
+        )  # fmt: skip
         interrupted = _stop_on_ctrl_c(setup.stop, under_torchrun=context is not None)
         started = time.perf_counter()
         try:
@@ -287,14 +291,16 @@ def train(
             return
         out = stdout_console()
         if quiet:  # the result alone, for `run=$(emote train RECIPE -q)`
-            out.print(str(run.path), markup=False, highlight=False, soft_wrap=True)
+            out.print(printable(run.path), markup=False, highlight=False, soft_wrap=True)
             return
         updates = f"{summary['updates']} updates"
         if summary["updates"] != summary["steps"]:  # a resume: where the run stands now
             updates += f" ({summary['steps']} in all)"
         out.print(
-            f"done: {updates} in {summary['seconds']:.1f} s; checkpoint "
-            f"{summary['checkpoint']}\nnext: emote eval {quoted}",
+            printable_lines(
+                f"done: {updates} in {summary['seconds']:.1f} s; checkpoint "
+                f"{summary['checkpoint']}\nnext: emote eval {quoted}"
+            ),
             markup=False, highlight=False, soft_wrap=True,
         )  # fmt: skip
 

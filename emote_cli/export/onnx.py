@@ -18,6 +18,7 @@ from emote_cli._common import (
     setup_logging,
     stdout_console,
 )
+from emote_cli._text import printable
 
 __all__ = ["onnx"]
 
@@ -82,10 +83,13 @@ def onnx(
         if json_output:
             emit_json(summary)
         else:
-            stdout_console().print(
-                f"exported {summary['checkpoint']} (update {summary['training_step']}) to "
-                f"{summary['out']}: opset {summary['opset']}, {', '.join(summary['inputs'])} -> "
-                f"{', '.join(summary['outputs'])}; max abs diff vs torch "
-                f"{summary['max_abs_diff']:.2g} at batch 1, 7 and 256",
-                soft_wrap=True,
-            )
+            stdout_console().print(  # names from the checkpoint's run and recipe, escaped
+                printable(
+                    f"exported {summary['checkpoint']} (update {summary['training_step']}) to "
+                    f"{summary['out']}: opset {summary['opset']}, "
+                    f"{', '.join(summary['inputs'])} -> {', '.join(summary['outputs'])}; "
+                    "max abs diff vs torch "
+                    f"{summary['max_abs_diff']:.2g} at batch 1, 7 and 256"
+                ),
+                markup=False, highlight=False, soft_wrap=True,
+            )  # fmt: skip
