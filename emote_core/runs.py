@@ -204,7 +204,7 @@ def run_recipe(run: RunDirectory) -> Recipe:
     Raises:
         ConfigurationError: If the recipe is missing or does not load.
     """
-    if not run.recipe_file.is_file():
+    if not run.recipe_file.exists():  # a pipe or folder there: the read says "not a file"
         raise ConfigurationError(f"run '{run.path}' has no recipe.toml to continue with")
     raw = _read_run_file(run.recipe_file)
     try:

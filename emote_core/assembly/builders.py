@@ -252,7 +252,7 @@ def load_trained_agent(
         from emote_core.runs import RunDirectory, run_recipe
 
         run = RunDirectory(run_path)
-        if not run.recipe_file.is_file():
+        if not run.recipe_file.exists():  # a pipe or folder there: run_recipe says "not a file"
             raise CheckpointError(
                 f"no recipe.toml in '{run_path}' to rebuild the networks of '{checkpoint_path}'; "
                 "pass --recipe"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
@@ -33,7 +34,8 @@ def policy_kind(target: Path) -> PolicyKind:
 
     Raises:
         ConfigurationError: If ``target`` is none of the three: a text file, random bytes, a
-            folder that holds neither ``run.json`` nor ``checkpoints/``, or nothing at all.
+            folder that holds neither ``run.json`` nor ``checkpoints/``, a named pipe or a device
+            (never opened), or nothing at all.
     """
     if is_onnx_file(target):
         return PolicyKind.ONNX
@@ -41,6 +43,11 @@ def policy_kind(target: Path) -> PolicyKind:
         return PolicyKind.RUN
     if target.is_file() and is_torch_file(target):
         return PolicyKind.CHECKPOINT
+    if target.exists() and not target.is_dir() and not target.is_file():
+        raise ConfigurationError(
+            f"'{target}' is not a file (mode {stat.filemode(target.stat().st_mode)}); pass "
+            "runs/<run>, a checkpoint_<step>.tar or an .onnx file"
+        )
     if not target.exists():
         raise ConfigurationError(
             f"'{target}' does not exist: it is neither a checkpoint file nor a run directory "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 import zipfile
 from enum import IntEnum
 from pathlib import Path
@@ -19,7 +20,8 @@ from typing import Any
 
 import torch
 
-from emote_core.errors import CheckpointError
+from emote_core.errors import CheckpointError, FormatError
+from emote_core.utils.files import open_regular_file
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +30,7 @@ CHECKPOINT_DIRECTORY = "checkpoints"
 BEST_CHECKPOINT_NAME = "best.tar"
 """The checkpoint of a run's best evaluation, in ``checkpoints/``."""
 _CHECKPOINT_NAME = re.compile(r"^checkpoint_(\d+)\.tar$")
+_CHECKPOINT_RULE = "a checkpoint is a file that emote's training wrote with torch.save"
 
 
 class CheckpointVersion(IntEnum):
@@ -64,14 +67,18 @@ def list_checkpoints(
 
 def is_torch_file(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a file ``torch.save`` could have written, judged without loading it:
-    a zip archive holding a ``data.pkl`` (torch's format), or a pickle (its legacy format)."""
+    a zip archive holding a ``data.pkl`` (torch's format), or a pickle (its legacy format). A
+    named pipe or a device is not (and is never read)."""
     try:
-        with open(path, "rb") as stream:
+        descriptor, _ = open_regular_file(path, rule=_CHECKPOINT_RULE)
+        with open(descriptor, "rb") as stream:  # closes the descriptor
             head = stream.read(4)
-        if head.startswith(b"PK\x03\x04"):
-            with zipfile.ZipFile(path) as archive:
-                return any(name.rpartition("/")[2] == "data.pkl" for name in archive.namelist())
-    except (OSError, zipfile.BadZipFile):
+            if head.startswith(b"PK\x03\x04"):
+                stream.seek(0)
+                with zipfile.ZipFile(stream) as archive:
+                    names = archive.namelist()
+                return any(name.rpartition("/")[2] == "data.pkl" for name in names)
+    except (OSError, FormatError, zipfile.BadZipFile):
         return False
     return head[:1] == b"\x80"  # the PROTO opcode every pickle of protocol 2 or above starts with
 
@@ -80,13 +87,23 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Loads a checkpoint file safely (``weights_only``) onto the CPU and checks its format.
 
     Raises:
-        CheckpointError: If the file is missing, not a checkpoint, or from a newer emote.
+        CheckpointError: If the file is missing, not a regular file (a named pipe is never
+            opened to wait for a writer), not a checkpoint, or from a newer emote.
     """
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint '{path}' does not exist")
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
+        descriptor, _ = open_regular_file(path, rule=_CHECKPOINT_RULE)
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint '{path}' does not exist") from None
+    except FormatError as error:
+        raise CheckpointError(str(error)) from None
+    except OSError as error:
+        raise CheckpointError(
+            f"checkpoint '{path}' cannot be read: {error.strerror or error}"
+        ) from None
+    try:
+        with open(descriptor, "rb") as file:  # closes the descriptor
+            data = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as error:
         raise CheckpointError(
             f"'{path}' is not a readable emote checkpoint ({type(error).__name__}: "
@@ -146,9 +163,11 @@ def recorded_checkpoint_index(path: str | os.PathLike[str]) -> int | None:
     """The ``checkpoint_index`` a checkpoint records, or ``None`` (none recorded, or unreadable).
 
     The file is memory-mapped, so its tensors are not read: asking every checkpoint of a run is
-    cheap.
+    cheap. A named pipe or a device has none (and is never opened).
     """
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
         data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as error:  # any unreadable file simply has no index
         log.debug("no checkpoint index from '%s': %s", path, error)

@@ -3,6 +3,8 @@ storage_subdirectory, load_weights/load_optimizers, and load_hparams deciding th
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from torch import nn
@@ -12,6 +14,7 @@ from emote_core.callbacks.checkpointing import (
     CheckpointLoader,
     InvalidCheckpointLocation,
     Restoree,
+    is_torch_file,
     list_checkpoints,
     load_checkpoint,
 )
@@ -105,6 +108,19 @@ def test_the_loader_finds_a_checkpoint_by_its_index(tmp_path) -> None:
         CheckpointLoader(restorees=[fresh], run_root=tmp_path, checkpoint_index=9).restore_state()
     with pytest.raises(ConfigurationError, match="pass only one"):
         CheckpointLoader(restorees=[fresh], run_root=tmp_path, checkpoint_index=1, checkpoint=20)
+
+
+def test_a_pipe_among_the_checkpoints_is_refused_and_never_opened(tmp_path, no_hang) -> None:
+    train_upstream_style(tmp_path, 20)
+    pipe = tmp_path / "checkpoints" / "checkpoint_30.tar"
+    os.mkfifo(pipe, 0o600)  # opening it for reading would wait for a writer forever
+
+    fresh = Regression(seed=1)
+    loader = CheckpointLoader(restorees=[fresh], run_root=tmp_path, checkpoint_index=1)
+    assert loader.restore_state()["bp_step"] == 20  # every checkpoint's index was asked
+    assert not is_torch_file(pipe)
+    with pytest.raises(CheckpointError, match=r"checkpoint_30.tar' is not a file \(mode prw"):
+        load_checkpoint(pipe)
 
 
 def test_a_resumed_run_numbers_on_after_the_checkpoint_it_resumed_from(tmp_path) -> None:
