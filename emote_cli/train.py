@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -36,6 +36,7 @@ __all__ = ["train"]
 
 
 def train(
+    ctx: typer.Context,
     recipe: Annotated[
         str | None,
         typer.Argument(
@@ -133,6 +134,17 @@ def train(
             "and exit without training.",
         ),
     ] = False,
+    nproc_per_node: Annotated[
+        int,
+        typer.Option(
+            "--nproc-per-node",
+            min=1,
+            metavar="N",
+            help="Train with N data-parallel processes on this machine, each this command "
+            "without --nproc-per-node (1: one process). Ctrl-C stops them all after the same "
+            "update, saves a checkpoint and exits 130.",
+        ),
+    ] = 1,
     json_output: JsonOption = False,
     quiet: QuietOption = False,
     debug: DebugOption = False,
@@ -147,7 +159,10 @@ def train(
     Under torchrun --nproc-per-node K -m emote_cli train ... the K processes train one run
     data-parallel: each samples its own batches (and collects its own experience when live),
     gradients are averaged, and rank 0 alone writes the run directory and prints.
+    With --nproc-per-node K, emote train starts those K processes itself (no torchrun needed).
     """
+    if _launching_ranks(ctx, nproc_per_node, show=show, json_output=json_output):
+        _launch_ranks(ctx, nproc_per_node, debug=debug, json_output=json_output)
     secondary = _secondary_rank()
     if secondary:  # rank 0 reports for the run; the others print only their errors
         quiet, json_output = True, False
@@ -319,6 +334,59 @@ def _show_recipe(
         emit_json(recipe_to_dict(loaded))
     else:
         typer.echo(recipe_to_toml(loaded), nl=False)
+
+
+def _launching_ranks(
+    ctx: typer.Context, nproc_per_node: int, *, show: bool, json_output: bool
+) -> bool:
+    """Whether this process starts ``--nproc-per-node`` ranks rather than training itself."""
+    given = ctx.get_parameter_source("nproc_per_node")
+    if given is not None and given.name == "COMMANDLINE" and "LOCAL_RANK" in os.environ:
+        with handle_errors(json_output=json_output):
+            abort(
+                f"--nproc-per-node {nproc_per_node} under torchrun (LOCAL_RANK="
+                f"{os.environ['LOCAL_RANK']}): torchrun already started the ranks; leave out "
+                "--nproc-per-node, or run emote train without torchrun",
+                ExitCode.USAGE,
+            )
+    return nproc_per_node > 1 and not show
+
+
+def _launch_ranks(
+    ctx: typer.Context, nproc_per_node: int, *, debug: bool, json_output: bool
+) -> NoReturn:
+    """Runs this command as ``nproc_per_node`` data-parallel ranks and exits with their status.
+
+    The ranks print for themselves (rank 0 the ``--json`` document); this process adds only its
+    own failure to start them, as one line (and, with ``--json``, that error's document).
+    """
+    with handle_errors(debug=debug, json_output=json_output):
+        from emote_core.utils.launcher import launch_local_ranks
+
+        status = launch_local_ranks("emote_cli", _rank_arguments(ctx), ranks=nproc_per_node,
+                                    launcher_logs=debug)  # fmt: skip
+    raise typer.Exit(status)
+
+
+def _rank_arguments(ctx: typer.Context) -> list[str]:
+    """``train`` and the parameters given on this command line, less ``--nproc-per-node``: the
+    command each rank runs."""
+    arguments = ["train"]
+    for parameter in ctx.command.params:
+        name = parameter.name or ""
+        source = ctx.get_parameter_source(name)
+        if name == "nproc_per_node" or source is None or source.name != "COMMANDLINE":
+            continue
+        value = ctx.params[name]
+        if parameter.param_type_name == "argument":
+            arguments.append(str(value))
+        elif getattr(parameter, "is_flag", False):
+            flags = parameter.opts if value else parameter.secondary_opts
+            arguments += flags[:1]
+        else:
+            for item in value if parameter.multiple else [value]:
+                arguments += [parameter.opts[0], str(item)]
+    return arguments
 
 
 def _secondary_rank() -> bool:

@@ -1,4 +1,5 @@
-"""``torchrun -m emote_cli train``: two data-parallel ranks on the CPU (gloo) train one run.
+"""``torchrun -m emote_cli train`` and ``emote train --nproc-per-node 2``: two data-parallel ranks
+on the CPU (gloo) train one run.
 
 The ranks are real ``torchrun`` processes. Rank 1 writes nothing of its own, so the training runs
 go through ``ddp_rank_dump.py``, which runs the real ``emote`` app in each rank and then saves what
@@ -9,13 +10,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from typer.testing import CliRunner
+
+from emote_cli.app import app
 
 DUMP = Path(__file__).with_name("ddp_rank_dump.py")
 ROOT = Path(__file__).parents[2]
@@ -25,13 +31,25 @@ TINY = [
 ]  # fmt: skip
 
 
-def _torchrun(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _environment() -> dict[str, str]:
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": path, "COLUMNS": "200", "EMOTE_DDP_TIMEOUT_S": "60"}
+    env.pop("OMP_NUM_THREADS", None)  # so the launcher would log that it sets it
+    return env
+
+
+def _torchrun(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     return subprocess.run(
-        [*command, "--nproc-per-node", "2", *args], cwd=cwd, env=env, capture_output=True,
-        text=True, timeout=240,
+        [*command, "--nproc-per-node", "2", *args], cwd=cwd, env=_environment(),
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+
+
+def _emote(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "emote_cli", *args], cwd=cwd, env=_environment(),
+        capture_output=True, text=True, timeout=240,
     )  # fmt: skip
 
 
@@ -128,3 +146,91 @@ def test_a_failure_on_rank_zero_stops_every_rank(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "rank 0 could not start the run" in result.stderr
     assert sorted(p.name for p in taken.iterdir()) == ["notes.txt"]
+
+
+def test_nproc_per_node_launches_the_ranks_itself(tmp_path: Path) -> None:
+    """No torchrun: ``emote train --nproc-per-node 2`` runs two ranks of the same command (its
+    repeated ``--set`` included), rank 0 prints the one JSON document, the launcher stays quiet."""
+    run = tmp_path / "run"
+    result = _emote(
+        "train", "sac_hit_the_middle", "--nproc-per-node", "2", "--steps", "20", "--run-dir",
+        str(run), *TINY, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout)
+    assert (summary["ranks"], summary["steps"], summary["run_dir"]) == (2, 20, str(run))
+    assert summary["checkpoint"] == str(run / "checkpoints" / "checkpoint_20.tar")
+    assert (run / "checkpoints" / "checkpoint_15.tar").is_file()  # the --set reached the ranks
+    assert result.stderr.count("training sac_hit_the_middle on cpu") == 1
+    assert "OMP_NUM_THREADS" not in result.stderr  # torch's launcher logs nothing
+
+
+def test_ctrl_c_of_nproc_per_node_saves_and_exits_130_without_a_traceback(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C reaches the whole process group; the launcher passes it on to the
+    ranks, which stop after the same update and save, and the command exits 130. (Plain
+    torchrun, whose own process turns the Ctrl-C into an exception, prints a traceback and exits
+    1 here.)"""
+    run = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "emote_cli", "train", "sac_hit_the_middle", "--nproc-per-node", "2",
+         "--steps", "100000", "--run-dir", str(run), *TINY],
+        cwd=tmp_path, env=_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    assert process.stdout is not None and process.stderr is not None
+    errors: list[str] = []
+    seen = threading.Event()  # the first checkpoint, or the end of stderr
+
+    def read_errors(stream: Any) -> None:
+        for line in stream:
+            errors.append(line)
+            if "checkpoint_15.tar" in line:  # both ranks are in their updates
+                seen.set()
+        seen.set()
+
+    reader = threading.Thread(target=read_errors, args=(process.stderr,), daemon=True)
+    reader.start()
+    try:
+        seen.wait(timeout=180)
+        assert any("checkpoint_15.tar" in line for line in errors), "".join(errors)[-3000:]
+        os.killpg(process.pid, signal.SIGINT)
+        document = json.loads(process.stdout.read())
+        assert process.wait(timeout=120) == 130
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    reader.join(timeout=60)
+    stderr = "".join(errors)
+    assert "Traceback" not in stderr and "SignalException" not in stderr
+    assert document["ranks"] == 2 and document["interrupted"] is True
+    assert document["exit_code"] == 130
+    update = document["steps"]
+    assert update >= 15 and (run / "checkpoints" / f"checkpoint_{update}.tar").is_file()
+    assert f"error: interrupted at update {update}; resume with: emote train --resume" in stderr
+
+
+def test_a_rank_that_fails_gives_its_exit_code(tmp_path: Path) -> None:
+    """A usage error in the ranks' command ends the launch with rank 0's status, 2, whichever
+    rank ends first (rank 1 stops with 1 when rank 0 cannot start the run; torchrun says 1),
+    with rank 0's one line and its JSON document."""
+    result = _emote(
+        "train", "sac_hit_the_middle", "--nproc-per-node", "2", "--set", "nosuch=1", "--json",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert json.loads(result.stdout)["exit_code"] == 2
+    assert "Traceback" not in result.stderr
+    assert "error: --set nosuch=1: unknown key 'nosuch'" in result.stderr
+
+
+def test_nproc_per_node_under_torchrun_is_a_usage_error(tmp_path: Path) -> None:
+    runner = CliRunner(env={"COLUMNS": "200", "LOCAL_RANK": "0"})
+    result = runner.invoke(
+        app, ["train", "sac_hit_the_middle", "--nproc-per-node", "2", "--run-dir",
+              str(tmp_path / "run"), "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    document = json.loads(result.stdout)
+    assert document["exit_code"] == 2
+    assert "--nproc-per-node 2 under torchrun (LOCAL_RANK=0)" in document["error"]
+    assert not (tmp_path / "run").exists()
