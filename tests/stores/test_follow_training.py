@@ -40,11 +40,12 @@ def test_training_waits_for_enough_episodes_then_takes_in_new_ones_as_they_are_c
         log_seconds=0.0,
     )  # fmt: skip
     committed = threading.Event()
+    training = threading.Event()
 
     def collectors() -> None:
         time.sleep(0.5)
         append(url, "remote", range(100, 110))  # enough: training starts
-        time.sleep(0.5)
+        training.wait(timeout=60)  # a busy machine may take long to start
         append(url, "main", range(2, 6))  # while training
         committed.set()
 
@@ -52,6 +53,7 @@ def test_training_waits_for_enough_episodes_then_takes_in_new_ones_as_they_are_c
         order = Order.TERMINATOR
 
         def end_batch(self, bp_step: int) -> None:
+            training.set()
             if committed.is_set() and 109 in held(memory) and 5 in held(memory):
                 raise TrainingShutdownException("everything arrived")
 
