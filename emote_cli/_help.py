@@ -1,7 +1,8 @@
 """How ``emote`` help is shown: one style for every command and group.
 
 - Flags show no value placeholder (Typer would print ``<bool>``); options that take a value show
-  the metavar they declare (``--steps N``).
+  the metavar they declare, or one by their type (``--steps N``, ``--min-return X``,
+  ``--run-dir PATH``), never Typer's ``<int range>``.
 - Usage lines name positional arguments by their metavar, in upper case, in square brackets
   when optional: ``emote train [OPTIONS] [RECIPE]``, ``emote memory convert [OPTIONS] SOURCE DST``.
 - Commands that take a RECIPE end their help with the recipes found when it is shown.
@@ -30,14 +31,33 @@ def recipes_epilog() -> str:
     return f"Recipes (RECIPE by name): {', '.join(names)}. A path to a .toml file works too."
 
 
+def _no_type(ctx: Any) -> None:
+    return None
+
+
+def _metavar(option: Any) -> str | None:
+    """``N``, ``X``, ``PATH`` or ``TEXT`` by an option's type; ``None`` for choices (Typer lists
+    them)."""
+    described = option.type_descriptor
+    if described.is_choice:
+        return None
+    if described.is_path:
+        return "PATH"
+    kind = described.ranged_type_name if described.is_ranged else option.bare_type()
+    return {"int": "N", "float": "X"}.get(kind, "TEXT")
+
+
 def _tidy(params: list[Any]) -> list[Any]:
-    """Blank the type placeholder of flags (they take no value) and name arguments in upper case,
-    in place."""
+    """Blank the type placeholder of flags (they take no value), give valued options a metavar in
+    upper case (``N``, ``X``, ``PATH``, ``TEXT``) and name arguments in upper case, without a
+    type beside the name, in place."""
     for param in params:
-        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
-            param.metavar = ""
-        elif isinstance(param, TyperArgument) and param.metavar is None:
-            param.metavar = param.name.upper()
+        if isinstance(param, TyperOption) and param.metavar is None:
+            param.metavar = "" if param.is_flag else _metavar(param)
+        elif isinstance(param, TyperArgument):
+            if param.metavar is None:
+                param.metavar = param.name.upper()
+            param.display_type_rich = _no_type  # the name says it; Typer adds ``<str>``
     return params
 
 

@@ -111,7 +111,12 @@ def train(
         ),
     ] = False,
     force: Annotated[
-        bool, typer.Option("--force", help="Delete an existing run directory and start over.")
+        bool,
+        typer.Option(
+            "--force",
+            help="Start an existing run over: removes only what emote wrote there, as its run.json "
+            "records (other files stay); refused when an input of this command lies inside it.",
+        ),
     ] = False,
     seed: Annotated[int | None, typer.Option("--seed", help="Override the recipe's seed.")] = None,
     track: Annotated[

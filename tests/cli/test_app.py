@@ -273,7 +273,7 @@ def test_help_shows_no_python_type_placeholders_or_raw_backticks() -> None:
 
     found = []
     for name, _, text in _help_of_every_command():
-        for wrong in ("<bool>", "<list[", "`"):
+        for wrong in ("<bool>", "<list[", "<int", "<float", "<path>", "<str>", "`"):
             if wrong in text:
                 found.append(f"{name} --help shows {wrong!r}")
         usage = next(line for line in text.splitlines() if "Usage:" in line)
