@@ -25,7 +25,10 @@ from emote_core.algorithms.registry import (
 from emote_core.errors import ConfigurationError, UsageError
 from emote_core.recipes.locations import RECIPE_SUFFIX, available_recipes, recipe_directories
 from emote_core.recipes.schema import Recipe, check_num_envs
+from emote_core.utils.files import read_regular_file
 
+RECIPE_LIMIT = 16 << 20
+"""The largest recipe file read; hand-written TOML is a few kilobytes."""
 _SECTIONS = "sections"  # Recipe's field for plug-in tables; they stand at the top level in TOML
 
 
@@ -36,7 +39,7 @@ def find_recipe(name_or_path: str | Path) -> Path:
         UsageError: If neither exists, suggesting the closest recipe names.
     """
     candidate = Path(name_or_path)
-    if candidate.is_file():
+    if candidate.exists() and not candidate.is_dir():  # a pipe or device: refused when read
         return candidate
     name = candidate.name.removesuffix(RECIPE_SUFFIX)
     for directory in recipe_directories():
@@ -89,8 +92,11 @@ def _recipe_text(path: Path) -> str:
 
     Raises:
         ConfigurationError: If the file holds NUL bytes or is not UTF-8 text.
+        FormatError: If it is not a regular file (a pipe, a device) or is over RECIPE_LIMIT.
     """
-    data = path.read_bytes()
+    data = read_regular_file(
+        path, limit=RECIPE_LIMIT, rule="a recipe is a TOML text file; pass one or a recipe name"
+    )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

@@ -274,3 +274,18 @@ def test_more_environments_than_one_process_steps_are_refused_with_the_reason(
     )
     with pytest.raises(UsageError, match=r"^--set env\.num_envs=4097: env\.num_envs = 4,097 is"):
         load_recipe("sac_pendulum", ["env.num_envs=4097"])
+
+
+def test_a_recipe_that_is_a_pipe_or_a_device_is_refused_unread(tmp_path: Path, no_hang) -> None:
+    import os
+
+    from emote_core.errors import FormatError
+
+    pipe = tmp_path / "pipe.toml"
+    os.mkfifo(pipe)  # reading it would wait for a writer forever
+    with pytest.raises(FormatError, match=r"pipe\.toml' is not a file \(mode p"):
+        load_recipe(pipe)
+    device = tmp_path / "zero.toml"
+    device.symlink_to("/dev/zero")  # reading it would never end
+    with pytest.raises(FormatError, match=r"zero\.toml' is not a file \(mode c"):
+        load_recipe(device)
