@@ -9,18 +9,14 @@ import json
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from emote_cli.app import app
 from emote_core.errors import FormatError
-from emote_core.memory.columns import Column, VirtualColumn
-from emote_core.memory.mappers import NextElementMapper, SyntheticDones
-from emote_core.memory.strategies import FifoEjectionStrategy, UniformSampleStrategy
-from emote_core.memory.table import ArrayMemoryTable
 from emote_core.stores.follow import StoreFollower
 from emote_core.stores.zarr_store import MemoryStore, ShardWriter, create_store, store_columns
 from emote_core.stores.zarr_store.tables import load_table
+from tests.stores.test_follow import table
 
 EDITS = {
     "negative episodes": ("episodes", -3, "'episodes' is -3"),
@@ -55,20 +51,6 @@ def edited_store(kit, tmp_path: Path, field: str, value: object) -> str:
         record[key] = value
     path.write_text(json.dumps(document))
     return url
-
-
-def table() -> ArrayMemoryTable:
-    return ArrayMemoryTable(
-        columns=[
-            Column("obs", (3,), np.float32),
-            Column("actions", (2,), np.float32),
-            Column("rewards", (1,), np.float32),
-            VirtualColumn("next_obs", (3,), np.float32, "obs", NextElementMapper()),
-            VirtualColumn("dones", (1,), bool, "rewards", SyntheticDones()),
-        ],
-        maxlen=10_000, sampler=UniformSampleStrategy(), ejector=FifoEjectionStrategy(),
-        length_key="rewards", seed=0,
-    )  # fmt: skip
 
 
 @pytest.mark.parametrize("edit", list(EDITS), ids=list(EDITS))
