@@ -9,6 +9,7 @@ import logging
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -75,17 +76,29 @@ def graph_counts() -> Callable[[], tuple[int, int]]:
     return counts
 
 
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
+EMOTE_LEVELS = {name: logging.getLogger(name).level for name in ("emote_core", "emote_cli")}
+"""emote's logger levels before any test: what every test starts from, whatever a module or
+session fixture's command set them to (a test's own restore runs after those fixtures)."""
+
+
+@contextmanager
+def kept_logging() -> Iterator[None]:
     """Undo what `setup_logging` does inside a command, so other tests see default logging."""
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
-    emote_levels = {name: logging.getLogger(name).level for name in ("emote_core", "emote_cli")}
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    for name, emote_level in emote_levels.items():
-        logging.getLogger(name).setLevel(emote_level)
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        for name, emote_level in EMOTE_LEVELS.items():
+            logging.getLogger(name).setLevel(emote_level)
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    with kept_logging():
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -93,22 +106,25 @@ def exported_policies(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Pat
     """The policies of a tiny sac_hit_the_middle run at training steps 30 and 60, exported."""
     from emote_cli.app import app
 
-    folder = tmp_path_factory.mktemp("policies")
-    run_dir = folder / "htm"
-    runner = CliRunner(env={"COLUMNS": "200"})
-    result = runner.invoke(
-        app,
-        ["train", "sac_hit_the_middle", "--steps", "60", "--run-dir", str(run_dir),
-         "--set", "training.checkpoint_interval=30", "--json", "-q"],
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    exported = {}
-    for step in (30, 60):
-        out = folder / f"policy_{step}.onnx"
-        checkpoint = run_dir / "checkpoints" / f"checkpoint_{step}.tar"
-        result = runner.invoke(app, ["export", "onnx", str(checkpoint), "--out", str(out), "-q"])
+    # A session fixture runs before the per-test restore records logging: keep it here.
+    with kept_logging():
+        folder = tmp_path_factory.mktemp("policies")
+        run_dir = folder / "htm"
+        runner = CliRunner(env={"COLUMNS": "200"})
+        result = runner.invoke(
+            app,
+            ["train", "sac_hit_the_middle", "--steps", "60", "--run-dir", str(run_dir),
+             "--set", "training.checkpoint_interval=30", "--json", "-q"],
+        )  # fmt: skip
         assert result.exit_code == 0, result.output
-        exported[step] = out
+        exported = {}
+        for step in (30, 60):
+            out = folder / f"policy_{step}.onnx"
+            checkpoint = run_dir / "checkpoints" / f"checkpoint_{step}.tar"
+            export = ["export", "onnx", str(checkpoint), "--out", str(out), "-q"]
+            result = runner.invoke(app, export)
+            assert result.exit_code == 0, result.output
+            exported[step] = out
     return exported
 
 
