@@ -417,6 +417,10 @@ def _telling_other_ranks(tell: bool) -> Iterator[dict[str, Any]]:
     try:
         yield told
     except BaseException as error:
+        # The others stop on hearing this, and the launcher then sends this rank SIGTERM: rank 0
+        # is ending anyway, and must first say why (its error line and JSON document, its exit
+        # status), so the launcher's SIGTERM is ignored from here on.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         distributed.broadcast_object({"error": str(error) or type(error).__name__})
         raise
     distributed.broadcast_object(told)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from emote_core.utils.distributed import DistributedError
 
@@ -39,7 +40,8 @@ def launch_local_ranks(
     Returns:
         0 when every rank succeeded; ``128 + N`` when this process got signal ``N`` (130 for
         Ctrl-C), after the ranks were passed that signal and stopped; otherwise the exit status
-        of the lowest rank that failed (``128 + N`` for a rank killed by signal ``N``).
+        of the lowest rank that failed on its own, else ``128 + N`` for the lowest rank killed
+        by signal ``N``.
 
     Raises:
         DistributedError: If ``ranks`` is below 1 or the ranks cannot rendezvous.
@@ -62,15 +64,24 @@ def launch_local_ranks(
             run(get_args_parser().parse_args(launcher))
         except SignalException as stop:
             return 128 + int(stop.sigval)
-        except ChildFailedError as failed:  # the lowest rank's, as rank 0 reports for the run
-            failure = failed.failures[min(failed.failures)]
-            return failure.exitcode if failure.exitcode > 0 else 128 - failure.exitcode
+        except ChildFailedError as failed:
+            return _failed_status(failed.failures)
         except RendezvousError as error:
             raise DistributedError(
                 f"the {ranks} ranks could not meet on this machine ({error}); check that "
                 "localhost resolves and accepts TCP connections"
             ) from error
     return 0
+
+
+def _failed_status(failures: Mapping[int, Any]) -> int:
+    """The launch's exit status from its failed ranks (rank -> failure with ``exitcode``): the
+    lowest rank that exited on its own (rank 0 reports for the run), else the lowest rank's
+    signal as ``128 + N`` (ranks the launcher stopped after another failed end by its SIGTERM)."""
+    exited = sorted(rank for rank, failure in failures.items() if failure.exitcode > 0)
+    if exited:
+        return int(failures[exited[0]].exitcode)
+    return 128 - int(failures[min(failures)].exitcode)
 
 
 @contextlib.contextmanager
