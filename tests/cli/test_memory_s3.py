@@ -187,12 +187,13 @@ def test_a_convert_killed_mid_upload_is_replaced_by_the_next_and_its_staging_fol
     store = f"{s3_bucket}/up.zarr"
     environment = {**os.environ, "TMPDIR": str(staging), "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "emote_cli", "memory", "convert", str(upstream_v1), store]
-    killed = subprocess.Popen([*command, "-q"], env=environment)
-    try:
-        deadline = time.monotonic() + 120
-        while not bucket_keys(s3_bucket) and killed.poll() is None:
-            assert time.monotonic() < deadline, "no object reached the bucket"
-            time.sleep(0.005)
+    killed = subprocess.Popen(
+        [*command, "--debug"], env=environment, stderr=subprocess.PIPE, text=True
+    )
+    try:  # killed once its marker is up: the line after it says the upload has begun
+        assert killed.stderr is not None
+        said = next((line for line in killed.stderr if "uploading " in line), None)
+        assert said is not None, "the upload never began"
     finally:
         killed.send_signal(signal.SIGKILL)
         killed.wait()

@@ -216,6 +216,7 @@ def upload_store(local: str | os.PathLike[str], url: str) -> int:
     try:
         with storage_errors(url):
             fs.pipe_file(f"{base}/{UPLOAD_MARKER}", _marker())
+            log.debug("uploading %d objects to '%s', its %s last", len(first) + 1, url, last.name)
             if first:
                 fs.put(
                     [str(path) for path in first],
