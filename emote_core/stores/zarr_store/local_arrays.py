@@ -337,14 +337,21 @@ def whole_chunks(array: Any, low: int, high: int) -> bool:
         with open(descriptor, "rb") as file:
             header = file.read(16) if compressed else b""
         if compressed:
-            if len(header) < 16:
-                return False
-            size, _, stored = np.frombuffer(header, dtype="<u4", count=3, offset=4).tolist()
-            if size != expected or stored != info.st_size:
+            if _blosc_sizes(header) != (expected, info.st_size):
                 return False
         elif info.st_size != expected:
             return False
     return True
+
+
+def _blosc_sizes(header: bytes) -> tuple[int, int] | None:
+    """A Blosc chunk's decompressed and compressed sizes from its 16-byte header (version, codec
+    version, flags, type size, then little-endian uint32 decompressed, block and compressed
+    sizes); ``None`` when the header is cut short."""
+    if len(header) < 16:
+        return None
+    size, _, stored = np.frombuffer(header, dtype="<u4", count=3, offset=4).tolist()
+    return size, stored
 
 
 def _decompress(data: bytes, expected: int, where: Path) -> bytes:
@@ -352,11 +359,10 @@ def _decompress(data: bytes, expected: int, where: Path) -> bytes:
     allocation (a damaged header may claim gigabytes)."""
     from numcodecs import blosc
 
-    # Blosc's 16-byte header: version, codec version, flags, type size, then (little
-    # endian uint32) the decompressed size, the block size and the compressed size.
-    if len(data) < 16:
+    sizes = _blosc_sizes(data)
+    if sizes is None:
         raise LocalReadError(f"{where} is too short for a Blosc chunk")
-    size, _, stored = np.frombuffer(data, dtype="<u4", count=3, offset=4).tolist()
+    size, stored = sizes
     if size != expected or stored != len(data):
         raise LocalReadError(f"{where} holds {size} bytes, not a chunk's {expected}")
     try:
