@@ -107,7 +107,7 @@ GENERIC = [
     *sorted((CORE / "onnx").rglob("*.py")),
     *sorted((CORE / "env").rglob("*.py")),
     *sorted((CORE / "recipes").rglob("*.py")),
-    CORE / "runs.py",
+    *sorted((CORE / "runs").rglob("*.py")),
     *sorted((ROOT / "emote_cli").rglob("*.py")),
 ]
 

@@ -30,6 +30,9 @@ file it did not claim, nor an input of the command inside the run.
 ``starts`` (command, seed, ``memory`` stores, ``live``); a resume's entry also holds the settings
 it changed as ``changes: {key: [old, new]}`` (only :data:`RESUMABLE_SETTINGS`), and
 :func:`run_recipe` is ``recipe.toml`` with those changes applied in order.
+
+The run's files are read in :mod:`emote_core.runs.record`; the layout, and what ``force`` may
+remove of it, is :mod:`emote_core.runs.ownership`.
 """
 
 from __future__ import annotations
@@ -39,7 +42,6 @@ import json
 import os
 import platform
 import re
-import reprlib
 import shutil
 import sys
 import time
@@ -52,40 +54,32 @@ from typing import Any
 
 from emote_core import DISTRIBUTION
 from emote_core.callbacks.checkpointing import list_checkpoints
-from emote_core.errors import ConfigurationError, FormatError
+from emote_core.errors import ConfigurationError
 from emote_core.recipes.loading import recipe_from_dict, recipe_to_dict, recipe_to_toml
 from emote_core.recipes.schema import Recipe
-from emote_core.stores.zarr_store.layout import FORMAT_NAME as STORE_FORMAT
-from emote_core.utils.files import read_regular_file
+from emote_core.runs.ownership import (
+    LAYOUT_FOLDERS,
+    LAYOUT_NAMES,
+    check_replaceable_run,
+    remove_entry,
+)
+from emote_core.runs.record import (
+    RESUMABLE_SETTINGS,
+    RUN_FILE_LIMIT,
+    RUN_FORMAT,
+    damaged,
+    is_run,
+    read_json_object,
+    read_run_file,
+    read_run_record,
+)
 
 RUNS_DIRECTORY = "runs"
-RUN_FORMAT = "emote-run"
-"""The ``format`` entry of every ``run.json`` emote writes."""
 # ``run.json``'s package names -> the distribution each version is read from ("emote" is
 # installed as emote-toolkit; the key stays "emote", which is_run recognises older runs by).
 _PACKAGES = {"emote": DISTRIBUTION} | {
     name: name for name in ("torch", "numpy", "gymnasium", "zarr", "onnx", "onnxruntime", "typer")
 }
-RUN_FILE_LIMIT = 64 * 2**20
-"""The most bytes emote reads from a run's ``run.json``, ``eval.json`` or ``recipe.toml``."""
-_LAYOUT_FILES = ("recipe.toml", "run.json", "eval.json")
-_LAYOUT_FOLDERS = {  # what emote writes inside each folder of the layout, by name
-    "checkpoints": re.compile(
-        r"checkpoint_\d+\.tar|best\.tar|checkpoint_\d+\.tar\.damaged-\d+"
-        r"|\.(checkpoint_\d+|best)\..+\.tmp"
-    ),
-    "tensorboard": re.compile(r"events\.out\.tfevents\..+"),
-    "exports": re.compile(
-        r"(policy|savedmodel)_\d+\.onnx|latest\.onnx"
-        r"|\.[0-9a-f]{32}\.tmp\.onnx|\.latest\.onnx\.[0-9a-f]{32}\.tmp"
-    ),
-    "wandb": re.compile(
-        r"(offline-)?run-\d{8}_\d{6}-[0-9a-z]+|latest-run|debug(-internal|-cli\..+)?\.log"
-    ),
-}
-_LAYOUT_STORES = ("memory_export",)
-LAYOUT_NAMES = (*_LAYOUT_FILES, *_LAYOUT_FOLDERS, *_LAYOUT_STORES)
-"""The names a run may write at its top level; ``run.json``'s ``written`` lists those it claimed."""
 
 
 @dataclass(frozen=True)
@@ -132,7 +126,7 @@ class RunDirectory:
 
     def read_eval(self) -> dict[str, Any]:
         """``eval.json`` as written by :meth:`write_eval` (``{}`` when there is none yet)."""
-        return _read_json(self.eval_file)
+        return read_json_object(self.eval_file)
 
     def write_eval(self, report: dict[str, Any]) -> dict[str, Any]:
         """Appends ``report`` to ``eval.json`` atomically: it becomes the top level, and the
@@ -206,7 +200,7 @@ def run_recipe(run: RunDirectory) -> Recipe:
     """
     if not run.recipe_file.exists():  # a pipe or folder there: the read says "not a file"
         raise ConfigurationError(f"run '{run.path}' has no recipe.toml to continue with")
-    raw = _read_run_file(run.recipe_file)
+    raw = read_run_file(run.recipe_file)
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as error:
@@ -216,24 +210,6 @@ def run_recipe(run: RunDirectory) -> Recipe:
         for key, (_, new) in (start.get("changes") or {}).items():
             _set_key(data, key, new, where=run.run_file)
     return recipe_from_dict(data, source=str(run.recipe_file))
-
-
-RESUMABLE_SETTINGS = (
-    "training.bp_steps",
-    "training.log_interval",
-    "training.checkpoint_interval",
-    "training.export_interval",
-    "training.publish_interval",
-    "training.compile",
-    "memory.follow_interval",
-    "memory.follow_min_seconds",
-    "eval.",
-    "logging.",
-)
-"""Recipe keys (or ``section.`` prefixes) that ``--resume --set`` may change: how long the run
-goes on, how it logs, checkpoints and evaluates, and how its updates run (``training.compile``).
-Every other key shapes what the checkpoint holds (networks, optimisers, the environment, the
-memory) and stays as the run began."""
 
 
 def resume_changes(current: Recipe, requested: Recipe, *, run_path: Path) -> dict[str, list[Any]]:
@@ -357,8 +333,8 @@ def prepare_run(
         doomed = check_replaceable_run(run.path, inputs=[*(inputs or []), *(memory or [])])
         claimed = set(read_run_record(run.run_file).get("written", [])) & set(LAYOUT_NAMES)
         for entry in doomed:
-            _remove(entry)
-        for name in _LAYOUT_FOLDERS:  # emptied by the above: emote made them
+            remove_entry(entry)
+        for name in LAYOUT_FOLDERS:  # emptied by the above: emote made them
             folder = run.path / name
             if name in claimed and folder.is_dir() and not folder.is_symlink():
                 with contextlib.suppress(OSError):
@@ -431,135 +407,6 @@ def _write_run_files(
     _write_atomically(run.run_file, json.dumps(record, indent=2) + "\n")
 
 
-def is_run(path: Path) -> bool:
-    """Whether ``path`` is an emote run directory: its ``run.json`` is emote's (tagged
-    ``format = "emote-run"``, or, as runs before the tag wrote it, with ``starts`` and the
-    ``packages`` emote records)."""
-    record = read_run_record(path / "run.json")
-    if record.get("format") == RUN_FORMAT:
-        return True
-    packages = record.get("packages")
-    return (
-        isinstance(record.get("starts"), list)
-        and isinstance(packages, dict)
-        and ("emote" in packages)
-    )
-
-
-def check_replaceable_run(path: Path, *, inputs: list[str | Path] | None = None) -> list[Path]:
-    """What ``--force`` deletes of the run at ``path``: the entries its ``run.json`` lists as
-    ``written`` that emote's layout names (see the module docstring). Nothing is deleted here.
-
-    Raises:
-        ConfigurationError: If ``path`` is a link, the working directory or one of its parents,
-            not an emote run, a directory that holds other runs, or holds one of ``inputs``
-            (local paths the command reads); if its record lists nothing it wrote, or an entry
-            of emote's layout there is not the run's (the new run would write into it).
-    """
-    if path.is_symlink():
-        raise ConfigurationError(f"--force: '{path}' is a symbolic link; it replaces no links")
-    resolved, here = path.resolve(), Path.cwd().resolve()
-    if resolved == here or resolved in here.parents:
-        raise ConfigurationError(
-            f"--force: '{path}' is the working directory or holds it; it replaces only a run "
-            "directory — choose another --run-dir"
-        )
-    for given in inputs or []:
-        if "://" in str(given):
-            continue  # a URL: never inside a local run directory
-        inside = Path(given).resolve()
-        if inside == resolved or resolved in inside.parents:
-            raise ConfigurationError(
-                f"--force: the input '{given}' lies inside run directory '{path}', which --force "
-                "would clear; move it out of the run directory or choose another --run-dir"
-            )
-    if not is_run(path):
-        raise ConfigurationError(
-            f"--force: '{path}' is not an emote run (no run.json of emote's in it); it replaces "
-            "only a run directory, never other files — choose another --run-dir"
-        )
-    nested = [p for p in path.rglob("run.json") if p.parent != path and is_run(p.parent)]
-    if nested:
-        raise ConfigurationError(
-            f"--force: '{path}' holds other runs ({nested[0].parent}); it replaces one run at a "
-            "time — choose another --run-dir"
-        )
-    written = read_run_record(path / "run.json").get("written")
-    if not written:
-        raise ConfigurationError(
-            f"--force: '{path / 'run.json'}' lists no files that emote wrote there (an older "
-            "emote's run, or not emote's), so nothing in it can be proven emote's; delete what "
-            "you no longer need yourself, or choose another --run-dir"
-        )
-    return _owned_entries(path, set(written))
-
-
-def _owned_entries(path: Path, written: set[str]) -> list[Path]:
-    """The entries of the run at ``path`` that ``--force`` deletes (see
-    :func:`check_replaceable_run`)."""
-    doomed: list[Path] = []
-    for name in LAYOUT_NAMES:
-        entry = path / name
-        if not os.path.lexists(entry):
-            continue
-        if name not in written:
-            raise ConfigurationError(
-                f"--force: '{entry}' is not among the files '{path / 'run.json'}' records as "
-                "emote's, and a new run would write into it; move it away or choose another "
-                "--run-dir"
-            )
-        if entry.is_symlink():
-            doomed.append(entry)  # the link alone goes, never what it points to
-        elif name in _LAYOUT_FILES:
-            if not entry.is_file():
-                raise ConfigurationError(
-                    f"--force: '{entry}' is not a file, so emote did not write it; move it away "
-                    "or choose another --run-dir"
-                )
-            doomed.append(entry)
-            temporary = entry.with_name(f".{name}.tmp")
-            if temporary.is_file() and not temporary.is_symlink():
-                doomed.append(temporary)
-        elif name in _LAYOUT_STORES:
-            if not entry.is_dir() or (any(entry.iterdir()) and not _is_store(entry)):
-                raise ConfigurationError(
-                    f"--force: '{entry}' is not an emote-memory store, so emote did not write "
-                    "it; move it away or choose another --run-dir"
-                )
-            doomed.append(entry)
-        else:
-            if not entry.is_dir():
-                raise ConfigurationError(
-                    f"--force: '{entry}' is not a folder, so emote did not write it; move it "
-                    "away or choose another --run-dir"
-                )
-            pattern = _LAYOUT_FOLDERS[name]
-            doomed.extend(
-                item
-                for item in sorted(entry.iterdir())
-                if pattern.fullmatch(item.name)
-                and (item.is_symlink() or item.is_file() or name == "wandb")
-            )
-    return doomed
-
-
-def _is_store(folder: Path) -> bool:
-    """Whether ``folder`` is an emote-memory store (its root ``zarr.json`` says so)."""
-    try:
-        document = json.loads(read_regular_file(folder / "zarr.json", limit=2**20, rule=""))
-    except (OSError, ValueError, RecursionError, FormatError):
-        return False
-    attributes = document.get("attributes") if isinstance(document, dict) else None
-    return isinstance(attributes, dict) and attributes.get("format") == STORE_FORMAT
-
-
-def _remove(entry: Path) -> None:
-    if entry.is_dir() and not entry.is_symlink():
-        shutil.rmtree(entry)
-    else:
-        entry.unlink(missing_ok=True)
-
-
 def _write_atomically(path: Path, text: str) -> None:
     temporary = path.with_name(f".{path.name}.tmp")
     temporary.write_text(text, encoding="utf-8")
@@ -581,111 +428,11 @@ def _set_key(data: dict[str, Any], key: str, value: Any, *, where: Path) -> None
     for section in sections:
         data = data.setdefault(section, {})
         if not isinstance(data, dict):
-            raise _damaged(where, f"its change of '{key}' names no recipe table")
+            raise damaged(where, f"its change of '{key}' names no recipe table")
     if value is None:
         data.pop(leaf, None)
     else:
         data[leaf] = value
-
-
-def read_run_record(path: Path) -> dict[str, Any]:
-    """A run's ``run.json`` (``{}`` when there is none), its entries checked for the types emote
-    writes.
-
-    Raises:
-        FormatError: If it is not a file, is too large, is not a JSON object, or an entry emote
-            reads has the wrong type, naming the file and the entry.
-    """
-    record = _read_json(path)
-    starts = record.get("starts", [])
-    if not isinstance(starts, list) or not all(isinstance(s, dict) for s in starts):
-        raise _damaged(path, f"'starts' must be a list of objects, got {_shown(starts)}")
-    for k, start in enumerate(starts):
-        for key, (check, wanted) in _START_ENTRIES.items():
-            if key in start and not check(start[key]):
-                raise _damaged(
-                    path, f"starts[{k}].{key} must be {wanted}, got {_shown(start[key])}"
-                )
-        for key, change in (start.get("changes") or {}).items():
-            if not key.startswith(RESUMABLE_SETTINGS) or not _is_pair(change):
-                raise _damaged(
-                    path,
-                    f"starts[{k}].changes holds {key!r}: {_shown(change)}, not a resumable "
-                    "setting with [old, new]",
-                )
-    if "written" in record and not _is_strings(record["written"]):
-        raise _damaged(path, f"'written' must be a list of names, got {_shown(record['written'])}")
-    return record
-
-
-def _is_strings(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(item, str) for item in value)
-
-
-def _is_pair(value: Any) -> bool:
-    return isinstance(value, list) and len(value) == 2
-
-
-def _is_count(value: Any) -> bool:
-    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0)
-
-
-_START_ENTRIES = {
-    "command": (_is_strings, "a list of strings"),
-    "memory": (_is_strings, "a list of store paths"),
-    "live": (lambda v: isinstance(v, bool), "true or false"),
-    "follow": (lambda v: isinstance(v, bool), "true or false"),
-    "resume": (lambda v: isinstance(v, bool), "true or false"),
-    "steps": (_is_count, "a positive count or null"),
-    "changes": (lambda v: isinstance(v, dict), "an object"),
-}
-
-
-def _shown(value: Any) -> str:
-    return f"{type(value).__name__} {reprlib.repr(value)}"
-
-
-def _damaged(path: Path, what: str) -> FormatError:
-    return FormatError(
-        f"'{path}' is damaged: {what}; restore it from a copy, or start a new run in another "
-        "--run-dir"
-    )
-
-
-def _read_run_file(path: Path) -> bytes:
-    """The bytes of one of a run's files (:data:`RUN_FILE_LIMIT`; not a pipe or device)."""
-    try:
-        return read_regular_file(
-            path, limit=RUN_FILE_LIMIT,
-            rule="a run keeps it as a plain file that emote wrote; move it away or choose another "
-            "--run-dir",
-        )  # fmt: skip
-    except FileNotFoundError:
-        raise
-    except OSError as error:
-        raise FormatError(f"'{path}' cannot be read: {error.strerror or error}") from None
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    """The JSON object in one of a run's files (``{}`` when there is none).
-
-    Raises:
-        FormatError: If it is not a readable file of at most :data:`RUN_FILE_LIMIT` bytes
-            holding a JSON object.
-    """
-    try:
-        raw = _read_run_file(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return {}
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except RecursionError:
-        raise _damaged(path, "it nests deeper than emote reads") from None
-    except ValueError as error:  # UnicodeDecodeError and JSONDecodeError too
-        raise _damaged(path, f"it is not JSON text ({error})") from None
-    if not isinstance(data, dict):
-        raise _damaged(path, f"it holds {_shown(data)}, not a JSON object")
-    return data
 
 
 def _version(name: str) -> str | None:
