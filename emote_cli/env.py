@@ -58,6 +58,7 @@ _OPTIONAL_PACKAGES: dict[str, tuple[str, ...]] = {
     "mujoco": ("mujoco",),
     "skrl": ("skrl",),
     "pettingzoo": ("pettingzoo",),
+    "mpe2": ("mpe2",),
     "stable-baselines3": ("stable-baselines3",),
     "imageio-ffmpeg": ("imageio-ffmpeg",),
 }

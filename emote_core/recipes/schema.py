@@ -58,13 +58,28 @@ class EnvConfig:
 
     id: str = "Pendulum-v1"
     """A registered gymnasium id (emote's own: ``emote/HitTheMiddle-v0``,
-    ``emote/PixelPendulum-v0``, ``emote/PixelCarRacing-v0``)."""
+    ``emote/PixelPendulum-v0``, ``emote/PixelCarRacing-v0``), or gymnasium's ``module:EnvId``
+    (the module is imported first, then the id made). Ignored when ``entry_point`` is set."""
+    entry_point: str | None = None
+    """``package.module:callable``: a class or factory called with ``kwargs`` that returns a
+    gymnasium env or a PettingZoo ``ParallelEnv``; no registration needed."""
+    imports: list[str] = field(default_factory=list)
+    """Modules imported before the env is made (those that register ids). Modules are found on
+    ``PYTHONPATH``, in the current directory and in the recipe file's directory."""
     num_envs: int = 1
     """Environments stepped together (a vector env), at most :data:`MAX_NUM_ENVS`."""
     kwargs: dict[str, object] = field(default_factory=dict)
     """Keyword arguments for ``gymnasium.make`` (for example ``continuous = true``)."""
     max_episode_steps: int | None = None
     """Cut episodes at this many steps (INTERRUPTED); the env's own limit when unset."""
+    normalize_observations: bool = False
+    """Scale observations by running mean and variance (kept in checkpoints, frozen while
+    evaluating, and part of the exported ONNX graph, so a game sends raw observations)."""
+    observation_clip: float = 10.0
+    """Normalised observations are clipped to ``[-observation_clip, observation_clip]``."""
+    normalize_rewards: bool = False
+    """Divide rewards by the running standard deviation of the discounted return while training
+    (the stores keep raw rewards)."""
 
 
 class SamplerKind(StrEnum):

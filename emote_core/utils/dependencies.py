@@ -24,6 +24,8 @@ EXTRAS: dict[str, str] = {
     "imageio_ffmpeg": "video",
     "zarrs": "fast",
     "zlib_ng": "fast",
+    "pettingzoo": "multiagent",
+    "mpe2": "multiagent",
 }
 """Import name of an optional package -> the extra of emote (pyproject.toml) that installs it."""
 
