@@ -7,7 +7,6 @@ Everything algorithm-specific comes from the recipe's plug-ins in
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import logging
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from emote_core.algorithms.registry import (
     get_addon,
     get_algorithm,
 )
+from emote_core.env.making import EnvSource, check_source, env_factory, is_parallel_env
 from emote_core.errors import CheckpointError, ConfigurationError
 from emote_core.onnx.graph import PolicyGraph
 from emote_core.recipes.loading import load_recipe
@@ -36,21 +36,39 @@ from emote_core.utils.dependencies import missing_dependency
 log = logging.getLogger(__name__)
 
 
-def check_env_id(env_id: str) -> None:
-    """Checks ``env_id`` is registered with gymnasium, suggesting the closest ids if not.
+def env_source(recipe: Recipe) -> EnvSource:
+    """How the recipe's env is made, its modules looked for on ``sys.path``, then in the
+    recipe's ``env_search_paths`` (its file's directory, a run's recorded module directories),
+    then in the current directory."""
+    env = recipe.env
+    return EnvSource(
+        id=None if env.entry_point else env.id,
+        entry_point=env.entry_point,
+        kwargs=dict(env.kwargs),
+        imports=tuple(env.imports),
+        max_episode_steps=env.max_episode_steps,
+        search_paths=(*recipe.env_search_paths, str(Path.cwd())),
+    )
+
+
+def check_env(recipe: Recipe) -> None:
+    """Checks the recipe's env can be made (its modules import, its id is registered or its
+    entry point is a callable) without making it.
+
+    Raises:
+        ConfigurationError: If it cannot, in one line.
+    """
+    check_source(env_source(recipe))
+
+
+def check_env_id(env_id: str, search_paths: tuple[str, ...] = ()) -> None:
+    """Checks ``env_id`` is registered with gymnasium (``module:EnvId`` imports the module
+    first), suggesting the closest ids if not.
 
     Raises:
         ConfigurationError: If it is not registered.
     """
-    import gymnasium
-
-    import emote_core.env  # noqa: F401 - registers emote's own environments
-
-    if env_id in gymnasium.registry:
-        return
-    close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(close)}?" if close else ""
-    raise ConfigurationError(f"'{env_id}' is not a registered gymnasium environment{hint}")
+    check_source(EnvSource(id=env_id, search_paths=(*search_paths, str(Path.cwd()))))
 
 
 def make_env(
@@ -60,7 +78,8 @@ def make_env(
     render_mode: str | None = None,
     wrappers: list[Callable[[Any], Any]] | None = None,
 ) -> Any:
-    """The recipe's environment as a ``DictGymWrapper`` over a gymnasium vector env.
+    """The recipe's environment as a ``DictGymWrapper`` over a gymnasium vector env (a
+    PettingZoo ``ParallelEnv`` goes through :func:`emote_core.env.multi_agent.wrap_parallel_env`).
 
     Args:
         recipe: Names the env (``[env]``).
@@ -69,25 +88,35 @@ def make_env(
         wrappers: Wrap each single env, innermost first.
 
     Raises:
-        ConfigurationError: If the id is not registered or the env rejects ``env.kwargs``.
+        ConfigurationError: If the env cannot be made (see
+            :func:`emote_core.env.making.env_factory`) or rejects ``env.kwargs``.
         MissingDependencyError: If the env needs an optional package that is not installed.
     """
     from emote_core.env import DictGymWrapper, make_vector_env
 
-    check_env_id(recipe.env.id)
-    kwargs = dict(recipe.env.kwargs)
-    if recipe.env.max_episode_steps is not None:
-        kwargs["max_episode_steps"] = recipe.env.max_episode_steps
-    if render_mode is not None:
-        kwargs["render_mode"] = render_mode
+    name = recipe.env.name
+    count = num_envs or recipe.env.num_envs
     try:
-        vector = make_vector_env(
-            recipe.env.id, num_envs=num_envs or recipe.env.num_envs, wrappers=wrappers, **kwargs
-        )
+        make = env_factory(env_source(recipe))
+        first = make(render_mode=render_mode)
+        if is_parallel_env(first):
+            first.close()
+            from emote_core.env.multi_agent import wrap_parallel_env
+
+            return wrap_parallel_env(make, num_envs=count, render_mode=render_mode)
+        made = [first]  # the env made to tell its kind is the vector env's first
+
+        def reuse_first(**kwargs: Any) -> Any:
+            return made.pop() if made else make(**kwargs)
+
+        kwargs = {} if render_mode is None else {"render_mode": render_mode}
+        vector = make_vector_env(reuse_first, num_envs=count, wrappers=wrappers, **kwargs)
+    except ConfigurationError:
+        raise
     except TypeError as error:  # an env constructor that does not take a given keyword
-        raise ConfigurationError(f"env '{recipe.env.id}' rejected env.kwargs: {error}") from error
+        raise ConfigurationError(f"env '{name}' rejected env.kwargs: {error}") from error
     except Exception as error:
-        missing = missing_dependency(error, f"env '{recipe.env.id}'")
+        missing = missing_dependency(error, f"env '{name}'")
         if missing is None:
             raise
         raise missing from error
@@ -110,7 +139,7 @@ def build_context(
     return BuildContext(
         spaces=spaces, device=device, seed=recipe.seed,
         rollout_length=recipe.memory.rollout_length, batch_size=recipe.memory.batch_size,
-        env_id=recipe.env.id, table=table,
+        env_id=recipe.env.name, table=table,
     )  # fmt: skip
 
 
@@ -121,9 +150,9 @@ def make_networks(recipe: Recipe, spaces: MDPSpace, device: torch.device) -> Net
         ConfigurationError: If the algorithm or an add-on cannot act in the environment.
     """
     family, addons = plugins(recipe)
-    family.check_spaces(spaces, env_id=recipe.env.id)
+    family.check_spaces(spaces, env_id=recipe.env.name)
     for addon in addons:
-        addon.check(recipe.section(addon.name), family, spaces, env_id=recipe.env.id)
+        addon.check(recipe.section(addon.name), family, spaces, env_id=recipe.env.name)
     torch.manual_seed(recipe.seed)
     context = build_context(recipe, spaces, device)
     networks = family.make_networks(recipe.config, context)
@@ -280,8 +309,10 @@ def load_trained_agent(
 __all__ = [
     "acting_state",
     "build_context",
+    "check_env",
     "check_env_id",
     "data_sources",
+    "env_source",
     "load_trained_agent",
     "make_agent",
     "make_env",

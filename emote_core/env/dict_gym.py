@@ -16,6 +16,7 @@ rejects others with an error that says how to create them.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -39,7 +40,7 @@ _RUNNING = EpisodeState.RUNNING
 
 
 def make_vector_env(
-    env_id: str,
+    env: str | Callable[..., Any],
     *,
     num_envs: int = 1,
     vectorization_mode: str = "sync",
@@ -49,12 +50,13 @@ def make_vector_env(
     """Creates a vector environment in the autoreset mode :class:`DictGymWrapper` needs.
 
     Args:
-        env_id: A registered gymnasium id, such as ``"Pendulum-v1"`` or
-            ``"emote/HitTheMiddle-v0"``.
+        env: A registered gymnasium id, such as ``"Pendulum-v1"`` or ``"emote/HitTheMiddle-v0"``,
+            or a factory called with ``env_kwargs`` (``render_mode``) that returns one env (see
+            :func:`emote_core.env.making.env_factory`).
         num_envs: Environments stepped together.
         vectorization_mode: ``"sync"`` (one process) or ``"async"`` (one process per environment).
         wrappers: Wrappers applied to each single environment, innermost first.
-        **env_kwargs: Passed to each environment's constructor.
+        **env_kwargs: Passed to each environment's constructor (or the factory).
 
     Returns:
         A gymnasium vector environment with ``autoreset_mode`` ``SAME_STEP``.
@@ -64,14 +66,39 @@ def make_vector_env(
     """
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise ConfigurationError(f"num_envs must be a positive integer; got {num_envs!r}")
-    return gymnasium.make_vec(
-        env_id,
-        num_envs=num_envs,
-        vectorization_mode=vectorization_mode,
-        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
-        wrappers=wrappers,
-        **env_kwargs,
+    if isinstance(env, str):
+        return gymnasium.make_vec(
+            env,
+            num_envs=num_envs,
+            vectorization_mode=vectorization_mode,
+            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+            wrappers=wrappers,
+            **env_kwargs,
+        )
+    if vectorization_mode not in ("sync", "async"):
+        raise ConfigurationError(
+            f"vectorization_mode must be 'sync' or 'async' for an env factory; got "
+            f"{vectorization_mode!r}"
+        )
+    make = functools.partial(_wrapped, env, tuple(wrappers or ()), env_kwargs)
+    vector_class = (
+        gymnasium.vector.SyncVectorEnv
+        if vectorization_mode == "sync"
+        else gymnasium.vector.AsyncVectorEnv
     )
+    return vector_class([make] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+def _wrapped(
+    factory: Callable[..., Any],
+    wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Wrapper]],
+    env_kwargs: dict[str, Any],
+) -> gymnasium.Env:
+    """One env of ``factory`` with ``wrappers`` applied, innermost first."""
+    made = factory(**env_kwargs)
+    for wrapper in wrappers:
+        made = wrapper(made)
+    return made
 
 
 def _autoreset_mode(env: gymnasium.vector.VectorEnv) -> AutoresetMode:

@@ -30,6 +30,7 @@ from emote_core.utils.files import read_regular_file
 RECIPE_LIMIT = 16 << 20
 """The largest recipe file read; hand-written TOML is a few kilobytes."""
 _SECTIONS = "sections"  # Recipe's field for plug-in tables; they stand at the top level in TOML
+_NOT_TOML = frozenset({_SECTIONS, "env_search_paths"})  # Recipe's fields no TOML key sets
 
 
 def find_recipe(name_or_path: str | Path) -> Path:
@@ -55,6 +56,9 @@ def find_recipe(name_or_path: str | Path) -> Path:
 def load_recipe(name_or_path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
     """Reads a recipe, applies ``key=value`` overrides and validates every value.
 
+    The recipe remembers its file's directory (``env_search_paths``), where the env's modules
+    are looked for.
+
     Args:
         name_or_path: A TOML file, or the name of one in :func:`recipe_directories`.
         overrides: ``section.key=value`` strings; values use TOML syntax (``3e-4``, ``true``,
@@ -79,12 +83,14 @@ def load_recipe(name_or_path: str | Path, overrides: Sequence[str] = ()) -> Reci
         apply_override(data, override)
         states.append(copy.deepcopy(data))
     try:
-        return recipe_from_dict(data, source=str(path))
+        recipe = recipe_from_dict(data, source=str(path))
     except ConfigurationError as error:
         refused = _refused_override(states, overrides)
         if refused is None:
             raise
         raise UsageError(str(refused)) from error
+    recipe.env_search_paths = (str(path.resolve().parent),)
+    return recipe
 
 
 def _recipe_text(path: Path) -> str:
@@ -168,10 +174,10 @@ def recipe_from_dict(data: dict[str, Any], *, source: str = "recipe") -> Recipe:
     """
     if not isinstance(data, dict):
         raise ConfigurationError(f"{source}: a recipe must be a table; got {data!r}")
-    base = {f.name for f in dataclasses.fields(Recipe)} - {_SECTIONS}
+    base = {f.name for f in dataclasses.fields(Recipe)} - _NOT_TOML
     plain = {key: value for key, value in data.items() if key in base}
     tables = {key: value for key, value in data.items() if key not in base}
-    recipe = _build(Recipe, plain, source, "", exclude=frozenset({_SECTIONS}))
+    recipe = _build(Recipe, plain, source, "", exclude=_NOT_TOML)
     try:  # the algorithm first: a plug-in nobody registered also leaves its table unknown
         plugins = [get_algorithm(recipe.algorithm)] + [get_addon(name) for name in recipe.addons]
     except ConfigurationError as error:
@@ -376,6 +382,7 @@ def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
     """Plain data of a recipe (enums as their values, plug-in tables at the top level), as
     :func:`recipe_from_dict` reads it."""
     data = json.loads(json.dumps(dataclasses.asdict(recipe), default=str))
+    data.pop("env_search_paths", None)
     sections = data.pop(_SECTIONS)
     return data | sections
 

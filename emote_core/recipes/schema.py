@@ -54,7 +54,8 @@ def check_num_envs(
 
 @dataclass
 class EnvConfig:
-    """The gymnasium environment."""
+    """The environment: a gymnasium id, ``module:EnvId``, or an entry point (which wins over
+    ``id`` when both are set)."""
 
     id: str = "Pendulum-v1"
     """A registered gymnasium id (emote's own: ``emote/HitTheMiddle-v0``,
@@ -80,6 +81,11 @@ class EnvConfig:
     normalize_rewards: bool = False
     """Divide rewards by the running standard deviation of the discounted return while training
     (the stores keep raw rewards)."""
+
+    @property
+    def name(self) -> str:
+        """How messages and records name the env: the entry point when set, else the id."""
+        return self.entry_point or self.id
 
 
 class SamplerKind(StrEnum):
@@ -274,6 +280,10 @@ class Recipe:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     sections: dict[str, Any] = field(default_factory=dict)
     """The plug-in tables (the algorithm's and the add-ons'), typed, by table name."""
+    env_search_paths: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    """Not a TOML key: directories where the env's modules are looked for besides ``sys.path``
+    and the current directory (the recipe file's directory; a run's recorded module
+    directories). Set by :func:`~emote_core.recipes.loading.load_recipe`, never written back."""
 
     @property
     def config(self) -> Any:
