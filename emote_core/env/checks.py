@@ -1,0 +1,1005 @@
+"""Checks of an environment before emote trains on it (``emote env check``).
+
+:func:`check_environment` makes the environment, runs gymnasium's own checker (PettingZoo's
+``parallel_api_test`` for a ``ParallelEnv``) and emote's checks: spaces it supports, the step API,
+finite observations inside the declared space, reproducible seeding, episodes that end, the scale
+of observations and the time a step takes. Each check is a :class:`CheckResult` with the fix for a
+failure; nothing is written to disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import re
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+from emote_core.errors import ConfigurationError, EmoteError
+
+__all__ = [
+    "DEFAULT_CHECK_STEPS",
+    "OBSERVATION_SCALE_LIMIT",
+    "SLOW_STEP_SECONDS",
+    "CheckResult",
+    "CheckStatus",
+    "EnvCheckReport",
+    "check_environment",
+]
+
+DEFAULT_CHECK_STEPS = 2_000
+"""Random-action steps played to see episodes end, observations' scale and step time."""
+OBSERVATION_SCALE_LIMIT = 10.0
+"""A dimension whose ``|mean|`` or standard deviation is above this asks for normalisation."""
+SLOW_STEP_SECONDS = 0.01
+"""Mean seconds per step above which the step time is a warning."""
+SEEDING_STEPS = 10
+"""Steps replayed with the same seed and actions to compare rewards and observations."""
+
+_NORMALIZE_FIX = "set [env] normalize_observations = true"
+_HANDLED_BY_EMOTE = (
+    "we recommend using a symmetric and normalized space",  # emote rescales Box actions
+    "observation space minimum value is -infinity",  # emote needs no observation bounds
+    "observation space maximum value is infinity",
+)
+"""gymnasium checker warnings about what emote already takes care of; left out of the report."""
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class CheckStatus(StrEnum):
+    """The outcome of one check."""
+
+    PASS = "pass"
+    """The environment does what emote needs."""
+    WARN = "warn"
+    """It works, but training may suffer; the fix says what to change."""
+    FAIL = "fail"
+    """emote cannot train on it as it is; the fix says what to change."""
+    SKIP = "skip"
+    """Not run because an earlier check failed."""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One line of the checklist: a check's name, outcome, what was seen and the fix."""
+
+    name: str
+    status: CheckStatus
+    detail: str
+    fix: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"name", "status", "detail", "fix"}``."""
+        return {
+            "name": self.name,
+            "status": str(self.status),
+            "detail": self.detail,
+            "fix": self.fix,
+        }
+
+
+@dataclass(frozen=True)
+class EnvCheckReport:
+    """Every check of one environment, in the order they ran."""
+
+    env: str
+    checks: tuple[CheckResult, ...]
+
+    @property
+    def passed(self) -> bool:
+        """True when no check failed (warnings do not fail)."""
+        return all(check.status is not CheckStatus.FAIL for check in self.checks)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"env", "checks": [...], "passed"}``."""
+        return {
+            "env": self.env,
+            "checks": [check.to_json() for check in self.checks],
+            "passed": self.passed,
+        }
+
+
+def check_environment(
+    make: Callable[[], Any],
+    *,
+    env: str,
+    steps: int = DEFAULT_CHECK_STEPS,
+    seed: int = 0,
+    normalize_observations: bool = False,
+    slow_step_seconds: float = SLOW_STEP_SECONDS,
+) -> EnvCheckReport:
+    """Makes an environment and checks it the way emote will use it.
+
+    Args:
+        make: Returns a new environment each call (a gymnasium ``Env`` or a PettingZoo
+            ``ParallelEnv``); called up to twice. Its errors become the ``made`` check's failure.
+        env: How the environment was named, for the report.
+        steps: Random-action steps played for the episode, scale and step-time checks.
+        seed: Seeds resets and the sampled actions.
+        normalize_observations: The recipe already normalises observations (no scale warning).
+        slow_step_seconds: Mean seconds per step above which step time is a warning.
+
+    Returns:
+        The report; :attr:`EnvCheckReport.passed` is False when a check failed.
+
+    Raises:
+        ConfigurationError: If ``steps`` is not positive.
+    """
+
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ConfigurationError(f"steps must be a positive integer; got {steps!r}")
+    made, instance = _made(lambda: _unchecked(make()))
+    if instance is None:
+        return EnvCheckReport(env, (made,))
+    try:
+        run = _parallel_checks if _is_parallel_env(instance) else _single_agent_checks
+        checks = run(
+            make,
+            instance,
+            steps=steps,
+            seed=seed,
+            normalize_observations=normalize_observations,
+            slow_step_seconds=slow_step_seconds,
+        )
+    finally:
+        _close(instance)
+    return EnvCheckReport(env, (made, *checks))
+
+
+def _describe(error: BaseException) -> str:
+    """An exception as one line: an emote error's message, others with their type."""
+    if isinstance(error, EmoteError):
+        text = str(error)
+    else:
+        text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return " ".join(text.split())
+
+
+def _close(instance: Any) -> None:
+    # A failing close says nothing about training; the checks are done.
+    with contextlib.suppress(Exception):
+        instance.close()
+
+
+@contextlib.contextmanager
+def _quiet_warnings(into: list[str] | None = None) -> Iterator[None]:
+    """Warnings raised inside are collected (ANSI colours removed) instead of printed."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    if into is not None:
+        for warning in caught:
+            text = " ".join(_ANSI.sub("", str(warning.message)).split()).removeprefix("WARN: ")
+            if text not in into:
+                into.append(text)
+
+
+def _made(make: Callable[[], Any]) -> tuple[CheckResult, Any]:
+    try:
+        with _quiet_warnings():
+            instance = make()
+    except Exception as error:  # the user's import or constructor: report it, never crash
+        return (
+            CheckResult(
+                "made",
+                CheckStatus.FAIL,
+                _describe(error),
+                fix="make the module importable and its env constructible with the recipe's "
+                "[env] kwargs",
+            ),
+            None,
+        )
+    if not (_is_parallel_env(instance) or _is_gymnasium_env(instance)):
+        return (
+            CheckResult(
+                "made",
+                CheckStatus.FAIL,
+                f"got a {type(instance).__name__}, which is neither a gymnasium Env nor a "
+                "PettingZoo ParallelEnv",
+                fix="return a gymnasium.Env (or a pettingzoo.ParallelEnv) from the entry point",
+            ),
+            None,
+        )
+    kind = "PettingZoo ParallelEnv" if _is_parallel_env(instance) else "gymnasium Env"
+    name = type(getattr(instance, "unwrapped", instance)).__name__
+    return CheckResult("made", CheckStatus.PASS, f"{name} ({kind})"), instance
+
+
+def _unchecked(env: Any) -> Any:
+    """``env`` without emote's :class:`~emote_core.env.making.CheckedEnv` layer, which raises at
+    the first wrong step result or NaN observation: the checks look at those themselves, to
+    report them under the check they fail."""
+    import gymnasium
+
+    from emote_core.env.making import CheckedEnv
+
+    parent, current = None, env
+    while isinstance(current, gymnasium.Wrapper):
+        if isinstance(current, CheckedEnv):
+            if parent is None:
+                return current.env
+            parent.env = current.env
+            return env
+        parent, current = current, current.env
+    return env
+
+
+def _is_gymnasium_env(instance: Any) -> bool:
+    import gymnasium
+
+    return isinstance(instance, gymnasium.Env)
+
+
+def _is_parallel_env(instance: Any) -> bool:
+    from emote_core.env.making import is_parallel_env
+
+    return is_parallel_env(instance)
+
+
+# --- single-agent environments ------------------------------------------------------------------
+
+
+def _single_agent_checks(
+    make: Callable[[], Any],
+    env: Any,
+    *,
+    steps: int,
+    seed: int,
+    normalize_observations: bool,
+    slow_step_seconds: float,
+) -> list[CheckResult]:
+    checks = [_gymnasium_checker(make, seed), _spaces_check(env)]
+    rollout = _Rollout.play(env, steps=steps, seed=seed)
+    checks.append(rollout.step_check())
+    checks.append(rollout.observations_check())
+    if rollout.step_problem is not None:
+        skipped = "not run: the step check failed"
+        checks.extend(
+            CheckResult(name, CheckStatus.SKIP, skipped)
+            for name in ("seeding", "episodes_end", "observation_scale", "step_time")
+        )
+        return checks
+    checks.append(_seeding_check(env, seed))
+    if rollout.nonfinite is not None:  # the rollout stopped there: too little to judge by
+        skipped = "not run: the observations check failed"
+        checks.extend(
+            CheckResult(name, CheckStatus.SKIP, skipped)
+            for name in ("episodes_end", "observation_scale", "step_time")
+        )
+        return checks
+    checks.append(rollout.episodes_check())
+    checks.append(rollout.scale_check(normalize_observations))
+    checks.append(rollout.time_check(slow_step_seconds))
+    return checks
+
+
+def _gymnasium_checker(make: Callable[[], Any], seed: int) -> CheckResult:
+    """gymnasium's ``check_env`` on a fresh, unwrapped instance (its warnings: a warning)."""
+    from gymnasium.utils.env_checker import check_env
+
+    messages: list[str] = []
+    instance = None
+    try:
+        with _quiet_warnings(messages):
+            instance = _unchecked(make())
+            check_env(instance.unwrapped, skip_render_check=True, skip_close_check=True)
+    except Exception as error:  # what the checker found: its exception is the failure
+        return CheckResult(
+            "gymnasium_checker",
+            CheckStatus.FAIL,
+            _describe(error),
+            fix="follow gymnasium's Env API (gymnasium.farama.org/introduction/create_custom_env)",
+        )
+    finally:
+        if instance is not None:
+            _close(instance)
+    messages = [m for m in messages if not any(text in m for text in _HANDLED_BY_EMOTE)]
+    if messages:
+        return CheckResult(
+            "gymnasium_checker",
+            CheckStatus.WARN,
+            f"{len(messages)} warning{'s' if len(messages) > 1 else ''}: {'; '.join(messages)}",
+            fix="address gymnasium's warnings above",
+        )
+    return CheckResult("gymnasium_checker", CheckStatus.PASS, "gymnasium's check_env found nothing")
+
+
+def _spaces_check(env: Any) -> CheckResult:
+    """The spaces DictGymWrapper and the networks take: Box or Dict-of-Box observations, Box
+    (finite bounds) or Discrete actions."""
+    problem = _spaces_problem(env.observation_space, env.action_space)
+    if problem is not None:
+        return CheckResult("spaces", CheckStatus.FAIL, problem[0], fix=problem[1])
+    return CheckResult(
+        "spaces",
+        CheckStatus.PASS,
+        f"observations {_space_text(env.observation_space)}, actions "
+        f"{_space_text(env.action_space)}",
+    )
+
+
+def _spaces_problem(observation_space: Any, action_space: Any) -> tuple[str, str] | None:
+    """``(detail, fix)`` when emote cannot take these spaces, else ``None``."""
+    from gymnasium import spaces as gym_spaces
+
+    from emote_core.spaces import MDPSpace
+
+    fix = (
+        "give the env a Box (or Dict of Box) observation space and a Box or Discrete action "
+        "space, with finite action bounds"
+    )
+    if isinstance(action_space, gym_spaces.Discrete):
+        actions: Any = gym_spaces.Discrete(int(action_space.n))  # DictGymWrapper offsets start
+    else:
+        actions = action_space
+    try:
+        MDPSpace.from_gymnasium(observation_space, actions)
+    except EmoteError as error:
+        return _describe(error), fix
+    if isinstance(action_space, gym_spaces.Box):
+        if not np.issubdtype(action_space.dtype, np.floating):
+            return (
+                f"Box actions of dtype {action_space.dtype}; emote's policies act in floats",
+                "declare Box actions as float32 (or use a Discrete action space)",
+            )
+        bounds = np.concatenate([np.ravel(action_space.low), np.ravel(action_space.high)])
+        if not np.all(np.isfinite(bounds)):
+            return (
+                f"action space {action_space} is unbounded; emote maps actions in [-1, 1] onto "
+                "the bounds",
+                "give the Box action space finite low and high",
+            )
+    return None
+
+
+def _space_text(space: Any) -> str:
+    from gymnasium import spaces as gym_spaces
+
+    if isinstance(space, gym_spaces.Box):
+        return f"Box{tuple(space.shape)} {space.dtype}"
+    if isinstance(space, gym_spaces.Discrete):
+        return f"Discrete({int(space.n)})"
+    if isinstance(space, gym_spaces.Dict):
+        inner = ", ".join(f"{key}: {_space_text(value)}" for key, value in space.spaces.items())
+        return f"Dict({inner})"
+    return type(space).__name__
+
+
+def _observation_arrays(observation: Any) -> dict[str, np.ndarray] | None:
+    """Box or Dict-of-Box observations as ``{key: array}``; ``None`` for other forms."""
+    if isinstance(observation, Mapping):
+        arrays = {}
+        for key, value in observation.items():
+            try:
+                arrays[str(key)] = np.asarray(value)
+            except Exception:  # a value numpy cannot hold: not a Box observation
+                return None
+        return arrays
+    try:
+        return {"obs": np.asarray(observation)}
+    except Exception:  # as above
+        return None
+
+
+def _nonfinite(observation: Any) -> str | None:
+    """The key of the first observation array holding NaN or inf, or ``None``."""
+    arrays = _observation_arrays(observation) or {}
+    for key, array in arrays.items():
+        if np.issubdtype(array.dtype, np.inexact) and not np.all(np.isfinite(array)):
+            return key
+    return None
+
+
+def _outside(space: Any, observation: Any) -> tuple[CheckStatus, str] | None:
+    """Why an observation is not in its space: a wrong dtype alone warns (emote casts it)."""
+    from gymnasium import spaces as gym_spaces
+
+    if isinstance(space, gym_spaces.Dict) and isinstance(observation, Mapping):
+        if set(observation) != set(space.spaces):
+            return CheckStatus.FAIL, (
+                f"observation keys {sorted(map(str, observation))} differ from the space's "
+                f"{sorted(map(str, space.spaces))}"
+            )
+        for key, inner in space.spaces.items():
+            problem = _outside(inner, observation[key])
+            if problem is not None:
+                return problem[0], f"'{key}': {problem[1]}"
+        return None
+    if isinstance(space, gym_spaces.Box):
+        array = np.asarray(observation)
+        if array.shape != space.shape:
+            return CheckStatus.FAIL, f"shape {array.shape}, the space declares {space.shape}"
+        values = array.astype(np.float64)
+        below = values < np.asarray(space.low, dtype=np.float64)
+        above = values > np.asarray(space.high, dtype=np.float64)
+        if np.any(below | above):
+            index = np.unravel_index(int(np.argmax(below | above)), array.shape)
+            return CheckStatus.FAIL, (
+                f"value {values[index]:g} at index {tuple(int(i) for i in index)} is outside "
+                f"the declared bounds [{np.asarray(space.low)[index]:g}, "
+                f"{np.asarray(space.high)[index]:g}]"
+            )
+        if not np.can_cast(array.dtype, space.dtype):
+            return CheckStatus.WARN, (
+                f"dtype {array.dtype}, the space declares {space.dtype} (emote casts them)"
+            )
+        return None
+    if not space.contains(observation):
+        return CheckStatus.FAIL, f"{observation!r} is not in {space}"
+    return None
+
+
+_REWARD_TYPES = (int, float, np.integer, np.floating)
+_FLAG_TYPES = (bool, np.bool_)
+
+
+def _step_problem(result: Any) -> str | None:
+    """What is wrong with a ``step`` return value: arity and types of gymnasium's 5-tuple."""
+    if not isinstance(result, tuple):
+        return f"step returned a {type(result).__name__}, not a tuple of 5"
+    if len(result) != 5:
+        return f"step returned {len(result)} values; gymnasium's API returns 5"
+    _, reward, terminated, truncated, info = result
+    if isinstance(reward, np.ndarray) and reward.shape == ():
+        reward = reward.item()
+    if isinstance(reward, bool) or not isinstance(reward, _REWARD_TYPES):
+        return f"reward is a {type(reward).__name__}, not a number"
+    for name, flag in (("terminated", terminated), ("truncated", truncated)):
+        if not isinstance(flag, _FLAG_TYPES):
+            return f"{name} is a {type(flag).__name__}, not a bool"
+    if not isinstance(info, dict):
+        return f"info is a {type(info).__name__}, not a dict"
+    return None
+
+
+def _reset_problem(result: Any) -> str | None:
+    if not isinstance(result, tuple) or len(result) != 2:
+        return "reset must return (observation, info)"
+    if not isinstance(result[1], dict):
+        return f"reset's info is a {type(result[1]).__name__}, not a dict"
+    return None
+
+
+@dataclass
+class _ScaleStats:
+    """Running per-dimension sums of the observations of one key, shifted by the first one."""
+
+    shift: np.ndarray
+    total: np.ndarray
+    squares: np.ndarray
+    count: int = 0
+
+    @classmethod
+    def start(cls, array: np.ndarray) -> _ScaleStats:
+        flat = array.astype(np.float64).ravel()
+        return cls(flat.copy(), np.zeros_like(flat), np.zeros_like(flat))
+
+    def add(self, array: np.ndarray) -> None:
+        flat = array.astype(np.float64).ravel()
+        if flat.shape != self.shift.shape:
+            return  # a shape change is the observations check's failure
+        delta = flat - self.shift
+        self.total += delta
+        self.squares += delta * delta
+        self.count += 1
+
+    def mean_std(self) -> tuple[np.ndarray, np.ndarray]:
+        mean = self.total / self.count
+        variance = np.maximum(self.squares / self.count - mean * mean, 0.0)
+        return mean + self.shift, np.sqrt(variance)
+
+
+@dataclass
+class _Rollout:
+    """One random-action rollout and what it showed."""
+
+    steps_played: int = 0
+    step_seconds: float = 0.0
+    episode_lengths: list[int] = field(default_factory=list)
+    step_problem: str | None = None
+    nonfinite: str | None = None
+    outside: tuple[CheckStatus, str] | None = None
+    stats: dict[str, _ScaleStats] = field(default_factory=dict)
+
+    @classmethod
+    def play(cls, env: Any, *, steps: int, seed: int) -> _Rollout:
+        rollout = cls()
+        with _quiet_warnings():
+            rollout._play(env, steps, seed)
+        return rollout
+
+    def _play(self, env: Any, steps: int, seed: int) -> None:
+        space = env.observation_space
+        if not self._reset(env, seed, space):
+            return
+        env.action_space.seed(seed)
+        length = 0
+        clock = time.perf_counter
+        for index in range(steps):
+            action = env.action_space.sample()
+            started = clock()
+            try:
+                result = env.step(action)
+            except Exception as error:  # the user's step: report it
+                self.step_problem = f"step {index + 1} raised {_describe(error)}"
+                return
+            self.step_seconds += clock() - started
+            self.steps_played += 1
+            length += 1
+            problem = _step_problem(result)
+            if problem is not None:
+                self.step_problem = f"step {index + 1}: {problem}"
+                return
+            if not self._observe(result[0], space, f"step {index + 1}"):
+                return
+            if result[2] or result[3]:
+                self.episode_lengths.append(length)
+                length = 0
+                if index + 1 < steps and not self._reset(env, None, space):
+                    return
+
+    def _reset(self, env: Any, seed: int | None, space: Any) -> bool:
+        try:
+            result = env.reset(seed=seed)
+        except Exception as error:  # the user's reset: report it
+            self.step_problem = f"reset raised {_describe(error)}"
+            return False
+        problem = _reset_problem(result)
+        if problem is not None:
+            self.step_problem = problem
+            return False
+        return self._observe(result[0], space, "reset")
+
+    def _observe(self, observation: Any, space: Any, where: str, group: str = "") -> bool:
+        """Records an observation; False (stop) when it is not finite."""
+        key = _nonfinite(observation)
+        if key is not None:
+            self.nonfinite = f"{where}: observation '{key}' holds NaN or inf"
+            return False
+        if self.outside is None or self.outside[0] is CheckStatus.WARN:
+            problem = _outside(space, observation)
+            if problem is not None and (self.outside is None or problem[0] is CheckStatus.FAIL):
+                self.outside = (problem[0], f"{where}: {problem[1]}")
+        for name, array in (_observation_arrays(observation) or {}).items():
+            if array.dtype == np.uint8 or not np.issubdtype(array.dtype, np.number):
+                continue  # images: the image encoder scales them
+            key = f"{group}/{name}" if group else name
+            if key in self.stats:
+                self.stats[key].add(array)
+            else:
+                self.stats[key] = _ScaleStats.start(array)
+                self.stats[key].add(array)
+        return True
+
+    def step_check(self) -> CheckResult:
+        if self.step_problem is not None:
+            return CheckResult(
+                "step",
+                CheckStatus.FAIL,
+                self.step_problem,
+                fix="return (observation, info) from reset and (observation, reward, terminated, "
+                "truncated, info) from step, with a float reward and bool flags",
+            )
+        return CheckResult(
+            "step",
+            CheckStatus.PASS,
+            f"{self.steps_played} steps returned (observation, reward, terminated, truncated, "
+            "info)",
+        )
+
+    def observations_check(self) -> CheckResult:
+        if self.nonfinite is not None:
+            return CheckResult(
+                "observations",
+                CheckStatus.FAIL,
+                self.nonfinite,
+                fix="return finite observations (no NaN or inf) from reset and step",
+            )
+        if self.step_problem is not None:
+            return CheckResult("observations", CheckStatus.SKIP, "not run: the step check failed")
+        if self.outside is not None:
+            status, detail = self.outside
+            fix = (
+                "return observations of the declared dtype"
+                if status is CheckStatus.WARN
+                else "return observations inside the declared observation space (or widen it)"
+            )
+            return CheckResult("observations", status, detail, fix=fix)
+        return CheckResult(
+            "observations", CheckStatus.PASS, "finite and inside the declared observation space"
+        )
+
+    def episodes_check(self) -> CheckResult:
+        if not self.episode_lengths:
+            return CheckResult(
+                "episodes_end",
+                CheckStatus.WARN,
+                f"no episode ended in {self.steps_played} steps of random actions",
+                fix="set [env] max_episode_steps",
+            )
+        count = len(self.episode_lengths)
+        mean = sum(self.episode_lengths) / count
+        return CheckResult(
+            "episodes_end",
+            CheckStatus.PASS,
+            f"{count} episode{'s' if count > 1 else ''} ended in {self.steps_played} steps "
+            f"(mean length {mean:.1f})",
+        )
+
+    def scale_check(self, normalize_observations: bool) -> CheckResult:
+        large: list[str] = []
+        for key, stats in self.stats.items():
+            if stats.count == 0:
+                continue
+            mean, std = stats.mean_std()
+            for index in np.flatnonzero(
+                (np.abs(mean) > OBSERVATION_SCALE_LIMIT) | (std > OBSERVATION_SCALE_LIMIT)
+            ):
+                large.append(f"{key}[{index}] mean {mean[index]:.3g} std {std[index]:.3g}")
+        if not large:
+            return CheckResult(
+                "observation_scale",
+                CheckStatus.PASS,
+                f"every dimension has |mean| and std within {OBSERVATION_SCALE_LIMIT:g}",
+            )
+        shown = ", ".join(large[:3]) + (f" and {len(large) - 3} more" if len(large) > 3 else "")
+        if normalize_observations:
+            return CheckResult(
+                "observation_scale",
+                CheckStatus.PASS,
+                f"{shown}; the recipe normalises observations",
+            )
+        return CheckResult(
+            "observation_scale",
+            CheckStatus.WARN,
+            f"{len(large)} dimension{'s' if len(large) > 1 else ''} beyond "
+            f"{OBSERVATION_SCALE_LIMIT:g}: {shown}",
+            fix=_NORMALIZE_FIX,
+        )
+
+    def time_check(self, slow_step_seconds: float) -> CheckResult:
+        mean = self.step_seconds / max(self.steps_played, 1)
+        rate = 1.0 / mean if mean > 0 else math.inf
+        detail = f"{mean * 1e3:.3g} ms per step (about {_rate_text(rate)} steps/s per env)"
+        if mean > slow_step_seconds:
+            return CheckResult(
+                "step_time",
+                CheckStatus.WARN,
+                f"{detail}; above {slow_step_seconds * 1e3:g} ms, stepping limits collection",
+                fix="step several envs together ([env] num_envs) or collect with "
+                "'emote collect --workers'",
+            )
+        return CheckResult("step_time", CheckStatus.PASS, detail)
+
+
+def _rate_text(rate: float) -> str:
+    if not math.isfinite(rate):
+        return "unmeasurably many"
+    return f"{rate:,.0f}" if rate >= 10 else f"{rate:.2g}"
+
+
+def _equal(first: Any, second: Any) -> bool:
+    if isinstance(first, Mapping) and isinstance(second, Mapping):
+        return set(first) == set(second) and all(_equal(first[k], second[k]) for k in first)
+    try:
+        return bool(np.array_equal(np.asarray(first), np.asarray(second), equal_nan=True))
+    except (TypeError, ValueError):  # values numpy cannot compare
+        return bool(first == second)
+
+
+def _replay(env: Any, seed: int, actions: list[Any]) -> tuple[Any, list[tuple[Any, Any]]]:
+    observation, _ = env.reset(seed=seed)
+    trace: list[tuple[Any, Any]] = []
+    for action in actions:
+        next_observation, reward, terminated, truncated, _ = env.step(action)
+        trace.append((next_observation, reward))
+        if terminated or truncated:
+            break
+    return observation, trace
+
+
+def _seeding_check(env: Any, seed: int) -> CheckResult:
+    """Two resets with one seed give equal observations; the same actions, equal rewards."""
+    fix = (
+        "pass reset's seed to super().reset(seed=seed) and draw all randomness from self.np_random"
+    )
+    env.action_space.seed(seed)
+    actions = [env.action_space.sample() for _ in range(SEEDING_STEPS)]
+    try:
+        with _quiet_warnings():
+            first_start, first = _replay(env, seed, actions)
+            second_start, second = _replay(env, seed, actions)
+    except Exception as error:  # the user's reset or step
+        return CheckResult("seeding", CheckStatus.FAIL, _describe(error), fix=fix)
+    if not _equal(first_start, second_start):
+        return CheckResult(
+            "seeding",
+            CheckStatus.FAIL,
+            f"two resets with seed {seed} gave different observations",
+            fix=fix,
+        )
+    for index, ((obs_a, reward_a), (obs_b, reward_b)) in enumerate(
+        zip(first, second, strict=False)
+    ):
+        if not _equal(reward_a, reward_b):
+            return CheckResult(
+                "seeding",
+                CheckStatus.FAIL,
+                f"the same seed and actions gave rewards {reward_a!r} and {reward_b!r} at step "
+                f"{index + 1}",
+                fix=fix,
+            )
+        if not _equal(obs_a, obs_b):
+            return CheckResult(
+                "seeding",
+                CheckStatus.FAIL,
+                f"the same seed and actions gave different observations at step {index + 1}",
+                fix=fix,
+            )
+    if len(first) != len(second):
+        return CheckResult(
+            "seeding",
+            CheckStatus.FAIL,
+            f"the same seed and actions ended the episode after {len(first)} and "
+            f"{len(second)} steps",
+            fix=fix,
+        )
+    return CheckResult(
+        "seeding",
+        CheckStatus.PASS,
+        f"reset(seed={seed}) and {len(first)} equal actions replay the same observations and "
+        "rewards",
+    )
+
+
+# --- PettingZoo parallel environments -----------------------------------------------------------
+
+
+def _parallel_checks(
+    make: Callable[[], Any],
+    env: Any,
+    *,
+    steps: int,
+    seed: int,
+    normalize_observations: bool,
+    slow_step_seconds: float,
+) -> list[CheckResult]:
+    """PettingZoo's own test, then emote's checks per agent group (agents of identical spaces)."""
+    from emote_core.env.multi_agent import agent_groups
+
+    checks = [_pettingzoo_api(make, steps)]
+    try:
+        groups = agent_groups(env)
+    except EmoteError as error:
+        checks.append(
+            CheckResult(
+                "spaces",
+                CheckStatus.FAIL,
+                _describe(error),
+                fix="list every agent in possible_agents, with observation_space(agent) and "
+                "action_space(agent)",
+            )
+        )
+        return checks
+    checks.append(_group_spaces_check(groups))
+    group_of = {agent: group.name for group in groups for agent in group.agents}
+    rollout = _ParallelRollout.play(env, steps=steps, seed=seed, group_of=group_of)
+    checks.append(rollout.step_check())
+    checks.append(rollout.observations_check())
+    if rollout.step_problem is not None:
+        skipped = "not run: the step check failed"
+        checks.extend(
+            CheckResult(name, CheckStatus.SKIP, skipped)
+            for name in ("seeding", "episodes_end", "observation_scale", "step_time")
+        )
+        return checks
+    checks.append(_parallel_seeding_check(env, seed))
+    if rollout.nonfinite is not None:
+        skipped = "not run: the observations check failed"
+        checks.extend(
+            CheckResult(name, CheckStatus.SKIP, skipped)
+            for name in ("episodes_end", "observation_scale", "step_time")
+        )
+        return checks
+    checks.append(rollout.episodes_check())
+    checks.append(rollout.scale_check(normalize_observations))
+    checks.append(rollout.time_check(slow_step_seconds))
+    return checks
+
+
+def _group_spaces_check(groups: list[Any]) -> CheckResult:
+    """Every agent group's spaces are ones emote takes."""
+    described = []
+    for group in groups:
+        problem = _spaces_problem(group.observation_space, group.action_space)
+        if problem is not None:
+            return CheckResult(
+                "spaces", CheckStatus.FAIL, f"group '{group.name}': {problem[0]}", fix=problem[1]
+            )
+        count = len(group.agents)
+        described.append(
+            f"group '{group.name}' ({count} agent{'s' if count > 1 else ''}): observations "
+            f"{_space_text(group.observation_space)}, actions {_space_text(group.action_space)}"
+        )
+    return CheckResult("spaces", CheckStatus.PASS, "; ".join(described))
+
+
+def _parallel_step_problem(result: Any) -> str | None:
+    """What is wrong with a Parallel ``step`` result: five dicts keyed by agent."""
+    if not isinstance(result, tuple):
+        return f"step returned a {type(result).__name__}, not a tuple of 5 dicts"
+    if len(result) != 5:
+        return f"step returned {len(result)} values; PettingZoo's Parallel API returns 5 dicts"
+    names = ("observations", "rewards", "terminations", "truncations", "infos")
+    for name, value in zip(names, result, strict=True):
+        if not isinstance(value, dict):
+            return f"{name} is a {type(value).__name__}, not a dict keyed by agent"
+    for agent, reward in result[1].items():
+        if isinstance(reward, np.ndarray) and reward.shape == ():
+            reward = reward.item()
+        if isinstance(reward, bool) or not isinstance(reward, _REWARD_TYPES):
+            return f"agent '{agent}''s reward is a {type(reward).__name__}, not a number"
+    return None
+
+
+class _ParallelRollout(_Rollout):
+    """A random-action rollout of a PettingZoo ParallelEnv, statistics kept per agent group."""
+
+    group_of: dict[str, str]
+
+    @classmethod
+    def play(  # type: ignore[override]
+        cls, env: Any, *, steps: int, seed: int, group_of: dict[str, str]
+    ) -> _ParallelRollout:
+        rollout = cls()
+        rollout.group_of = group_of
+        with _quiet_warnings():
+            rollout._play(env, steps, seed)
+        return rollout
+
+    def _play(self, env: Any, steps: int, seed: int) -> None:
+        if not self._reset(env, seed, None):
+            return
+        for offset, agent in enumerate(self.group_of):
+            env.action_space(agent).seed(seed + offset)
+        length = 0
+        clock = time.perf_counter
+        for index in range(steps):
+            actions = {agent: env.action_space(agent).sample() for agent in env.agents}
+            started = clock()
+            try:
+                result = env.step(actions)
+            except Exception as error:  # the user's step: report it
+                self.step_problem = f"step {index + 1} raised {_describe(error)}"
+                return
+            self.step_seconds += clock() - started
+            self.steps_played += 1
+            length += 1
+            problem = _parallel_step_problem(result)
+            if problem is not None:
+                self.step_problem = f"step {index + 1}: {problem}"
+                return
+            if not self._observe_agents(env, result[0], f"step {index + 1}"):
+                return
+            if not env.agents:
+                self.episode_lengths.append(length)
+                length = 0
+                if index + 1 < steps and not self._reset(env, None, None):
+                    return
+
+    def _reset(self, env: Any, seed: int | None, space: Any) -> bool:
+        try:
+            result = env.reset(seed=seed)
+        except Exception as error:  # the user's reset: report it
+            self.step_problem = f"reset raised {_describe(error)}"
+            return False
+        if not isinstance(result, tuple) or len(result) != 2 or not isinstance(result[0], dict):
+            self.step_problem = "reset must return (observations, infos), two dicts keyed by agent"
+            return False
+        return self._observe_agents(env, result[0], "reset")
+
+    def _observe_agents(self, env: Any, observations: dict[Any, Any], where: str) -> bool:
+        for agent, observation in observations.items():
+            group = self.group_of.get(agent)
+            if group is None:
+                self.step_problem = f"{where}: agent '{agent}' is not in possible_agents"
+                return False
+            space = env.observation_space(agent)
+            if not self._observe(observation, space, f"{where}, agent '{agent}'", group):
+                return False
+        return True
+
+
+def _parallel_seeding_check(env: Any, seed: int) -> CheckResult:
+    """Two resets with one seed give equal observations; the same actions, equal rewards."""
+    fix = "seed every random draw of reset and step from reset's seed"
+    agents = list(getattr(env, "possible_agents", ()))
+    for offset, agent in enumerate(agents):
+        env.action_space(agent).seed(seed + offset)
+    plan = [{a: env.action_space(a).sample() for a in agents} for _ in range(SEEDING_STEPS)]
+
+    def replay() -> tuple[Any, list[Any]]:
+        observations, _ = env.reset(seed=seed)
+        trace = []
+        for actions in plan:
+            if not env.agents:
+                break
+            step = env.step({agent: actions[agent] for agent in env.agents})
+            trace.append((step[0], step[1]))
+        return observations, trace
+
+    try:
+        with _quiet_warnings():
+            first_start, first = replay()
+            second_start, second = replay()
+    except Exception as error:  # the user's reset or step
+        return CheckResult("seeding", CheckStatus.FAIL, _describe(error), fix=fix)
+    if not _equal(first_start, second_start):
+        return CheckResult(
+            "seeding",
+            CheckStatus.FAIL,
+            f"two resets with seed {seed} gave different observations",
+            fix=fix,
+        )
+    for index, ((obs_a, rewards_a), (obs_b, rewards_b)) in enumerate(
+        zip(first, second, strict=False)
+    ):
+        if not (_equal(rewards_a, rewards_b) and _equal(obs_a, obs_b)):
+            return CheckResult(
+                "seeding",
+                CheckStatus.FAIL,
+                f"the same seed and actions gave different rewards or observations at step "
+                f"{index + 1}",
+                fix=fix,
+            )
+    return CheckResult(
+        "seeding",
+        CheckStatus.PASS,
+        f"reset(seed={seed}) and {len(first)} equal joint actions replay the same observations "
+        "and rewards",
+    )
+
+
+def _pettingzoo_api(make: Callable[[], Any], steps: int) -> CheckResult:
+    """PettingZoo's ``parallel_api_test`` on a fresh instance (its asserts: a failure)."""
+    from pettingzoo.test import parallel_api_test
+
+    messages: list[str] = []
+    instance = None
+    try:
+        # The test prints its verdict; stdout belongs to the caller (``--json``).
+        with _quiet_warnings(messages), contextlib.redirect_stdout(io.StringIO()):
+            instance = make()
+            parallel_api_test(instance, num_cycles=min(steps, 1_000))
+    except Exception as error:  # what the test found
+        detail = _describe(error)
+        if isinstance(error, AssertionError):  # its message's first line, then the assert
+            detail = (str(error).strip().splitlines() or ["AssertionError"])[0]
+            frames = traceback.extract_tb(error.__traceback__)
+            line = (frames[-1].line or "").strip() if frames else ""
+            detail = f"{detail} ({line})" if line else detail
+        return CheckResult(
+            "pettingzoo_api",
+            CheckStatus.FAIL,
+            detail,
+            fix="follow PettingZoo's Parallel API (pettingzoo.farama.org/api/parallel)",
+        )
+    finally:
+        if instance is not None:
+            _close(instance)
+    if messages:
+        return CheckResult(
+            "pettingzoo_api",
+            CheckStatus.WARN,
+            f"{len(messages)} warning{'s' if len(messages) > 1 else ''}: {'; '.join(messages)}",
+            fix="address PettingZoo's warnings above",
+        )
+    return CheckResult("pettingzoo_api", CheckStatus.PASS, "parallel_api_test found nothing")
