@@ -75,6 +75,8 @@ def evaluate(
     Appends to eval.json in the run directory when given one. An .onnx policy runs in
     onnxruntime alone, on the environment of the recipe stored in it (or --recipe / --env).
     Without --min-return the recipe's \\[eval] min_return is the threshold (not with --env).
+    On a multi-agent (PettingZoo) env an episode is the env's and its return the team return
+    (all agents' returns summed); each agent group's mean return per agent is reported too.
     """
     setup_logging(quiet=quiet, debug=debug)
     with handle_errors(debug=debug, json_output=json_output):
@@ -138,6 +140,14 @@ def evaluate(
                 ),
                 markup=False, highlight=False, soft_wrap=True,
             )  # fmt: skip
+            for name, group in (report.get("groups") or {}).items():  # a multi-agent env's
+                stdout_console().print(
+                    printable(
+                        f"group {name} ({', '.join(group['agents'])}): mean return per agent "
+                        f"{group['mean_return']:.2f} over {len(group['returns'])} agent lives"
+                    ),
+                    markup=False, highlight=False, soft_wrap=True,
+                )  # fmt: skip
             if video is not None:
                 stdout_console().print(
                     printable(f"videos: {len(report['videos'])} MP4 file(s) in {video}"),

@@ -216,6 +216,7 @@ def _print_report(report: dict[str, Any]) -> None:
             )
         console.print(table)
     _print_spaces(console, report.get("spaces"))
+    _print_agents(console, report.get("agents"))
     _print_provenance(console, report.get("provenance"))
     if report.get("returns") is not None:
         _print_returns(console, report["returns"])
@@ -292,6 +293,21 @@ def _print_spaces(console: Any, spaces: dict[str, Any] | None) -> None:
             _text(describe_bounds(space)),
         )
     console.print(table)
+
+
+def _print_agents(console: Any, agents: dict[str, Any] | None) -> None:
+    """The agent groups of multi-agent shards: one row per group (its agents, its episodes)."""
+    from rich.table import Table
+
+    for shard, record in (agents or {}).items():
+        table = Table(title=_text(f"shard '{shard}': agent groups"), title_justify="left")
+        for header in ("group", "agents", "episodes"):
+            table.add_column(header, justify="right" if header == "episodes" else "left")
+        for group in record["groups"]:
+            table.add_row(
+                _text(group["name"]), _text(", ".join(group["agents"])), _number(group["episodes"])
+            )
+        console.print(table)
 
 
 def _print_provenance(console: Any, provenance: dict[str, Any] | None) -> None:

@@ -195,8 +195,14 @@ def collect_to_store(
     from emote_core.assembly.provenance import session_provenance
     from emote_core.assembly.published_policy import PublishedPolicy
     from emote_core.env import BatchGymCollector
+    from emote_core.env.multi_agent import (
+        ParallelEnvCollector,
+        ParallelEnvWrapper,
+        parallel_env_record,
+    )
     from emote_core.errors import ConfigurationError
     from emote_core.memory import DictObsMemoryTable
+    from emote_core.stores.agents import record_agents
     from emote_core.stores.zarr_store.tables import StoreAppender
     from emote_core.utils.devices import resolve_device
 
@@ -237,7 +243,14 @@ def collect_to_store(
         env.close()
         raise
     batches = _Batches(appender, out, flush_seconds)
-    collector = BatchGymCollector(env=env, agent=agent, on_batch=batches.add, seed=recipe.seed)
+    collector: Any
+    if isinstance(env, ParallelEnvWrapper):  # agents come and go: played agent by agent
+        record_agents(appender.writer.group, parallel_env_record(env))
+        collector = ParallelEnvCollector(
+            env=env, agent=agent, on_batch=batches.add, seed=recipe.seed
+        )
+    else:
+        collector = BatchGymCollector(env=env, agent=agent, on_batch=batches.add, seed=recipe.seed)
 
     def report(phase: str) -> None:
         if on_progress is not None:

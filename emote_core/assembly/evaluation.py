@@ -12,6 +12,7 @@ import numpy as np
 
 from emote_core.assembly.builders import check_env_id, make_env
 from emote_core.callbacks.checkpointing import CHECKPOINT_DIRECTORY, is_torch_file
+from emote_core.env.multi_agent import EnvEpisode, ParallelEnvWrapper
 from emote_core.errors import ConfigurationError
 from emote_core.onnx.agent import is_onnx_file
 from emote_core.recipes.schema import Recipe
@@ -86,7 +87,10 @@ def evaluate(
 
     Returns:
         ``{env, seed, episodes, returns, lengths, mean_return, std_return, lowest_return,
-        highest_return}``, and ``videos`` (the files, in episode order) with ``video_dir``.
+        highest_return}``, and ``videos`` (the files, in episode order) with ``video_dir``. For
+        a multi-agent env an episode is the env's: its return the team return (every agent's
+        return summed), with ``mean_team_return`` and ``groups`` (per group: ``agents``,
+        ``returns`` of each agent life, ``mean_return``).
 
     Raises:
         ConfigurationError: If ``video_dir`` is a file, or is given for an env that renders no
@@ -116,11 +120,17 @@ def evaluate(
     )
     returns: list[float] = []
     lengths: list[int] = []
+    team: list[Any] = []  # a multi-agent env's episodes
     try:
         observations = env.reset(seed=seed)
         while len(returns) < episodes:
             observations = env.step(agent(observations))
-            finished = env.drain_completed_episodes()
+            if isinstance(env, ParallelEnvWrapper):  # an episode: all agents' lives, summed
+                env.drain_completed_episodes()
+                team += env.drain_completed_env_episodes()
+                finished = [(e.team_return, e.length) for e in team[len(returns) :]]
+            else:
+                finished = env.drain_completed_episodes()
             for episode_return, length in finished:
                 returns.append(float(episode_return))
                 lengths.append(int(length))
@@ -130,7 +140,7 @@ def evaluate(
         env.close()
     returns, lengths = returns[:episodes], lengths[:episodes]
     report = {
-        "env": recipe.env.id,
+        "env": recipe.env.name,
         "seed": seed,
         "episodes": len(returns),
         "returns": returns,
@@ -140,10 +150,30 @@ def evaluate(
         "lowest_return": float(np.min(returns)),
         "highest_return": float(np.max(returns)),
     }
+    if isinstance(env, ParallelEnvWrapper):
+        report.update(_team_report(env, team[:episodes]))
     if video_dir is not None:
         report["video_dir"] = str(video_dir)
         report["videos"] = [str(path) for recorder in recorders for path in recorder.files]
     return report
+
+
+def _team_report(env: ParallelEnvWrapper, played: list[EnvEpisode]) -> dict[str, Any]:
+    """A multi-agent evaluation's extra keys: ``mean_team_return`` (the mean of ``returns``,
+    each the sum of every agent's return in one env episode) and per group its agents, every
+    agent life's return and their mean."""
+    groups = {}
+    for group in env.groups:
+        lives = [r for episode in played for r in episode.group_returns.get(group.name, [])]
+        groups[group.name] = {
+            "agents": list(group.agents),
+            "returns": lives,
+            "mean_return": float(np.mean(lives)) if lives else None,
+        }
+    return {
+        "mean_team_return": float(np.mean([e.team_return for e in played])),
+        "groups": groups,
+    }
 
 
 __all__ = ["PolicyKind", "evaluate", "policy_kind"]

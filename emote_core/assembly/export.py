@@ -55,7 +55,7 @@ def export_checkpoint(
     )
     step = int(load_checkpoint(checkpoint).get("bp_step", 0))
     env = make_env(loaded, num_envs=1)
-    env_action_space = env.env.single_action_space  # the env's own bounds, before rescaling
+    env_action_space = env.env_action_space  # the env's own bounds, before rescaling
     env.close()
     graph = policy_graph(loaded, networks, spaces)
     metadata = policy_metadata(

@@ -136,7 +136,7 @@ def build_training(
     check_training_mode(recipe, live=live)
     env = make_env(recipe)
     spaces = env.spaces
-    env_action_space = env.env.single_action_space  # the env's own bounds, for ONNX metadata
+    env_action_space = env.env_action_space  # the env's own bounds, for ONNX metadata
     opened = [MemoryStore(store) for store in stores]
     check_store_use(opened, spaces, recipe, use=StoreUse.TRAIN)
     table_class = (

@@ -34,6 +34,7 @@ from emote_core.callback import Callback, Order
 from emote_core.callbacks.logging_mixin import LoggingMixin
 from emote_core.env.batch_collector import BatchGymCollector, batch_actions
 from emote_core.env.dict_gym import DictGymWrapper
+from emote_core.env.multi_agent import ParallelEnvWrapper
 from emote_core.errors import ConfigurationError
 from emote_core.memory.callbacks import PendingExportProcessor, ReadinessSource
 from emote_core.memory.proxy import MemoryProxy
@@ -63,7 +64,8 @@ class GymCollector(LoggingMixin, Callback):
     """Plays the environment with the agent and records every step in the memory.
 
     Args:
-        env: The wrapped vector environment.
+        env: The wrapped vector environment, or a multi-agent ``ParallelEnvWrapper`` (whose
+            agents come and go: its steps always go to ``memory.add``).
         agent: Answers observations with actions (a policy proxy, or a random one).
         memory: Receives every step (``memory.add(observations, responses)``), or every
             finished episode whole (``memory.add_episode``) when it takes them and the agents
@@ -99,7 +101,7 @@ class GymCollector(LoggingMixin, Callback):
     def __init__(
         self,
         *,
-        env: DictGymWrapper,
+        env: DictGymWrapper | ParallelEnvWrapper,
         agent: AgentProxy,
         memory: MemoryProxy,
         warmup_steps: int = 0,
@@ -142,6 +144,7 @@ class GymCollector(LoggingMixin, Callback):
         self._recorder: BatchGymCollector | None = None
         if (
             bulk
+            and isinstance(env, DictGymWrapper)  # a multi-agent env's agents come and go
             and _takes_episodes(memory)
             and all(batch_actions(a)[0] is not None for a in (agent, warmup_agent) if a is not None)
         ):

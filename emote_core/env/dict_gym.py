@@ -111,7 +111,13 @@ def _autoreset_mode(env: gymnasium.vector.VectorEnv) -> AutoresetMode:
         ) from error
 
 
-def _rescaling(action_space: gym_spaces.Box) -> tuple[np.ndarray, np.ndarray]:
+def action_rescaling(action_space: gym_spaces.Box) -> tuple[np.ndarray, np.ndarray]:
+    """``(half range, middle)`` that map actions in ``[-1, 1]`` onto ``action_space``'s bounds
+    (``action * half_range + middle``).
+
+    Raises:
+        ConfigurationError: If the space is unbounded.
+    """
     low = np.asarray(action_space.low, dtype=np.float64)
     high = np.asarray(action_space.high, dtype=np.float64)
     if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
@@ -164,7 +170,7 @@ class DictGymWrapper:
             self._action_offset = int(single_action.start)
         elif isinstance(single_action, gym_spaces.Box):
             if rescale_actions:
-                self._rescale = _rescaling(single_action)
+                self._rescale = action_rescaling(single_action)
         else:
             raise ConfigurationError(
                 f"DictGymWrapper supports Box and Discrete actions; the environment's action "
@@ -212,6 +218,11 @@ class DictGymWrapper:
         if self._rescale is not None:
             return gym_spaces.Box(-1.0, 1.0, shape=space.shape, dtype=space.dtype)
         return space
+
+    @property
+    def env_action_space(self) -> gymnasium.Space:
+        """One agent's action space as the environment takes it (its own bounds)."""
+        return self.env.single_action_space
 
     @property
     def agents(self) -> list[AgentId]:
@@ -409,4 +420,4 @@ class DictGymWrapper:
         return f"DictGymWrapper(num_envs={self.num_envs}, spaces={self._spaces!r})"
 
 
-__all__ = ["ACTIONS_KEY", "REWARD_KEY", "DictGymWrapper", "make_vector_env"]
+__all__ = ["ACTIONS_KEY", "REWARD_KEY", "DictGymWrapper", "action_rescaling", "make_vector_env"]

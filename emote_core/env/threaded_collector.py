@@ -19,6 +19,7 @@ from torch import nn
 
 from emote_core.env.collectors import GymCollector
 from emote_core.env.dict_gym import DictGymWrapper
+from emote_core.env.multi_agent import ParallelEnvWrapper
 from emote_core.errors import ConfigurationError
 from emote_core.memory.callbacks import PendingExportProcessor, ReadinessSource
 from emote_core.memory.proxy import MemoryProxy
@@ -74,7 +75,7 @@ class ThreadedGymCollector(GymCollector):
     def __init__(
         self,
         *,
-        env: DictGymWrapper,
+        env: DictGymWrapper | ParallelEnvWrapper,
         agent: AgentProxy,
         memory: MemoryProxy,
         warmup_steps: int = 0,

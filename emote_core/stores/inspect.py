@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from emote_core.stores.agents import store_agents
 from emote_core.stores.provenance import ENV_ID, FIRST_EPISODE, shard_sessions
 from emote_core.stores.sources import FORMATS, detect_format, length_key, read_source
 from emote_core.stores.summary import (
@@ -45,7 +46,9 @@ def inspect_source(
         ``episodes``, ``transitions``, ``columns`` (name -> ``{dtype, shape, kind}``),
         ``episode_length`` and ``episode_return`` (``{min, mean, max}``), ``end_states``,
         ``spaces``, ``shards``, ``bytes_on_disk``, ``producer`` and ``provenance`` (stores:
-        :func:`store_provenance`; other sources: ``None``).
+        :func:`store_provenance`; other sources: ``None``); stores also ``agents``
+        (:func:`~emote_core.stores.agents.store_agents`: the agents and groups of multi-agent
+        shards, ``None`` for none).
 
     Raises:
         FormatError: As :func:`read_source`.
@@ -60,6 +63,7 @@ def inspect_source(
         report = store.info()
         report["location"] = report.pop("store", text)
         report["provenance"] = store_provenance(store)
+        report["agents"] = store_agents(store)
         if returns:
             tables = [shard.table for shard in store.shards]
             report["returns"] = return_distribution(
