@@ -81,7 +81,7 @@ app = typer.Typer(
 app.command("collect", cls=RecipeCommand)(collect.collect)
 app.command("train", cls=RecipeCommand)(train.train)
 app.command("eval", cls=EmoteCommand)(evaluate.evaluate)
-app.command("env", cls=EmoteCommand)(env.env)
+app.add_typer(env.app, name="env")
 app.add_typer(memory.app, name="memory")
 app.add_typer(export.app, name="export")
 

@@ -4,6 +4,9 @@ Meant for bug reports and for checking a machine before a run: Python, the platf
 torch with CUDA/cuDNN/MPS and the visible devices, onnxruntime's execution providers, the
 versions of the packages emote builds on and of the optional ones (extras and peers). A package
 that is missing or fails to import is reported as ``null``; it never makes the command fail.
+
+``emote env`` is a group: run bare it prints that report; ``emote env check`` (in
+:mod:`emote_cli.env_check`) checks a training environment.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ import platform
 import sys
 from typing import Any
 
+import typer
+
+from emote_cli import env_check
 from emote_cli._common import (
     DebugOption,
     JsonOption,
@@ -25,9 +31,10 @@ from emote_cli._common import (
     setup_logging,
     stdout_console,
 )
+from emote_cli._help import EmoteCommand, EmoteGroup
 from emote_cli._text import printable
 
-__all__ = ["collect_environment", "env"]
+__all__ = ["app", "collect_environment", "env"]
 
 # Display name -> (import name, distribution names that provide it, most common first).
 _PACKAGES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -64,7 +71,19 @@ _OPTIONAL_PACKAGES: dict[str, tuple[str, ...]] = {
 }
 
 
+app = typer.Typer(
+    cls=EmoteGroup,
+    name="env",
+    invoke_without_command=True,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    pretty_exceptions_show_locals=False,
+)
+
+
+@app.callback(invoke_without_command=True)
 def env(
+    ctx: typer.Context,
     json_output: JsonOption = False,
     quiet: QuietOption = False,
     debug: DebugOption = False,
@@ -72,7 +91,10 @@ def env(
     """Show Python, platform, emote, torch/CUDA and package versions of this environment.
 
     Paste the output into bug reports; missing packages show as "not installed" (null in JSON).
+    'emote env check ENV_OR_RECIPE' checks an environment before training on it.
     """
+    if ctx.invoked_subcommand is not None:
+        return
     setup_logging(quiet=quiet, debug=debug)
     with handle_errors(debug=debug, json_output=json_output):
         report = collect_environment()
@@ -80,6 +102,9 @@ def env(
             emit_json(report)
         else:
             _print_report(report)
+
+
+app.command("check", cls=EmoteCommand)(env_check.check)
 
 
 def collect_environment() -> dict[str, Any]:
