@@ -18,6 +18,9 @@ from emote_core.errors import ConfigurationError
 
 SPACES_JSON_VERSION = 1
 """Version of the JSON layout written by :meth:`MDPSpace.to_json`."""
+ACTION_MASK_KEY = "action_mask"
+"""The observation key of a discrete action mask (PettingZoo's and gymnasium's convention): one
+0/1 entry per action of a ``Discrete(n)`` space, 1 where the action is allowed."""
 
 Bound = npt.NDArray[np.float64] | None
 
@@ -210,6 +213,17 @@ class MDPSpace:
     actions: BoxSpace
     state: DictSpace
 
+    @property
+    def action_mask_key(self) -> str | None:
+        """:data:`ACTION_MASK_KEY` when the observation holds a discrete action mask, else
+        ``None``."""
+        return ACTION_MASK_KEY if ACTION_MASK_KEY in self.state.spaces else None
+
+    @property
+    def feature_keys(self) -> list[str]:
+        """The observation keys a network reads: every key but the action mask."""
+        return [key for key in self.state.spaces if key != ACTION_MASK_KEY]
+
     @classmethod
     def from_gymnasium(
         cls, observation_space: Any, action_space: Any, *, observation_key: str = "obs"
@@ -217,7 +231,9 @@ class MDPSpace:
         """Builds an MDP space from gymnasium spaces.
 
         A ``Box`` observation becomes one entry named ``observation_key``; a ``Dict`` observation
-        keeps its keys. Actions may be ``Box`` or ``Discrete``.
+        keeps its keys. Actions may be ``Box`` or ``Discrete``. A ``Dict`` entry named
+        :data:`ACTION_MASK_KEY` (a ``MultiBinary(n)``, or a ``Box`` of 0/1 integers of shape
+        ``(n,)``) masks ``Discrete(n)`` actions and becomes a box of bounds 0 and 1.
 
         Args:
             observation_space: A gymnasium ``Box`` or ``Dict`` of ``Box`` spaces.
@@ -228,12 +244,20 @@ class MDPSpace:
             The corresponding MDP space, with float32 rewards of shape ``(1,)``.
 
         Raises:
-            ConfigurationError: If a space type is not supported.
+            ConfigurationError: If a space type is not supported, or an action mask does not fit
+                the actions (continuous actions, or not one entry per discrete action).
         """
         from gymnasium import spaces as gym_spaces
 
         if isinstance(observation_space, gym_spaces.Dict):
-            state = DictSpace({k: _box_from_gym(v, k) for k, v in observation_space.spaces.items()})
+            state = DictSpace(
+                {
+                    k: _mask_from_gym(v, action_space)
+                    if k == ACTION_MASK_KEY
+                    else _box_from_gym(v, k)
+                    for k, v in observation_space.spaces.items()
+                }
+            )
         else:
             state = DictSpace({observation_key: _box_from_gym(observation_space, observation_key)})
         if isinstance(action_space, gym_spaces.Discrete):
@@ -332,6 +356,36 @@ def _box_from_gym(space: Any, key: str) -> BoxSpace:
     )
 
 
+def _mask_from_gym(space: Any, action_space: Any) -> BoxSpace:
+    """An action mask as a 0/1 box (of the env's integer dtype) of one entry per action."""
+    from gymnasium import spaces as gym_spaces
+
+    if not isinstance(action_space, gym_spaces.Discrete):
+        raise ConfigurationError(
+            f"observation '{ACTION_MASK_KEY}' masks discrete actions, but the actions are "
+            f"{action_space}; drop the mask, or rename the key if it is an ordinary observation"
+        )
+    n = int(action_space.n)
+    binary = isinstance(space, gym_spaces.MultiBinary) or (
+        isinstance(space, gym_spaces.Box)
+        and np.dtype(space.dtype).kind in "biu"
+        and np.all(space.low >= 0)
+        and np.all(space.high <= 1)
+    )
+    if not binary:
+        raise ConfigurationError(
+            f"observation '{ACTION_MASK_KEY}' is {space}; an action mask is a MultiBinary({n}) or "
+            f"a Box(0, 1, ({n},), int8) with 1 for each allowed action"
+        )
+    if tuple(space.shape) != (n,):
+        raise ConfigurationError(
+            f"observation '{ACTION_MASK_KEY}' has shape {tuple(space.shape)}; a mask of "
+            f"Discrete({n}) actions has one entry per action, shape ({n},) — fix the env's "
+            "observation space"
+        )
+    return BoxSpace(dtype=space.dtype, shape=(n,), low=np.zeros(n), high=np.ones(n))
+
+
 _CHANNELS = (1, 2, 3, 4)
 """Channel counts of an image: a 3-d value with one of these first or last is read as one."""
 
@@ -387,6 +441,7 @@ def describe_bounds(space: BoxSpace) -> str:
 
 
 __all__ = [
+    "ACTION_MASK_KEY",
     "SPACES_JSON_VERSION",
     "BoxSpace",
     "DictSpace",

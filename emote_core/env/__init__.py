@@ -1,7 +1,7 @@
 """Gymnasium glue: vector environments as dict observations, collectors, test envs, wrappers.
 
-Importing this package registers ``emote/HitTheMiddle-v0``, ``emote/PixelPendulum-v0`` and
-``emote/PixelCarRacing-v0`` with gymnasium.
+Importing this package registers ``emote/HitTheMiddle-v0``, ``emote/MaskedGrid-v0``,
+``emote/PixelPendulum-v0`` and ``emote/PixelCarRacing-v0`` with gymnasium.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from emote_core.env.frames import (
 )
 from emote_core.env.hit_the_middle import ENV_ID as HIT_THE_MIDDLE_ID
 from emote_core.env.hit_the_middle import HitTheMiddle, middle_controller
+from emote_core.env.masked_grid import ENV_ID as MASKED_GRID_ID
+from emote_core.env.masked_grid import MaskedGrid
 from emote_core.env.pixel_envs import (
     PIXEL_CAR_RACING_ID,
     PIXEL_PENDULUM_ID,
@@ -29,6 +31,7 @@ from emote_core.env.threaded_collector import ThreadedGymCollector
 
 __all__ = [
     "HIT_THE_MIDDLE_ID",
+    "MASKED_GRID_ID",
     "PIXEL_CAR_RACING_ID",
     "PIXEL_PENDULUM_ID",
     "BatchGymCollector",
@@ -38,6 +41,7 @@ __all__ = [
     "GymCollector",
     "HitTheMiddle",
     "LazyFrames",
+    "MaskedGrid",
     "PixelPendulum",
     "ScaledFloatFrame",
     "ThreadedGymCollector",

@@ -5,7 +5,8 @@ space; see :mod:`emote_core.onnx.format`) and maps observations to actions exact
 torch proxies do: one float32 batch per observation key, ``epsilon`` zeros for deterministic
 acting or standard-normal noise for stochastic acting, and the ``actions`` output handed to the
 environment wrapper as it is (SAC actions in ``[-1, 1]``, which ``DictGymWrapper`` rescales to the
-environment's bounds; DQN action indices of shape ``(1,)``).
+environment's bounds; DQN action indices of shape ``(1,)``). A policy that takes ``action_masks``
+is fed the observation its metadata names (``action_mask_key``), as 0/1 floats.
 
 Stochastic noise comes from a numpy generator, so a stochastic ONNX agent and a stochastic torch
 agent with the same seed draw different noise; deterministic agents act identically.
@@ -20,12 +21,14 @@ import numpy as np
 
 from emote_core.errors import ConfigurationError, FormatError
 from emote_core.onnx.format import (
+    ACTION_MASKS_INPUT,
     ACTIONS_OUTPUT,
     EPSILON_INPUT,
     MAX_POLICY_BYTES,
     PolicyMetadata,
 )
 from emote_core.proxies.base import acting_agents
+from emote_core.proxies.epsilon_greedy import allowed_actions
 from emote_core.spaces import DiscreteSpace, MDPSpace, describe_shape, describe_space
 from emote_core.typing import AgentId, DictObservation, DictResponse
 from emote_core.utils.files import read_regular_file
@@ -92,6 +95,7 @@ class OnnxAgentProxy:
         self._rng = np.random.default_rng(seed)
         self._keys = self.metadata.observation_keys
         self._shapes = {key: self.metadata.observation_space[key].shape for key in self._keys}
+        self._mask_key = self.metadata.action_mask_key if self.metadata.masked else None
         self._action_shape = tuple(self.metadata.action_space.shape)
         self._action_dtype = self.metadata.action_space.dtype
         self._noise_shape = self._action_shape  # SAC's; a latent policy's noise is latent-wide
@@ -124,7 +128,10 @@ class OnnxAgentProxy:
             ConfigurationError: Naming the mismatch.
         """
         given = spaces.state.spaces
-        for key, shape in self._shapes.items():
+        shapes = dict(self._shapes)
+        if self._mask_key is not None:
+            shapes[self._mask_key] = self.metadata.observation_space[self._mask_key].shape
+        for key, shape in shapes.items():
             if key not in given or given[key].shape != shape:
                 gives = describe_space(given[key]) if key in given else "none"
                 raise ConfigurationError(
@@ -157,6 +164,9 @@ class OnnxAgentProxy:
         if not agents:
             return {}
         feed = {key: self._stack(key, agents, observations) for key in self._keys}
+        if self._mask_key is not None:
+            masks = self._stack(self._mask_key, agents, observations)
+            feed[ACTION_MASKS_INPUT] = self._masks(masks, [f"agent {a}" for a in agents])
         actions = self._run(feed, len(agents))
         return {
             agent: DictResponse(list_data={ACTIONS_OUTPUT: actions[row]})
@@ -170,13 +180,18 @@ class OnnxAgentProxy:
             ConfigurationError: If a key the policy reads is missing or has rows of another shape.
         """
         feed = {}
-        for key in self._keys:
+        keys = self._keys if self._mask_key is None else (*self._keys, self._mask_key)
+        for key in keys:
             if key not in observations:
                 raise ConfigurationError(
                     f"the observations have no '{key}' (they have {sorted(observations)}); "
                     f"policy '{self.path}' reads {list(self._keys)}"
                 )
             batch = np.asarray(observations[key], dtype=np.float32)
+            if key == self._mask_key:
+                names = [f"row {row}" for row in range(len(batch))]
+                feed[ACTION_MASKS_INPUT] = self._masks(batch, names)
+                continue
             if batch.shape[1:] != self._shapes[key]:
                 raise ConfigurationError(
                     f"observation '{key}' has rows of shape {batch.shape[1:]}; policy "
@@ -185,6 +200,11 @@ class OnnxAgentProxy:
                 )
             feed[key] = batch
         return self._run(feed, len(next(iter(feed.values()))))
+
+    def _masks(self, masks: np.ndarray, rows: list[str]) -> np.ndarray:
+        """The ``action_masks`` input: float32 0/1, checked to allow an action in every row."""
+        allowed = allowed_actions(masks, int(self.metadata.action_space.n), rows)  # type: ignore[attr-defined]
+        return allowed.astype(np.float32)
 
     def _run(self, feed: dict[str, np.ndarray], count: int) -> np.ndarray:
         if self.metadata.stochastic:
@@ -200,6 +220,7 @@ class OnnxAgentProxy:
     def _stack(
         self, key: str, agents: list[AgentId], observations: Mapping[AgentId, DictObservation]
     ) -> np.ndarray:
+        shape = self.metadata.observation_space[key].shape
         rows = []
         for agent in agents:
             data = observations[agent].array_data
@@ -209,11 +230,10 @@ class OnnxAgentProxy:
                     f"policy '{self.path}' reads {list(self._keys)}"
                 )
             value = np.asarray(data[key])
-            if value.shape != self._shapes[key]:
+            if value.shape != shape:
                 raise ConfigurationError(
                     f"observation '{key}' of agent {agent} has shape {value.shape}; policy "
-                    f"'{self.path}' reads {self._shapes[key]} — run it on the environment it was "
-                    "trained on"
+                    f"'{self.path}' reads {shape} — run it on the environment it was trained on"
                 )
             rows.append(value)
         return np.stack(rows).astype(np.float32, copy=False)

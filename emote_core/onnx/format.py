@@ -4,7 +4,10 @@ An exported policy is one self-contained ``.onnx`` file (no external-data sideca
 
 * inputs: one float32 tensor per observation key, named after the key, of shape
   ``[batch, *key_shape]``; SAC policies also take ``epsilon`` of shape ``[batch, action_dim]``
-  (zeros act deterministically, standard-normal noise samples the policy);
+  (zeros act deterministically, standard-normal noise samples the policy); DQN policies of an
+  environment with an ``action_mask`` observation take it as ``action_masks`` instead, float32
+  ``[batch, num_actions]``, 1 where an action is allowed (format version 2, whose metadata names
+  the observation that feeds it in ``action_mask_key``);
 * outputs: ``actions``. For SAC, ``tanh(mean + std * epsilon)`` in ``[-1, 1]``: what emote's agent
   proxies hand the environment wrapper, which maps ``[-1, 1]`` linearly onto the environment's
   action bounds (``action_bounds`` in the metadata says how); for DQN, the greedy action index
@@ -32,6 +35,8 @@ FORMAT_NAME = "emote-policy"
 """The ``format`` metadata prop of every emote policy export."""
 EPSILON_INPUT = "epsilon"
 """The noise input of stochastic (SAC) policies."""
+ACTION_MASKS_INPUT = "action_masks"
+"""The discrete action mask input (``[batch, num_actions]``, 1 = allowed), ML-Agents' name."""
 ACTIONS_OUTPUT = "actions"
 """The output the environment acts with."""
 Q_VALUES_OUTPUT = "q_values"
@@ -50,7 +55,10 @@ class OnnxPolicyVersion(IntEnum):
 
     V1 = 1
     """Inputs, outputs and metadata as described in this module's docstring."""
-    LATEST = V1
+    V2 = 2
+    """V1 plus the ``action_masks`` input and the ``action_mask_key`` prop; written only by
+    policies that take a mask, so every other export stays V1."""
+    LATEST = V2
 
 
 class MetadataKey(StrEnum):
@@ -78,6 +86,8 @@ class MetadataKey(StrEnum):
     SOURCE_CHECKPOINT = "source_checkpoint"
     SOURCE_CHECKPOINT_SHA256 = "source_checkpoint_sha256"
     OPSET = "opset"
+    ACTION_MASK_KEY = "action_mask_key"
+    """The observation key fed to the ``action_masks`` input (V2; absent without one)."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +108,7 @@ class PolicyMetadata:
         source_checkpoint_sha256: Its sha256 ("" when none).
         opset: The default-domain opset of the file.
         emote_version: The emote that wrote the file.
+        action_mask_key: The observation fed to the ``action_masks`` input ("" when none).
         extra: Further props (``OnnxExporter.add_metadata``), written as given.
     """
 
@@ -114,12 +125,19 @@ class PolicyMetadata:
     source_checkpoint_sha256: str = ""
     opset: int = 0
     emote_version: str = __version__
+    action_mask_key: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
     def observation_keys(self) -> tuple[str, ...]:
-        """The observation inputs (every input but ``epsilon``), in graph order."""
-        return tuple(name for name in self.input_names if name != EPSILON_INPUT)
+        """The observation inputs (every input but ``epsilon`` and ``action_masks``), in graph
+        order."""
+        return tuple(n for n in self.input_names if n not in (EPSILON_INPUT, ACTION_MASKS_INPUT))
+
+    @property
+    def masked(self) -> bool:
+        """Whether the graph takes ``action_masks``."""
+        return ACTION_MASKS_INPUT in self.input_names
 
     @property
     def stochastic(self) -> bool:
@@ -131,11 +149,16 @@ class PolicyMetadata:
         """Whether actions are discrete indices."""
         return isinstance(self.action_space, DiscreteSpace)
 
+    @property
+    def format_version(self) -> OnnxPolicyVersion:
+        """The oldest format version that describes this export: V2 with ``action_masks``."""
+        return OnnxPolicyVersion.V2 if self.masked else OnnxPolicyVersion.V1
+
     def to_props(self) -> dict[str, str]:
         """The metadata props to write: every value a string, structured ones as JSON."""
         props = {
             MetadataKey.FORMAT: FORMAT_NAME,
-            MetadataKey.FORMAT_VERSION: str(int(OnnxPolicyVersion.LATEST)),
+            MetadataKey.FORMAT_VERSION: str(int(self.format_version)),
             MetadataKey.EMOTE_VERSION: self.emote_version,
             MetadataKey.ALGORITHM: str(self.algorithm),
             MetadataKey.RECIPE: self.recipe,
@@ -150,6 +173,8 @@ class PolicyMetadata:
             MetadataKey.SOURCE_CHECKPOINT_SHA256: self.source_checkpoint_sha256,
             MetadataKey.OPSET: str(int(self.opset)),
         }
+        if self.masked:
+            props[MetadataKey.ACTION_MASK_KEY] = self.action_mask_key
         return {**self.extra, **{str(key): value for key, value in props.items()}}
 
     @classmethod
@@ -181,12 +206,20 @@ class PolicyMetadata:
             if not isinstance(observation_space, DictSpace) or isinstance(action_space, DictSpace):
                 raise FormatError(f"'{source}' has malformed observation or action spaces")
             known = {str(key) for key in MetadataKey}
+            input_names = tuple(json.loads(props[MetadataKey.INPUT_NAMES]))
+            mask_key = props.get(MetadataKey.ACTION_MASK_KEY, "")
+            if ACTION_MASKS_INPUT in input_names and mask_key not in observation_space.spaces:
+                raise FormatError(
+                    f"'{source}' takes '{ACTION_MASKS_INPUT}' but its metadata names no "
+                    f"observation that feeds it ({MetadataKey.ACTION_MASK_KEY}={mask_key!r}); "
+                    "re-export it with `emote export onnx`"
+                )
             return cls(
                 algorithm=props[MetadataKey.ALGORITHM],
                 observation_space=observation_space,
                 action_space=action_space,
                 action_bounds=json.loads(props[MetadataKey.ACTION_BOUNDS]),
-                input_names=tuple(json.loads(props[MetadataKey.INPUT_NAMES])),
+                input_names=input_names,
                 output_names=tuple(json.loads(props[MetadataKey.OUTPUT_NAMES])),
                 recipe=props.get(MetadataKey.RECIPE, ""),
                 recipe_toml=props.get(MetadataKey.RECIPE_TOML, ""),
@@ -195,6 +228,7 @@ class PolicyMetadata:
                 source_checkpoint_sha256=props.get(MetadataKey.SOURCE_CHECKPOINT_SHA256, ""),
                 opset=int(props.get(MetadataKey.OPSET, "0")),
                 emote_version=props.get(MetadataKey.EMOTE_VERSION, ""),
+                action_mask_key=mask_key,
                 extra={k: v for k, v in props.items() if k not in known},
             )
         except (KeyError, ValueError, TypeError, ConfigurationError) as error:
@@ -206,6 +240,7 @@ class PolicyMetadata:
 
 __all__ = [
     "ACTIONS_OUTPUT",
+    "ACTION_MASKS_INPUT",
     "ACTION_RESCALE",
     "BATCH_AXIS",
     "EPSILON_INPUT",

@@ -24,7 +24,12 @@ from torch import Tensor, nn
 
 from emote_core.errors import ExportError
 from emote_core.nn.inputs import flatten_observation
-from emote_core.onnx.format import ACTION_RESCALE, ACTIONS_OUTPUT, PolicyMetadata
+from emote_core.onnx.format import (
+    ACTION_MASKS_INPUT,
+    ACTION_RESCALE,
+    ACTIONS_OUTPUT,
+    PolicyMetadata,
+)
 from emote_core.proxies.generic import declared_noise_dim
 from emote_core.spaces import BoxSpace, MDPSpace
 
@@ -70,9 +75,14 @@ class PolicyGraph:
     output_names: tuple[str, ...]
 
     def sample_inputs(self, batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        """Standard-normal float32 inputs for ``batch`` rows, by input name."""
+        """Standard-normal float32 inputs for ``batch`` rows, by input name; an
+        ``action_masks`` input gets random 0/1 rows that allow at least one action each."""
         return {
-            name: rng.standard_normal((batch, *shape), dtype=np.float32)
+            name: (
+                sample_action_masks(batch, shape, rng)
+                if name == ACTION_MASKS_INPUT
+                else rng.standard_normal((batch, *shape), dtype=np.float32)
+            )
             for name, shape in self.input_shapes.items()
         }
 
@@ -86,6 +96,33 @@ class PolicyGraph:
         return {name: out.numpy() for name, out in zip(self.output_names, outputs, strict=True)}
 
 
+def sample_action_masks(batch: int, shape: Sequence[int], rng: np.random.Generator) -> np.ndarray:
+    """Random float32 0/1 action masks of ``(batch, *shape)``, each row allowing at least one
+    action (the parity check's inputs)."""
+    masks = rng.integers(0, 2, size=(batch, *shape)).astype(np.float32)
+    rows = masks.reshape(batch, -1)
+    rows[np.arange(batch), rng.integers(0, rows.shape[1], size=batch)] = 1.0
+    return rows.reshape(masks.shape)
+
+
+def masked_argmax(values: Tensor, action_masks: Tensor) -> Tensor:
+    """The index of the highest of ``values`` among the actions ``action_masks`` allows.
+
+    The exported form of a discrete action mask, for any export profile to reuse: ``values`` is
+    ``(batch, n)`` (Q values or logits); ``action_masks`` is ``(batch, n)``, float or integer,
+    an entry above 0.5 allowing its action (the convention of ML-Agents' ``action_masks`` input
+    for one discrete branch, and of PettingZoo's ``action_mask``). Traces to ONNX ``Where`` and
+    ``ArgMax`` (opset 9 and up). A row that allows nothing gives action 0: a graph cannot
+    raise, so emote's agents refuse such rows before running it.
+
+    Returns:
+        ``(batch, 1)`` int64 action indices.
+    """
+    allowed = action_masks > 0.5
+    lowest = torch.finfo(values.dtype).min
+    return torch.where(allowed, values, torch.full_like(values, lowest)).argmax(dim=1, keepdim=True)
+
+
 def policy_graph(
     module: nn.Module,
     *,
@@ -93,6 +130,7 @@ def policy_graph(
     spaces: MDPSpace,
     extra_inputs: Mapping[str, Sequence[int]] | None = None,
     output_names: Sequence[str] = (ACTIONS_OUTPUT,),
+    observation_keys: Sequence[str] | None = None,
 ) -> PolicyGraph:
     """Snapshots an acting module (a CPU, eval-mode deep copy) into a traceable graph.
 
@@ -101,19 +139,27 @@ def policy_graph(
     network (``AlgorithmFamily.policy_graph``).
 
     Args:
-        module: Takes one tensor per observation key (in ``spaces.state`` order), then one per
+        module: Takes one tensor per observation key (``observation_keys``), then one per
             extra input; returns one tensor per output name (see :class:`KeyedInputs`).
         algorithm: The registered name of what trained it (recorded in the metadata).
         spaces: The MDP space the network acts in (``DictGymWrapper.spaces``).
         extra_inputs: Inputs after the observations, by name, with the shape of one row (SAC's
             ``epsilon`` noise, say).
         output_names: The module's outputs, in order; the first is ``actions``.
+        observation_keys: The observation inputs, in order (default: every key of
+            ``spaces.state``; DQN leaves out the action mask it takes as ``action_masks``).
 
     Raises:
-        ExportError: If an extra input is named like an observation key, or the outputs do not
-            start with ``actions``.
+        ExportError: If an extra input is named like an observation key, an observation key is
+            not in ``spaces``, or the outputs do not start with ``actions``.
     """
-    keys = tuple(spaces.state.keys())
+    keys = tuple(spaces.state.keys()) if observation_keys is None else tuple(observation_keys)
+    unknown = [key for key in keys if key not in spaces.state.spaces]
+    if unknown:
+        raise ExportError(
+            f"observation input '{unknown[0]}' is not in the observation space, whose keys are "
+            f"{spaces.state.keys()}"
+        )
     extra = {name: tuple(int(d) for d in shape) for name, shape in (extra_inputs or {}).items()}
     clash = sorted(set(keys) & set(extra))
     if clash:
@@ -258,7 +304,9 @@ def policy_metadata(
         checkpoint: The checkpoint file exported, if any (its path and sha256 are recorded).
     """
     actions: BoxSpace = graph.spaces.actions
+    masked = ACTION_MASKS_INPUT in graph.input_names
     return PolicyMetadata(
+        action_mask_key=(graph.spaces.action_mask_key or "") if masked else "",
         algorithm=graph.algorithm,
         observation_space=graph.spaces.state,
         action_space=actions,
@@ -278,7 +326,9 @@ __all__ = [
     "PolicyGraph",
     "action_bounds",
     "file_sha256",
+    "masked_argmax",
     "policy_graph",
     "policy_metadata",
     "proxy_policy_graph",
+    "sample_action_masks",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -13,6 +13,7 @@ from torch import nn
 from emote_core.errors import ConfigurationError
 from emote_core.proxies.base import acting_agents, inference_mode_of
 from emote_core.proxies.generic import ACTIONS_KEY
+from emote_core.spaces import ACTION_MASK_KEY
 from emote_core.typing import AgentId, DictObservation, DictResponse
 
 
@@ -26,11 +27,40 @@ class ScheduledValue(Protocol):
         ...
 
 
+def allowed_actions(masks: np.ndarray, num_actions: int, rows: Sequence[object]) -> np.ndarray:
+    """The actions discrete action masks allow, as booleans (an entry above 0.5 allows).
+
+    Args:
+        masks: ``(B, num_actions)`` masks, one row per acting agent.
+        num_actions: The ``n`` of the ``Discrete(n)`` actions.
+        rows: What each row is in messages (agent ids, or batch rows).
+
+    Raises:
+        ConfigurationError: If the masks are not ``(B, num_actions)``, or a row allows no action.
+    """
+    masks = np.asarray(masks)
+    if masks.shape != (len(rows), num_actions):
+        raise ConfigurationError(
+            f"action masks of shape {masks.shape[1:]} per agent; {num_actions} discrete actions "
+            f"need one entry per action, shape ({num_actions},) — fix the env's '{ACTION_MASK_KEY}'"
+        )
+    allowed = masks > 0.5
+    none = np.flatnonzero(~allowed.any(axis=1))
+    if none.size:
+        raise ConfigurationError(
+            f"the action mask of {rows[int(none[0])]} allows none of the {num_actions} actions; "
+            "an agent asked to act needs at least one allowed action — end its episode "
+            "(terminated) instead"
+        )
+    return allowed
+
+
 class EpsilonGreedyAgentProxy:
     """Takes the greedy action of a Q network, or with probability epsilon a uniform one.
 
     Actions are ``int64`` arrays of shape ``(1,)``, as ``DictGymWrapper`` takes for ``Discrete``
-    action spaces.
+    action spaces. With ``action_mask_key``, both choose among the actions each observation's
+    mask allows.
 
     Args:
         q_network: Maps a ``(B, ...)`` float32 observation batch to ``(B, num_actions)`` values.
@@ -40,11 +70,14 @@ class EpsilonGreedyAgentProxy:
             ``value`` is read at every call (a schedule stepped by training).
         input_key: The observation key the network reads.
         seed: Seeds the exploration draws; ``None`` draws from fresh entropy.
+        action_mask_key: The observation holding each agent's action mask (``num_actions``
+            entries, nonzero where allowed); ``None``: every action is allowed.
 
     Raises:
         ConfigurationError: If ``num_actions`` is not a positive integer or a fixed epsilon is
-            outside ``[0, 1]``; at a call, if a scheduled epsilon is outside ``[0, 1]`` or the
-            network's output width is not ``num_actions``.
+            outside ``[0, 1]``; at a call, if a scheduled epsilon is outside ``[0, 1]``, the
+            network's output width is not ``num_actions``, or an action mask is missing, of
+            another shape, or allows no action.
     """
 
     def __init__(
@@ -56,6 +89,7 @@ class EpsilonGreedyAgentProxy:
         epsilon: float | ScheduledValue,
         input_key: str = "obs",
         seed: int | None = None,
+        action_mask_key: str | None = None,
     ) -> None:
         if isinstance(num_actions, bool) or not isinstance(num_actions, int) or num_actions < 1:
             raise ConfigurationError(
@@ -69,6 +103,7 @@ class EpsilonGreedyAgentProxy:
         self.num_actions = num_actions
         self.epsilon = epsilon
         self.input_key = input_key
+        self.action_mask_key = action_mask_key
         self._rng = np.random.default_rng(seed)
 
     def random_generators(self) -> dict[str, np.random.Generator]:
@@ -107,14 +142,19 @@ class EpsilonGreedyAgentProxy:
         if not agents:
             return {}
         epsilon = self.current_epsilon()
+        keys = [self.input_key, *([self.action_mask_key] if self.action_mask_key else [])]
         try:
-            rows = [np.asarray(observations[a].array_data[self.input_key]) for a in agents]
+            columns = [[np.asarray(observations[a].array_data[k]) for a in agents] for k in keys]
         except KeyError as error:
             raise ConfigurationError(
-                f"EpsilonGreedyAgentProxy reads observation '{self.input_key}', which an "
-                f"observation lacks; fix input_key"
+                f"EpsilonGreedyAgentProxy reads observation {error}, which an observation "
+                f"lacks; fix input_key (or action_mask_key)"
             ) from error
-        actions = self._act(np.stack(rows), epsilon)
+        allowed = None
+        if self.action_mask_key:
+            masks = _stack_masks(columns[1], self.num_actions)
+            allowed = allowed_actions(masks, self.num_actions, [f"agent {a}" for a in agents])
+        actions = self._act(np.stack(columns[0]), epsilon, allowed)
         return {
             agent: DictResponse(list_data={ACTIONS_KEY: actions[row : row + 1]})
             for row, agent in enumerate(agents)
@@ -129,16 +169,24 @@ class EpsilonGreedyAgentProxy:
             ConfigurationError: If the observations lack :attr:`input_key`, or the network's
                 output width is not ``num_actions``.
         """
-        if self.input_key not in observations:
-            raise ConfigurationError(
-                f"EpsilonGreedyAgentProxy reads observation '{self.input_key}'; the observations "
-                f"have {sorted(observations)} — fix input_key"
-            )
+        for key in (self.input_key, self.action_mask_key):
+            if key is not None and key not in observations:
+                raise ConfigurationError(
+                    f"EpsilonGreedyAgentProxy reads observation '{key}'; the observations "
+                    f"have {sorted(observations)} — fix input_key (or action_mask_key)"
+                )
         epsilon = self.current_epsilon()
-        return self._act(np.asarray(observations[self.input_key]), epsilon)[:, None]
+        rows = np.asarray(observations[self.input_key])
+        allowed = None
+        if self.action_mask_key is not None:
+            names = [f"row {row}" for row in range(len(rows))]
+            masks = np.asarray(observations[self.action_mask_key])
+            allowed = allowed_actions(masks, self.num_actions, names)
+        return self._act(rows, epsilon, allowed)[:, None]
 
-    def _act(self, rows: np.ndarray, epsilon: float) -> np.ndarray:
-        """Greedy or (with probability ``epsilon``) uniform actions for a ``(B, ...)`` batch."""
+    def _act(self, rows: np.ndarray, epsilon: float, allowed: np.ndarray | None) -> np.ndarray:
+        """Greedy or (with probability ``epsilon``) uniform actions for a ``(B, ...)`` batch,
+        among the ``allowed`` ones (``(B, num_actions)`` booleans) where given."""
         count = len(rows)
         batch = torch.as_tensor(rows, dtype=torch.float32, device=self.device)
         with inference_mode_of(self.q_network):
@@ -148,12 +196,32 @@ class EpsilonGreedyAgentProxy:
                 f"EpsilonGreedyAgentProxy: the Q network returned shape {tuple(values.shape)}; "
                 f"expected ({count}, {self.num_actions}) — check num_actions"
             )
+        if allowed is not None:
+            mask = torch.as_tensor(allowed, device=values.device)
+            values = values.masked_fill(~mask, -torch.inf)
         actions = values.argmax(dim=1).cpu().numpy().astype(np.int64)
         explore = self._rng.random(count) < epsilon
         explored = int(explore.sum())
-        if explored:  # an empty draw takes nothing from the generator: skip its cost
+        if not explored:  # an empty draw takes nothing from the generator: skip its cost
+            return actions
+        if allowed is None:
             actions[explore] = self._rng.integers(0, self.num_actions, size=explored)
+            return actions
+        # Uniform among the allowed: the allowed action with the highest uniform key.
+        keys = np.where(allowed[explore], self._rng.random((explored, self.num_actions)), -1.0)
+        actions[explore] = keys.argmax(axis=1)
         return actions
+
+
+def _stack_masks(rows: list[np.ndarray], num_actions: int) -> np.ndarray:
+    """Per-agent masks as one ``(B, num_actions)`` array (refusing rows of another shape)."""
+    shapes = {row.shape for row in rows}
+    if shapes != {(num_actions,)}:
+        raise ConfigurationError(
+            f"action masks of shape {sorted(shapes)[0]}; {num_actions} discrete actions need one "
+            f"entry per action, shape ({num_actions},) — fix the env's '{ACTION_MASK_KEY}'"
+        )
+    return np.stack(rows)
 
 
 def _check_probability(value: object) -> float:
@@ -170,4 +238,4 @@ def _check_probability(value: object) -> float:
     return float(value)
 
 
-__all__ = ["EpsilonGreedyAgentProxy", "ScheduledValue"]
+__all__ = ["EpsilonGreedyAgentProxy", "ScheduledValue", "allowed_actions"]

@@ -42,7 +42,9 @@ class QTarget(LoggingMixin, Callback):
 
     where ``Q'`` is the target network, ``a* = argmax_a Q(s', a)`` by the online network with
     ``double_dqn`` (double Q-learning) or ``argmax_a Q'(s', a)`` without, and ``mask`` is the
-    batch's ``masks`` at the window's last transition (0 only after TERMINAL).
+    batch's ``masks`` at the window's last transition (0 only after TERMINAL). With
+    ``action_mask_key``, ``a*`` is chosen among the actions that ``s'``'s action mask allows; an
+    ``s'`` that allows none has no future value (bootstrap 0), as a terminal one.
 
     The target network follows the online one in one of two ways: a hard copy every
     ``target_update_interval`` steps, or a Polyak step of ``tau`` after every batch. Exactly one
@@ -59,12 +61,15 @@ class QTarget(LoggingMixin, Callback):
         rollout_length: Transitions per sampled window (n-step returns for ``L > 1``).
         observation_keys: The observation keys the network reads (``None``: all, sorted).
         use_masks: Multiply the bootstrap by ``masks``.
+        action_mask_key: The next observation's discrete action mask (``(B, num_actions)``,
+            nonzero where allowed; ``None``: every action is allowed).
         data_group: The data group read and written.
         name: Unique name.
 
     Raises:
         ConfigurationError: If not exactly one of ``target_update_interval`` and ``tau`` is
-            given, a number is out of range, or the target is not a separate copy of ``q``.
+            given, a number is out of range, or the target is not a separate copy of ``q``; in a
+            batch, if the next observation lacks ``action_mask_key``.
     """
 
     order: ClassVar[int] = Order.TARGET
@@ -83,6 +88,7 @@ class QTarget(LoggingMixin, Callback):
         rollout_length: int = 1,
         observation_keys: Sequence[str] | None = None,
         use_masks: bool = True,
+        action_mask_key: str | None = None,
         data_group: str = "default",
         name: str = "q_target",
     ) -> None:
@@ -109,6 +115,7 @@ class QTarget(LoggingMixin, Callback):
         self.double_dqn = double_dqn
         self.observation_keys = key_list(observation_keys)
         self.use_masks = use_masks
+        self.action_mask_key = action_mask_key
 
     def begin_batch(
         self, next_observation: dict[str, Tensor], rewards: Tensor, masks: Tensor | None = None
@@ -126,14 +133,33 @@ class QTarget(LoggingMixin, Callback):
             observation = flatten_observation(next_observation, self.observation_keys)
             observation = window_ends(self.name, observation, count, length)
             target_values = self.q_target_network(observation)
-            if self.double_dqn:
-                best = self.q(observation).argmax(dim=-1, keepdim=True)
-                bootstrap = target_values.gather(-1, best)
-            else:
-                bootstrap = target_values.max(dim=-1, keepdim=True).values
+            allowed = self._allowed(next_observation, count, length)
+            chooser = self.q(observation) if self.double_dqn else target_values
+            if allowed is not None:
+                chooser = chooser.masked_fill(~allowed, -torch.inf)
+            best = chooser.argmax(dim=-1, keepdim=True)
+            bootstrap = target_values.gather(-1, best)
+            if allowed is not None:  # no allowed action: no future value
+                bootstrap = bootstrap * allowed.any(dim=-1, keepdim=True)
             q_target = self.n_step(rewards, masks if self.use_masks else None, bootstrap)
         self.log_scalar("training/q_target", q_target.mean())
         return {self.data_group: {"q_target": q_target}}
+
+    def _allowed(
+        self, next_observation: dict[str, Tensor], count: int, length: int
+    ) -> Tensor | None:
+        """``(count, num_actions)`` booleans: the actions each window's next observation
+        allows (``None`` without a mask)."""
+        if self.action_mask_key is None:
+            return None
+        if self.action_mask_key not in next_observation:
+            raise ConfigurationError(
+                f"{self.name}: the batch's next_observation has no action mask "
+                f"'{self.action_mask_key}' (it has {sorted(next_observation)}); sample from a "
+                "table of the masked environment, or pass action_mask_key=None"
+            )
+        mask = window_ends(self.name, next_observation[self.action_mask_key], count, length)
+        return mask != 0
 
     def end_batch(self, bp_step: int) -> None:
         """Updates the target network (hard copy when due, or a Polyak step)."""

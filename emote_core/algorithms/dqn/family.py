@@ -24,11 +24,11 @@ from emote_core.algorithms.registry import (
 from emote_core.callbacks.generic import ScheduleStepper
 from emote_core.errors import ConfigurationError
 from emote_core.nn import DiscreteActionLogitMlp, DiscreteActionValueMlp, observation_dim
-from emote_core.onnx.format import ACTIONS_OUTPUT, Q_VALUES_OUTPUT
-from emote_core.onnx.graph import KeyedInputs, PolicyGraph, policy_graph
+from emote_core.onnx.format import ACTION_MASKS_INPUT, ACTIONS_OUTPUT, Q_VALUES_OUTPUT
+from emote_core.onnx.graph import KeyedInputs, PolicyGraph, masked_argmax, policy_graph
 from emote_core.proxies import EpsilonGreedyAgentProxy
 from emote_core.schedules import LinearSchedule
-from emote_core.spaces import DiscreteSpace, MDPSpace
+from emote_core.spaces import ACTION_MASK_KEY, DiscreteSpace, MDPSpace
 
 
 class DqnCritic(StrEnum):
@@ -83,15 +83,23 @@ class DqnNetworks(Networks):
 
 
 class GreedyActing(KeyedInputs):
-    """``(*observations) -> (actions, q_values)``: the greedy action of a Q network, as exported."""
+    """``(*observations[, action_masks]) -> (actions, q_values)``: the greedy action of a Q
+    network, as exported; with ``masked``, among the actions the last input allows (see
+    :func:`~emote_core.onnx.graph.masked_argmax`). ``q_values`` are the network's, unmasked."""
 
-    def __init__(self, q_network: nn.Module, keys: tuple[str, ...]) -> None:
+    def __init__(
+        self, q_network: nn.Module, keys: tuple[str, ...], *, masked: bool = False
+    ) -> None:
         super().__init__(keys)
         self.q_network = q_network
+        self.masked = masked
 
-    def forward(self, *observations: Tensor) -> tuple[Tensor, Tensor]:
-        values = self.q_network(self.features(observations))
-        return values.argmax(dim=1, keepdim=True), values
+    def forward(self, *inputs: Tensor) -> tuple[Tensor, Tensor]:
+        if not self.masked:
+            values = self.q_network(self.features(inputs))
+            return values.argmax(dim=1, keepdim=True), values
+        values = self.q_network(self.features(inputs[:-1]))
+        return masked_argmax(values, inputs[-1]), values
 
 
 @register_algorithm
@@ -116,16 +124,23 @@ class DoubleDQN(AlgorithmFamily):
                 f"DQN needs discrete actions; '{env_id}' has continuous actions — use "
                 'algorithm = "sac"'
             )
-        if len(spaces.state.keys()) != 1:
+        if len(spaces.feature_keys) != 1:
             raise ConfigurationError(
-                f"DQN recipes take one observation key; '{env_id}' gives "
-                f"{list(spaces.state.keys())}"
+                f"DQN recipes take one observation key (besides an '{ACTION_MASK_KEY}'); "
+                f"'{env_id}' gives {list(spaces.state.keys())}"
+            )
+        mask_key = spaces.action_mask_key
+        if mask_key is not None and spaces.state[mask_key].shape != (spaces.actions.n,):
+            raise ConfigurationError(
+                f"'{env_id}' gives an '{mask_key}' of shape {spaces.state[mask_key].shape} for "
+                f"{spaces.actions.n} discrete actions; a mask has one entry per action, shape "
+                f"({spaces.actions.n},)"
             )
 
     def make_networks(self, config: DqnConfig, context: BuildContext) -> DqnNetworks:
         actions = context.spaces.actions
         assert isinstance(actions, DiscreteSpace)  # check_spaces ran first
-        obs_dim = observation_dim(context.spaces)
+        obs_dim = observation_dim(context.spaces, context.spaces.feature_keys)
         q: nn.Module
         if config.critic is DqnCritic.HL_GAUSS:
             table = config.hl_gauss
@@ -147,27 +162,30 @@ class DoubleDQN(AlgorithmFamily):
         epsilon = LinearSchedule(
             config.epsilon_start, config.epsilon_end, config.epsilon_decay_steps
         )
+        spaces = context.spaces
         callbacks = [
             QTarget(q=networks.q, q_target_network=networks.targets["q"], gamma=config.gamma,
                     target_update_interval=config.target_update_interval,
-                    rollout_length=context.rollout_length),
-            self._q_loss(config, networks.q),
+                    rollout_length=context.rollout_length, observation_keys=spaces.feature_keys,
+                    action_mask_key=spaces.action_mask_key),
+            self._q_loss(config, networks.q, spaces.feature_keys),
             ScheduleStepper(schedules={"epsilon": epsilon}),
             *priority_feedback(context.table, losses=["q"]),
         ]  # fmt: skip
         return TrainingParts(callbacks=callbacks, agent=self._agent(networks, context, epsilon))
 
     @staticmethod
-    def _q_loss(config: DqnConfig, q: nn.Module) -> Any:
+    def _q_loss(config: DqnConfig, q: nn.Module, keys: list[str]) -> Any:
         optimizer = torch.optim.Adam(q.parameters(), lr=config.learning_rate, fused=True)
         clip = config.max_grad_norm
         if config.critic is DqnCritic.HL_GAUSS:
             return HLGaussQLoss(
                 q=q, optimizer=optimizer, max_grad_norm=clip,
-                smoothing_ratio=config.hl_gauss.smoothing_ratio,
+                smoothing_ratio=config.hl_gauss.smoothing_ratio, observation_keys=keys,
             )  # fmt: skip
         huber = config.critic is DqnCritic.HUBER
-        return QLoss(q=q, optimizer=optimizer, max_grad_norm=clip, huber=huber)
+        return QLoss(q=q, optimizer=optimizer, max_grad_norm=clip, huber=huber,
+                     observation_keys=keys)  # fmt: skip
 
     def acting_agent(
         self, config: DqnConfig, networks: DqnNetworks, context: BuildContext, *,
@@ -179,16 +197,22 @@ class DoubleDQN(AlgorithmFamily):
     def _agent(self, networks: DqnNetworks, context: BuildContext, epsilon: Any) -> Any:
         actions = context.spaces.actions
         assert isinstance(actions, DiscreteSpace)
-        (key,) = context.spaces.state.keys()
+        (key,) = context.spaces.feature_keys
         return EpsilonGreedyAgentProxy(
             q_network=networks.acting, device=context.device, num_actions=actions.n,
             epsilon=epsilon, input_key=key, seed=context.seed,
+            action_mask_key=context.spaces.action_mask_key,
         )  # fmt: skip
 
     def policy_graph(self, acting: nn.Module, spaces: MDPSpace) -> PolicyGraph:
+        keys = tuple(spaces.feature_keys)
+        mask_key = spaces.action_mask_key
+        masked = mask_key is not None
+        extra = {ACTION_MASKS_INPUT: spaces.state[mask_key].shape} if masked else None
         return policy_graph(
-            GreedyActing(acting, tuple(spaces.state.keys())), algorithm=self.name,
+            GreedyActing(acting, keys, masked=masked), algorithm=self.name,
             spaces=spaces, output_names=(ACTIONS_OUTPUT, Q_VALUES_OUTPUT),
+            observation_keys=keys, extra_inputs=extra,
         )  # fmt: skip
 
 

@@ -1,0 +1,110 @@
+"""emote on a PettingZoo env (mpe2's simple_spread): collect, inspect, train, eval, export."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from emote_cli.app import app
+
+AGENTS = ["agent_0", "agent_1", "agent_2"]
+TINY = ["--set", "memory.batch_size=8", "--set", "eval.episodes=1", "--quiet"]
+
+
+def test_collect_inspect_then_train_from_the_store(runner: CliRunner, in_tmp: Path) -> None:
+    collected = runner.invoke(
+        app, ["collect", "sac_simple_spread", "--out", "s.zarr", "--episodes", "6", "--json"]
+    )
+    assert collected.exit_code == 0, collected.output
+    summary = json.loads(collected.stdout)
+    # Every agent's life is an episode: 2 env episodes of 25 steps, 3 agents each.
+    assert (summary["episodes"], summary["transitions"]) == (6, 6 * 25)
+    assert summary["env_steps"] == 6 * 25 and summary["dropped_steps"] == 0
+
+    inspected = runner.invoke(app, ["memory", "inspect", "s.zarr", "--json"])
+    assert inspected.exit_code == 0, inspected.output
+    report = json.loads(inspected.stdout)
+    assert report["agents"] == {
+        "main": {"agents": AGENTS, "groups": [{"name": "agent", "agents": AGENTS, "episodes": 6}]}
+    }
+    shown = runner.invoke(app, ["memory", "inspect", "s.zarr"])
+    assert "shard 'main': agent groups" in shown.stdout
+    assert "agent_0, agent_1, agent_2" in shown.stdout
+
+    trained = runner.invoke(
+        app,
+        ["train", "sac_simple_spread", "--memory", "s.zarr", "--no-live", "--steps", "3",
+         "--run-dir", "runs/offline", "--set", "sac.hidden_dims=[8, 8]", *TINY, "--json"],
+    )  # fmt: skip
+    assert trained.exit_code == 0, trained.output
+    assert json.loads(trained.stdout)["updates"] == 3
+
+
+def test_train_live_then_eval_reports_team_and_group_returns_then_export(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    trained = runner.invoke(
+        app,
+        ["train", "dqn_simple_spread", "--steps", "3", "--run-dir", "runs/live",
+         "--set", "memory.warmup_steps=30", "--set", "dqn.hidden_dims=[8, 8]", *TINY, "--json"],
+    )  # fmt: skip
+    assert trained.exit_code == 0, trained.output
+
+    evaluated = runner.invoke(app, ["eval", "runs/live", "--episodes", "2", "--json"])
+    assert evaluated.exit_code == 0, evaluated.output
+    report = json.loads(evaluated.stdout)
+    assert report["episodes"] == 2 and report["lengths"] == [25, 25]
+    group = report["groups"]["agent"]
+    assert group["agents"] == AGENTS
+    assert len(group["returns"]) == 6  # three agent lives per env episode
+    # The team return of an episode is the sum of its agents' returns.
+    assert sum(report["returns"]) == pytest.approx(sum(group["returns"]))
+    assert report["mean_team_return"] == pytest.approx(np.mean(report["returns"]))
+    assert group["mean_return"] == pytest.approx(np.mean(group["returns"]))
+
+    exported = runner.invoke(app, ["export", "onnx", "runs/live", "--out", "p.onnx", "--json"])
+    assert exported.exit_code == 0, exported.output
+    assert json.loads(exported.stdout)["input_shapes"]["obs"] == ["batch", 18]
+    from_onnx = runner.invoke(app, ["eval", "p.onnx", "--episodes", "2", "--json"])
+    assert from_onnx.exit_code == 0, from_onnx.output
+    onnx_report = json.loads(from_onnx.stdout)
+    assert onnx_report["returns"] == pytest.approx(report["returns"], abs=1e-3)
+    assert onnx_report["groups"]["agent"]["agents"] == AGENTS
+
+    text = runner.invoke(app, ["eval", "runs/live", "--episodes", "1"])
+    assert text.exit_code == 0, text.output
+    assert "group agent (agent_0, agent_1, agent_2): mean return per agent" in text.stdout
+
+
+def test_collect_with_a_trained_policy(runner: CliRunner, in_tmp: Path) -> None:
+    trained = runner.invoke(
+        app,
+        ["train", "sac_simple_spread", "--steps", "2", "--run-dir", "runs/p",
+         "--set", "memory.warmup_steps=30", "--set", "sac.hidden_dims=[8, 8]", *TINY],
+    )  # fmt: skip
+    assert trained.exit_code == 0, trained.output
+    collected = runner.invoke(
+        app,
+        ["collect", "sac_simple_spread", "--out", "p.zarr", "--policy", "runs/p",
+         "--episodes", "3", "--json"],
+    )  # fmt: skip
+    assert collected.exit_code == 0, collected.output
+    assert json.loads(collected.stdout)["episodes"] == 3
+
+
+def test_train_refuses_an_env_with_two_groups_in_one_line(runner: CliRunner, in_tmp: Path) -> None:
+    result = runner.invoke(
+        app,
+        ["train", "sac_simple_spread", "--run-dir", "runs/two", "--steps", "2",
+         "--set", "env.entry_point=mpe2.simple_adversary_v3:parallel_env"],
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert "2 agent groups" in lines[0]
+    assert "adversary: adversary_0; agent: agent_0, agent_1" in lines[0]
+    assert not (in_tmp / "runs" / "two").exists()  # a run that never started leaves nothing
