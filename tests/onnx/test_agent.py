@@ -15,7 +15,7 @@ from emote_core.algorithms.sac import SoftActorCritic
 from emote_core.errors import ConfigurationError, FormatError
 from emote_core.nn import DiscreteActionValueMlp, GaussianMlpPolicy
 from emote_core.onnx.agent import OnnxAgentProxy
-from emote_core.onnx.format import MAX_POLICY_BYTES
+from emote_core.onnx.format import MAX_POLICY_BYTES, OnnxPolicyVersion
 from emote_core.onnx.graph import policy_metadata
 from emote_core.onnx.writer import export_policy
 from emote_core.proxies import EpsilonGreedyAgentProxy, MultiKeyAgentProxy
@@ -160,7 +160,8 @@ def test_files_that_are_not_emote_exports_are_refused(tmp_path: Path, sac_export
         if prop.key == "format_version":
             prop.value = "99"
     onnx.save(model, str(tmp_path / "future.onnx"))
-    with pytest.raises(FormatError, match="format_version 99; this emote reads up to 1"):
+    latest = int(OnnxPolicyVersion.LATEST)
+    with pytest.raises(FormatError, match=f"format_version 99; this emote reads up to {latest}"):
         OnnxAgentProxy(tmp_path / "future.onnx")
 
 
