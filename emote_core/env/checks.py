@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -501,6 +501,8 @@ class _ScaleStats:
 class _Rollout:
     """One random-action rollout and what it showed."""
 
+    returned: ClassVar[str] = "(observation, reward, terminated, truncated, info)"
+
     steps_played: int = 0
     step_seconds: float = 0.0
     episode_lengths: list[int] = field(default_factory=list)
@@ -591,8 +593,7 @@ class _Rollout:
         return CheckResult(
             "step",
             CheckStatus.PASS,
-            f"{self.steps_played} steps returned (observation, reward, terminated, truncated, "
-            "info)",
+            f"{self.steps_played} steps returned {self.returned}",
         )
 
     def observations_check(self) -> CheckResult:
@@ -852,6 +853,8 @@ def _parallel_step_problem(result: Any) -> str | None:
 
 class _ParallelRollout(_Rollout):
     """A random-action rollout of a PettingZoo ParallelEnv, statistics kept per agent group."""
+
+    returned: ClassVar[str] = "dicts of observations, rewards, terminations, truncations, infos"
 
     group_of: dict[str, str]
 

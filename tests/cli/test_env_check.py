@@ -201,3 +201,14 @@ def test_usage_errors_exit_2(runner: CliRunner, args: list[str], message: str) -
     assert as_json.exit_code == ExitCode.USAGE
     document = json.loads(as_json.stdout)
     assert document["exit_code"] == ExitCode.USAGE and message in document["error"]
+
+
+def test_a_pettingzoo_entry_point_keeps_stdout_one_document(runner: CliRunner) -> None:
+    code, document = check(runner, "mpe2.simple_spread_v3:parallel_env", "--steps", "60")
+    assert code == ExitCode.OK, document
+    assert document["checks"][0]["detail"] == "raw_env (PettingZoo ParallelEnv)"
+    assert statuses(document)["pettingzoo_api"] == "pass"
+    spaces = next(item for item in document["checks"] if item["name"] == "spaces")
+    assert spaces["detail"] == (
+        "group 'agent' (3 agents): observations Box(18,) float32, actions Discrete(5)"
+    )
