@@ -105,27 +105,23 @@ def _run_checks(target: str, *, steps: int, seed: int) -> tuple[Any, str | None]
 
 def _source(target: str) -> tuple[Any, str | None, bool]:
     """How to make the env ENV_OR_RECIPE names: ``(EnvSource, recipe file or None,
-    normalize_observations)``.
+    normalize_observations)``. An env is read as ``--env`` reads it, with the default recipe.
 
     Raises:
         UsageError: If a plain name is neither a recipe nor a registered gymnasium id.
     """
     from emote_core.assembly.builders import env_source
-    from emote_core.env.making import EnvSource, is_entry_point_text
-    from emote_core.recipes import available_recipes, load_recipe
-    from emote_core.recipes.loading import find_recipe
+    from emote_core.recipes import Recipe, available_recipes, load_recipe
+    from emote_core.recipes.loading import find_recipe, with_env
 
-    path = Path(target)
     plain = ":" not in target
+    path = Path(target)
     if path.suffix == ".toml" or path.is_file() or (plain and target in available_recipes()):
         recipe = load_recipe(target)
         return env_source(recipe), str(find_recipe(target)), recipe.env.normalize_observations
-    search_paths = (str(Path.cwd()),)
-    if is_entry_point_text(target):
-        return EnvSource(entry_point=target, search_paths=search_paths), None, False
     if plain:
         _check_plain_name(target)
-    return EnvSource(id=target, search_paths=search_paths), None, False
+    return env_source(with_env(Recipe(), target)), None, False
 
 
 def _check_plain_name(name: str) -> None:
