@@ -85,6 +85,12 @@ class BuildContext:
 class Networks(ABC):
     """The networks of one algorithm; each family defines its own (usually a dataclass)."""
 
+    observation_normalizer: nn.Module | None = None
+    """The run's one observation normaliser, set by the assembly when the recipe's
+    ``env.normalize_observations`` is on (``None`` otherwise): agents, training batches and
+    exports pass observations through it before any of the family's networks read them, so
+    families build their networks for normalised observations without knowing it."""
+
     @property
     @abstractmethod
     def acting(self) -> nn.Module:

@@ -26,8 +26,10 @@ from emote_core.algorithms.registry import (
     get_algorithm,
 )
 from emote_core.env.making import EnvSource, check_source, env_factory, is_parallel_env
+from emote_core.algorithms.normalization import NORMALIZATION_CALLBACK, normalizing_agent
 from emote_core.errors import CheckpointError, ConfigurationError
-from emote_core.onnx.graph import PolicyGraph
+from emote_core.nn.normalization import ObservationNormalizer
+from emote_core.onnx.graph import PolicyGraph, normalized_policy_graph
 from emote_core.recipes.loading import load_recipe
 from emote_core.recipes.schema import Recipe
 from emote_core.spaces import MDPSpace
@@ -158,6 +160,9 @@ def make_networks(recipe: Recipe, spaces: MDPSpace, device: torch.device) -> Net
     networks = family.make_networks(recipe.config, context)
     for addon in addons:
         networks = addon.adapt_networks(recipe.section(addon.name), networks, context)
+    if recipe.env.normalize_observations:  # one per run, in front of every network
+        normalizer = ObservationNormalizer(spaces, clip=recipe.env.observation_clip).to(device)
+        object.__setattr__(networks, "observation_normalizer", normalizer)
     return networks
 
 
@@ -169,16 +174,19 @@ def make_agent(
     *,
     deterministic: bool = False,
 ) -> Any:
-    """The agent proxy acting with trained networks (outside training)."""
+    """The agent proxy acting with trained networks (outside training), on normalised
+    observations when the networks have an observation normaliser."""
     family, _ = plugins(recipe)
     context = build_context(recipe, spaces, device)
-    return family.acting_agent(recipe.config, networks, context, deterministic=deterministic)
+    agent = family.acting_agent(recipe.config, networks, context, deterministic=deterministic)
+    return normalizing_agent(agent, networks.observation_normalizer)
 
 
 def training_parts(recipe: Recipe, networks: Networks, context: BuildContext) -> TrainingParts:
     """The algorithm's callbacks and collecting agent, with every add-on's callbacks added."""
     family, addons = plugins(recipe)
     parts = family.training_parts(recipe.config, networks, context)
+    parts.agent = normalizing_agent(parts.agent, networks.observation_normalizer)
     if parts.agent_factory is None:
         parts.agent_factory = functools.partial(
             _exploring_agent, family, recipe.config, networks, context
@@ -220,9 +228,13 @@ def data_sources(recipe: Recipe) -> list[DataSource]:
 
 
 def policy_graph(recipe: Recipe, networks: Networks, spaces: MDPSpace) -> PolicyGraph:
-    """The ONNX-exportable graph of the acting network (a snapshot, taken now)."""
+    """The ONNX-exportable graph of the acting network (a snapshot, taken now), with the
+    observation normaliser inside when there is one: the graph takes raw observations."""
     family, _ = plugins(recipe)
-    return family.policy_graph(networks.acting, spaces)
+    graph = family.policy_graph(networks.acting, spaces)
+    if networks.observation_normalizer is not None:
+        graph = normalized_policy_graph(graph, networks.observation_normalizer)
+    return graph
 
 
 def acting_state(checkpoint: dict[str, Any], family: AlgorithmFamily) -> dict[str, Any]:
@@ -235,6 +247,32 @@ def acting_state(checkpoint: dict[str, Any], family: AlgorithmFamily) -> dict[st
             f"the checkpoint holds no '{name}' network state (callbacks: "
             f"{sorted(checkpoint.get('callbacks', {}))}); was it written by a {family.name} run?"
         ) from error
+
+
+def load_normalization(checkpoint: dict[str, Any], networks: Networks, path: Path) -> None:
+    """Restores the observation statistics of a training checkpoint into the networks'
+    normaliser, frozen (no-op when the networks have none).
+
+    Raises:
+        CheckpointError: If the checkpoint holds no statistics for it.
+    """
+    normalizer = networks.observation_normalizer
+    if normalizer is None:
+        return
+    saved = checkpoint.get("callbacks", {}).get(NORMALIZATION_CALLBACK, {}).get("observations")
+    if saved is None:
+        raise CheckpointError(
+            f"checkpoint '{path}' holds no observation statistics, but the recipe sets "
+            "env.normalize_observations = true; pass the recipe the run was trained with"
+        )
+    try:
+        normalizer.load_state_dict(saved)
+    except RuntimeError as error:
+        raise CheckpointError(
+            f"checkpoint '{path}' holds observation statistics that do not fit the recipe's "
+            f"observations: {str(error).splitlines()[0]}"
+        ) from error
+    normalizer.frozen = True
 
 
 def resolve_checkpoint(target: Path) -> tuple[Path, Path]:
@@ -301,6 +339,7 @@ def load_trained_agent(
             f"checkpoint '{checkpoint_path}' does not fit the recipe's networks: "
             f"{str(error).splitlines()[0]}"
         ) from error
+    load_normalization(data, networks, checkpoint_path)
     networks.acting.eval()  # it only acts from here on (and acts faster in eval mode)
     agent = make_agent(recipe, networks, spaces, device, deterministic=deterministic)
     return recipe, networks, agent, spaces, checkpoint_path
@@ -313,6 +352,7 @@ __all__ = [
     "check_env_id",
     "data_sources",
     "env_source",
+    "load_normalization",
     "load_trained_agent",
     "make_agent",
     "make_env",

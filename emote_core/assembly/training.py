@@ -192,6 +192,12 @@ def build_training(
         )
     callbacks: list[Callback] = [*parts.callbacks, memory, *source_memories]
     checkpointed: list[Callback] = [*parts.callbacks, memory, *source_memories]
+    normalization = _input_normalization(recipe, networks)
+    if normalization is not None:
+        callbacks.append(normalization)
+        checkpointed.append(normalization)
+        if not resume:  # the stores' observations, each once; a resume restores the statistics
+            _record_table(normalization, table)
 
     main = distributed is None or distributed.is_main  # the rank that writes the run directory
     collector = None
@@ -200,6 +206,7 @@ def build_training(
             recipe, env, parts, run, table, loader, table_spaces=table_spaces, resume=resume,
             export=recipe.memory.store_episodes and main,
             seed=rank_seed(recipe.seed, distributed.rank) if distributed else recipe.seed,
+            normalization=normalization,
         )  # fmt: skip
         callbacks.append(collector)
         if recipe.memory.store_episodes and main:
@@ -489,6 +496,7 @@ def _collector(
     resume: bool,
     export: bool,
     seed: int,
+    normalization: Any = None,
 ) -> Any:
     from emote_core.assembly.provenance import session_provenance
     from emote_core.env import GymCollector, ThreadedGymCollector
@@ -507,6 +515,8 @@ def _collector(
             spaces=table_spaces.to_json(), provenance=session_provenance(recipe, policy=acting),
             shard=_fresh_shard(run.memory_export) if resume else DEFAULT_SHARD,
         )  # fmt: skip
+    if normalization is not None:  # every collected step, once, as the memory takes it in
+        memory = normalization_statistics(memory, normalization)
     if parts.memory_wrapper is not None:  # outermost: the table and the export see what it makes
         memory = parts.memory_wrapper(memory)
     warmup_agent = RandomAgentProxy(action_space=env.single_action_space, seed=seed)
@@ -517,6 +527,43 @@ def _collector(
         bp_steps_per_inference=recipe.training.bp_steps_per_inference,
         seed=seed, warmup_agent=warmup_agent, ready_check=loader,
     )  # fmt: skip
+
+
+def _input_normalization(recipe: Recipe, networks: Networks) -> Any:
+    """The callback that normalises batches and checkpoints the statistics, when the recipe's
+    ``env.normalize_observations`` or ``env.normalize_rewards`` is on (else ``None``).
+
+    Rewards are scaled by the discounted return's deviation under the algorithm table's
+    ``gamma`` (0.99 for a family without one)."""
+    from emote_core.algorithms.normalization import InputNormalization
+    from emote_core.nn.normalization import ReturnNormalizer
+
+    env = recipe.env
+    if not (env.normalize_observations or env.normalize_rewards):
+        return None
+    returns = None
+    if env.normalize_rewards:
+        gamma = getattr(recipe.config, "gamma", None)
+        returns = ReturnNormalizer(gamma if isinstance(gamma, float | int) else 0.99)
+    return InputNormalization(observations=networks.observation_normalizer, returns=returns)
+
+
+def normalization_statistics(memory: Any, normalization: Any) -> Any:
+    """``memory`` wrapped to merge every step it takes in into the normalisers' statistics."""
+    from emote_core.algorithms.normalization import NormalizationStatistics
+
+    return NormalizationStatistics(
+        memory, observations=normalization.observations, returns=normalization.returns
+    )
+
+
+def _record_table(normalization: Any, table: Any) -> None:
+    """Merges the episodes a table starts with (read from stores) into the statistics."""
+    if table.episode_count == 0:
+        return
+    recorder = normalization_statistics(None, normalization)
+    for _, sequence, _ in table.episodes():
+        recorder.record_episode(sequence)
 
 
 def _fresh_shard(store: Path) -> str:

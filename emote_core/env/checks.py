@@ -133,7 +133,6 @@ def check_environment(
     Raises:
         ConfigurationError: If ``steps`` is not positive.
     """
-
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ConfigurationError(f"steps must be a positive integer; got {steps!r}")
     made, instance = _made(lambda: _unchecked(make()))
@@ -256,10 +255,22 @@ def _single_agent_checks(
     normalize_observations: bool,
     slow_step_seconds: float,
 ) -> list[CheckResult]:
-    checks = [_gymnasium_checker(make, seed), _spaces_check(env)]
+    checks = [_gymnasium_checker(make), _spaces_check(env)]
     rollout = _Rollout.play(env, steps=steps, seed=seed)
-    checks.append(rollout.step_check())
-    checks.append(rollout.observations_check())
+    return checks + _rollout_checks(
+        rollout, lambda: _seeding_check(env, seed), normalize_observations, slow_step_seconds
+    )
+
+
+def _rollout_checks(
+    rollout: _Rollout,
+    seeding: Callable[[], CheckResult],
+    normalize_observations: bool,
+    slow_step_seconds: float,
+) -> list[CheckResult]:
+    """The checks a random rollout answers, with seeding between; those a failure leaves
+    without evidence are skipped."""
+    checks = [rollout.step_check(), rollout.observations_check()]
     if rollout.step_problem is not None:
         skipped = "not run: the step check failed"
         checks.extend(
@@ -267,7 +278,7 @@ def _single_agent_checks(
             for name in ("seeding", "episodes_end", "observation_scale", "step_time")
         )
         return checks
-    checks.append(_seeding_check(env, seed))
+    checks.append(seeding())
     if rollout.nonfinite is not None:  # the rollout stopped there: too little to judge by
         skipped = "not run: the observations check failed"
         checks.extend(
@@ -281,7 +292,7 @@ def _single_agent_checks(
     return checks
 
 
-def _gymnasium_checker(make: Callable[[], Any], seed: int) -> CheckResult:
+def _gymnasium_checker(make: Callable[[], Any]) -> CheckResult:
     """gymnasium's ``check_env`` on a fresh, unwrapped instance (its warnings: a warning)."""
     from gymnasium.utils.env_checker import check_env
 
@@ -793,27 +804,12 @@ def _parallel_checks(
     checks.append(_group_spaces_check(groups))
     group_of = {agent: group.name for group in groups for agent in group.agents}
     rollout = _ParallelRollout.play(env, steps=steps, seed=seed, group_of=group_of)
-    checks.append(rollout.step_check())
-    checks.append(rollout.observations_check())
-    if rollout.step_problem is not None:
-        skipped = "not run: the step check failed"
-        checks.extend(
-            CheckResult(name, CheckStatus.SKIP, skipped)
-            for name in ("seeding", "episodes_end", "observation_scale", "step_time")
-        )
-        return checks
-    checks.append(_parallel_seeding_check(env, seed))
-    if rollout.nonfinite is not None:
-        skipped = "not run: the observations check failed"
-        checks.extend(
-            CheckResult(name, CheckStatus.SKIP, skipped)
-            for name in ("episodes_end", "observation_scale", "step_time")
-        )
-        return checks
-    checks.append(rollout.episodes_check())
-    checks.append(rollout.scale_check(normalize_observations))
-    checks.append(rollout.time_check(slow_step_seconds))
-    return checks
+    return checks + _rollout_checks(
+        rollout,
+        lambda: _parallel_seeding_check(env, seed),
+        normalize_observations,
+        slow_step_seconds,
+    )
 
 
 def _group_spaces_check(groups: list[Any]) -> CheckResult:

@@ -12,6 +12,7 @@ the one that trained it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -242,6 +243,41 @@ def proxy_policy_graph(
     return PolicyGraph(snapshot, "", spaces, tuple(shapes), shapes, (ACTIONS_OUTPUT,))
 
 
+class _NormalizedInputs(nn.Module):
+    """An acting module whose observation inputs pass through a normaliser first."""
+
+    def __init__(self, module: nn.Module, normalizer: nn.Module, names: Sequence[str]) -> None:
+        super().__init__()
+        self.module = module
+        self.normalizer = normalizer
+        self.names = tuple(names)
+
+    def forward(self, *inputs: Tensor) -> Any:
+        return self.module(
+            *(
+                self.normalizer.normalize_entry(name, value)
+                for name, value in zip(self.names, inputs, strict=True)
+            )
+        )
+
+
+def normalized_policy_graph(graph: PolicyGraph, normalizer: nn.Module) -> PolicyGraph:
+    """``graph`` with an observation normaliser inside: the graph takes raw observations.
+
+    Args:
+        graph: The acting module's graph.
+        normalizer: Has ``normalize_entry(name, value)``, returning the input ``value`` of
+            input ``name`` as the module reads it (an
+            :class:`~emote_core.nn.normalization.ObservationNormalizer`); a frozen CPU copy of
+            it is taken.
+    """
+    snapshot = copy.deepcopy(normalizer).to("cpu").eval()
+    snapshot.requires_grad_(False)
+    snapshot.frozen = True
+    module = _NormalizedInputs(graph.module, snapshot, graph.input_names).eval()
+    return dataclasses.replace(graph, module=module)
+
+
 def action_bounds(env_action_space: Any) -> dict[str, Any]:
     """The environment's own action bounds, as the ``action_bounds`` metadata records them.
 
@@ -327,6 +363,7 @@ __all__ = [
     "action_bounds",
     "file_sha256",
     "masked_argmax",
+    "normalized_policy_graph",
     "policy_graph",
     "policy_metadata",
     "proxy_policy_graph",

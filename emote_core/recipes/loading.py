@@ -334,6 +334,12 @@ def validate_recipe(recipe: Recipe, source: str = "recipe") -> None:
             f"{source}: 'memory.follow_min_seconds' must be a finite number of seconds; got "
             f"{recipe.memory.follow_min_seconds}"
         )
+    clip = recipe.env.observation_clip
+    if not (math.isfinite(clip) and clip > 0):
+        raise ConfigurationError(
+            f"{source}: 'env.observation_clip' bounds normalised observations and must be a "
+            f"finite number above 0 (such as 10.0); got {clip}"
+        )
     try:
         check_num_envs(recipe.env.num_envs)
     except ConfigurationError as error:
