@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from emote_core.algorithms.normalization import NORMALIZATION_CALLBACK, normalizing_agent
 from emote_core.algorithms.registry import (
     AddOn,
     AlgorithmFamily,
@@ -26,7 +27,6 @@ from emote_core.algorithms.registry import (
     get_algorithm,
 )
 from emote_core.env.making import EnvSource, check_source, env_factory, is_parallel_env
-from emote_core.algorithms.normalization import NORMALIZATION_CALLBACK, normalizing_agent
 from emote_core.errors import CheckpointError, ConfigurationError
 from emote_core.nn.normalization import ObservationNormalizer
 from emote_core.onnx.graph import PolicyGraph, normalized_policy_graph
