@@ -358,7 +358,10 @@ def collect_agent(
 
     spaces = env.spaces
     if policy == "random":
-        agent = RandomAgentProxy(action_space=env.single_action_space, seed=recipe.seed)
+        agent = RandomAgentProxy(
+            action_space=env.single_action_space, seed=recipe.seed,
+            action_mask_key=spaces.action_mask_key,
+        )  # fmt: skip
         return agent, PolicyRecord(PolicyKind.RANDOM)
     if is_onnx_file(policy):  # onnxruntime alone, sampling actions
         return onnx_collect_agent(policy, recipe, spaces, seed=recipe.seed)

@@ -519,7 +519,10 @@ def _collector(
         memory = normalization_statistics(memory, normalization)
     if parts.memory_wrapper is not None:  # outermost: the table and the export see what it makes
         memory = parts.memory_wrapper(memory)
-    warmup_agent = RandomAgentProxy(action_space=env.single_action_space, seed=seed)
+    warmup_agent = RandomAgentProxy(
+        action_space=env.single_action_space, seed=seed,
+        action_mask_key=env.spaces.action_mask_key,
+    )  # fmt: skip
     collector_class = ThreadedGymCollector if recipe.training.threaded else GymCollector
     return collector_class(
         env=env, agent=parts.agent, memory=memory, warmup_steps=recipe.memory.warmup_steps,

@@ -9,6 +9,7 @@ import numpy as np
 
 from emote_core.errors import ConfigurationError
 from emote_core.proxies.base import acting_agents
+from emote_core.proxies.epsilon_greedy import allowed_actions
 from emote_core.proxies.generic import ACTIONS_KEY
 from emote_core.spaces import BoxSpace, DiscreteSpace
 from emote_core.typing import AgentId, DictObservation, DictResponse
@@ -45,13 +46,28 @@ class RandomAgentProxy:
             A gymnasium ``Box``/``Discrete`` or an emote ``BoxSpace``/``DiscreteSpace``; boxes
             must be bounded.
         seed: Seeds the draws; ``None`` draws from fresh entropy.
+        action_mask_key: For discrete actions, the observation holding each agent's action
+            mask: draws are uniform among the actions it allows (and, depending on each step's
+            observations, never drawn ahead: no ``act_steps``). ``None``: every action.
 
     Raises:
-        ConfigurationError: If the space is of another kind or a box is unbounded.
+        ConfigurationError: If the space is of another kind, a box is unbounded, or a mask is
+            given for box actions; at a call, as
+            :func:`~emote_core.proxies.epsilon_greedy.allowed_actions` for the masks.
     """
 
-    def __init__(self, *, action_space: Any, seed: int | None = None) -> None:
+    def __init__(
+        self, *, action_space: Any, seed: int | None = None, action_mask_key: str | None = None
+    ) -> None:
         n, low, high, dtype = _bounds(action_space)
+        if action_mask_key is not None and n is None:
+            raise ConfigurationError(
+                f"RandomAgentProxy's action_mask_key masks discrete actions; {action_space!r} "
+                "is a box — pass action_mask_key=None"
+            )
+        self.action_mask_key = action_mask_key
+        if action_mask_key is not None:
+            self.act_steps = None  # type: ignore[assignment]  # each step's draw reads its mask
         self._box: tuple[np.ndarray, np.ndarray] | None = None  # (low, high - low)
         if n is None:
             if low is None or high is None:
@@ -86,7 +102,22 @@ class RandomAgentProxy:
     ) -> dict[AgentId, DictResponse]:
         """Draws an action for every ``INITIAL`` and ``RUNNING`` observation."""
         agents = acting_agents(observations)
-        actions = self._draw((len(agents),))
+        if self.action_mask_key is None:
+            actions = self._draw((len(agents),))
+        else:
+            try:
+                masks = [
+                    np.asarray(observations[a].array_data[self.action_mask_key]) for a in agents
+                ]
+            except KeyError as error:
+                raise ConfigurationError(
+                    f"RandomAgentProxy reads the action mask {error}, which an observation lacks; "
+                    "fix action_mask_key"
+                ) from None
+            names = [f"agent {a}" for a in agents]
+            actions = self._draw_allowed(
+                np.stack(masks) if masks else np.zeros((0, self._n)), names
+            )
         return {
             agent: DictResponse(list_data={ACTIONS_KEY: actions[row]})
             for row, agent in enumerate(agents)
@@ -99,7 +130,21 @@ class RandomAgentProxy:
         ``(B, *shape)`` box actions).
         """
         count = len(next(iter(observations.values()))) if observations else 0
-        return self._draw((count,))
+        if self.action_mask_key is None:
+            return self._draw((count,))
+        if self.action_mask_key not in observations:
+            raise ConfigurationError(
+                f"RandomAgentProxy reads the action mask '{self.action_mask_key}'; the "
+                f"observations have {sorted(observations)} — fix action_mask_key"
+            )
+        masks = np.asarray(observations[self.action_mask_key])
+        return self._draw_allowed(masks, [f"row {row}" for row in range(len(masks))])
+
+    def _draw_allowed(self, masks: np.ndarray, rows: list[str]) -> np.ndarray:
+        """``(B, 1)`` indices, each uniform among the actions its row of ``masks`` allows."""
+        allowed = allowed_actions(masks, int(self._n or 1), rows)
+        keys = np.where(allowed, self._rng.random(allowed.shape), -1.0)
+        return keys.argmax(axis=1).astype(np.int64)[:, None]
 
     def act_steps(self, steps: int, count: int) -> np.ndarray:
         """The actions of ``steps`` successive :meth:`act_batch` calls for ``count`` agents, drawn

@@ -17,7 +17,7 @@ from emote_core.env import DictGymWrapper, MaskedGrid, make_vector_env
 from emote_core.errors import ConfigurationError
 from emote_core.memory.builders import DictObsMemoryTable
 from emote_core.onnx.graph import masked_argmax
-from emote_core.proxies import EpsilonGreedyAgentProxy
+from emote_core.proxies import EpsilonGreedyAgentProxy, RandomAgentProxy
 from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, MDPSpace
 from emote_core.typing import DictObservation, EpisodeState
 
@@ -277,3 +277,30 @@ def test_an_agent_that_honours_the_grid_mask_scores_better_than_one_that_ignores
     assert ignoring < -0.9  # it walks into the bottom edge, at the latest, and forfeits
     assert honouring > ignoring + 0.5
     assert isinstance(MaskedGrid().action_space, gym_spaces.Discrete)
+
+
+def test_random_actions_are_drawn_among_the_allowed_ones_and_never_ahead() -> None:
+    agent = RandomAgentProxy(
+        action_space=gym_spaces.Discrete(N), seed=3, action_mask_key="action_mask"
+    )
+    assert getattr(agent, "act_steps", None) is None  # a collector cannot draw ahead of masks
+    rng = np.random.default_rng(5)
+    chosen = np.zeros(N, dtype=np.int64)
+    for _ in range(20):
+        masks = random_masks(rng, 25)
+        responses = agent(observations(masks))
+        by_agent = np.array([int(responses[a].list_data["actions"][0]) for a in range(25)])
+        batch = agent.act_batch({"obs": np.ones((25, 1), np.float32), "action_mask": masks})
+        assert batch.shape == (25, 1) and batch.dtype == np.int64
+        for picked in (by_agent, batch[:, 0]):
+            assert np.all(masks[np.arange(25), picked] == 1)
+            np.add.at(chosen, picked, 1)
+    assert np.all(chosen > 0)
+    masks = np.ones((2, N), np.int8)
+    masks[0] = 0
+    with pytest.raises(ConfigurationError, match="agent 0 allows none"):
+        agent(observations(masks))
+    with pytest.raises(ConfigurationError, match="masks discrete actions"):
+        RandomAgentProxy(action_space=gym_spaces.Box(-1, 1, (2,)), action_mask_key="action_mask")
+    unmasked = RandomAgentProxy(action_space=gym_spaces.Discrete(N), seed=3)
+    assert unmasked.act_steps(2, 3).shape == (2, 3, 1)

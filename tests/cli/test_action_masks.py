@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from emote_cli.app import app
 from emote_core.assembly.builders import load_trained_agent
 from emote_core.env import MaskedGrid
+from emote_core.stores.zarr_store import MemoryStore
 
 RECIPE = """\
 algorithm = "dqn"
@@ -161,6 +162,21 @@ def test_a_fully_masked_step_is_one_line_not_a_nan_action(trained: Path, tmp_pat
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ")
         assert "allows none of the 4 actions" in lines[0]
+
+
+def test_random_collection_and_warm_up_take_only_allowed_actions(tmp_path: Path) -> None:
+    recipe = tmp_path / "masked.toml"
+    recipe.write_text(RECIPE.format(env="emote/MaskedGrid-v0"))
+    store = tmp_path / "random.zarr"
+    result = invoke("collect", str(recipe), "--out", str(store), "--episodes", "30", "-q")
+    assert result.exit_code == 0, result.output
+    episodes = list(MemoryStore(store).episodes())
+    assert len(episodes) >= 30
+    for _, columns, _ in episodes:
+        actions = columns["actions"][:, 0]
+        allowed = columns["action_mask"][np.arange(len(actions)), actions]
+        assert np.all(allowed == 1)  # so no episode was forfeited
+        assert np.all(columns["rewards"] > -1.0)
 
 
 @pytest.mark.parametrize(
