@@ -318,7 +318,7 @@ def _gymnasium_checker(make: Callable[[], Any]) -> CheckResult:
             "gymnasium_checker",
             CheckStatus.WARN,
             f"{len(messages)} warning{'s' if len(messages) > 1 else ''}: {'; '.join(messages)}",
-            fix="address gymnasium's warnings above",
+            fix="follow each of gymnasium's warnings",
         )
     return CheckResult("gymnasium_checker", CheckStatus.PASS, "gymnasium's check_env found nothing")
 
@@ -459,7 +459,7 @@ def _step_problem(result: Any) -> str | None:
     if len(result) != 5:
         return f"step returned {len(result)} values; gymnasium's API returns 5"
     _, reward, terminated, truncated, info = result
-    if isinstance(reward, np.ndarray) and reward.shape == ():
+    if isinstance(reward, np.ndarray) and reward.size == 1:
         reward = reward.item()
     if isinstance(reward, bool) or not isinstance(reward, _REWARD_TYPES):
         return f"reward is a {type(reward).__name__}, not a number"
@@ -513,6 +513,13 @@ class _Rollout:
     """One random-action rollout and what it showed."""
 
     returned: ClassVar[str] = "(observation, reward, terminated, truncated, info)"
+    fix_returned: ClassVar[str] = (
+        "return (observation, info) from reset and (observation, reward, terminated, truncated, "
+        "info) from step, with a float reward and bool flags"
+    )
+    fix_raised: ClassVar[str] = (
+        "fix the env's error (make the env and call reset and step in Python for the traceback)"
+    )
 
     steps_played: int = 0
     step_seconds: float = 0.0
@@ -521,6 +528,8 @@ class _Rollout:
     nonfinite: str | None = None
     outside: tuple[CheckStatus, str] | None = None
     stats: dict[str, _ScaleStats] = field(default_factory=dict)
+    images: set[str] = field(default_factory=set)
+    raised: bool = False
 
     @classmethod
     def play(cls, env: Any, *, steps: int, seed: int) -> _Rollout:
@@ -543,6 +552,7 @@ class _Rollout:
                 result = env.step(action)
             except Exception as error:  # the user's step: report it
                 self.step_problem = f"step {index + 1} raised {_describe(error)}"
+                self.raised = True
                 return
             self.step_seconds += clock() - started
             self.steps_played += 1
@@ -564,6 +574,7 @@ class _Rollout:
             result = env.reset(seed=seed)
         except Exception as error:  # the user's reset: report it
             self.step_problem = f"reset raised {_describe(error)}"
+            self.raised = True
             return False
         problem = _reset_problem(result)
         if problem is not None:
@@ -582,9 +593,12 @@ class _Rollout:
             if problem is not None and (self.outside is None or problem[0] is CheckStatus.FAIL):
                 self.outside = (problem[0], f"{where}: {problem[1]}")
         for name, array in (_observation_arrays(observation) or {}).items():
-            if array.dtype == np.uint8 or not np.issubdtype(array.dtype, np.number):
-                continue  # images: the image encoder scales them
             key = f"{group}/{name}" if group else name
+            if array.dtype == np.uint8:
+                self.images.add(key)  # the image encoder scales them
+                continue
+            if not np.issubdtype(array.dtype, np.number):
+                continue
             if key in self.stats:
                 self.stats[key].add(array)
             else:
@@ -598,8 +612,7 @@ class _Rollout:
                 "step",
                 CheckStatus.FAIL,
                 self.step_problem,
-                fix="return (observation, info) from reset and (observation, reward, terminated, "
-                "truncated, info) from step, with a float reward and bool flags",
+                fix=self.fix_raised if self.raised else self.fix_returned,
             )
         return CheckResult(
             "step",
@@ -657,11 +670,15 @@ class _Rollout:
             ):
                 large.append(f"{key}[{index}] mean {mean[index]:.3g} std {std[index]:.3g}")
         if not large:
-            return CheckResult(
-                "observation_scale",
-                CheckStatus.PASS,
-                f"every dimension has |mean| and std within {OBSERVATION_SCALE_LIMIT:g}",
-            )
+            images = ", ".join(f"'{key}'" for key in sorted(self.images))
+            plural = "s" if len(self.images) > 1 else ""
+            verb = "are" if plural else "is"
+            scaled = f"uint8 image{plural} {images} {verb} scaled by the image encoder"
+            if not any(stats.count for stats in self.stats.values()):
+                return CheckResult("observation_scale", CheckStatus.PASS, scaled)
+            within = f"every dimension has |mean| and std within {OBSERVATION_SCALE_LIMIT:g}"
+            detail = f"{within}; {scaled}" if self.images else within
+            return CheckResult("observation_scale", CheckStatus.PASS, detail)
         shown = ", ".join(large[:3]) + (f" and {len(large) - 3} more" if len(large) > 3 else "")
         if normalize_observations:
             return CheckResult(
@@ -840,7 +857,7 @@ def _parallel_step_problem(result: Any) -> str | None:
         if not isinstance(value, dict):
             return f"{name} is a {type(value).__name__}, not a dict keyed by agent"
     for agent, reward in result[1].items():
-        if isinstance(reward, np.ndarray) and reward.shape == ():
+        if isinstance(reward, np.ndarray) and reward.size == 1:
             reward = reward.item()
         if isinstance(reward, bool) or not isinstance(reward, _REWARD_TYPES):
             return f"agent '{agent}''s reward is a {type(reward).__name__}, not a number"
@@ -851,6 +868,10 @@ class _ParallelRollout(_Rollout):
     """A random-action rollout of a PettingZoo ParallelEnv, statistics kept per agent group."""
 
     returned: ClassVar[str] = "dicts of observations, rewards, terminations, truncations, infos"
+    fix_returned: ClassVar[str] = (
+        "return (observations, infos) from reset and (observations, rewards, terminations, "
+        "truncations, infos) from step, dicts keyed by agent"
+    )
 
     group_of: dict[str, str]
 
@@ -878,6 +899,7 @@ class _ParallelRollout(_Rollout):
                 result = env.step(actions)
             except Exception as error:  # the user's step: report it
                 self.step_problem = f"step {index + 1} raised {_describe(error)}"
+                self.raised = True
                 return
             self.step_seconds += clock() - started
             self.steps_played += 1
@@ -899,6 +921,7 @@ class _ParallelRollout(_Rollout):
             result = env.reset(seed=seed)
         except Exception as error:  # the user's reset: report it
             self.step_problem = f"reset raised {_describe(error)}"
+            self.raised = True
             return False
         if not isinstance(result, tuple) or len(result) != 2 or not isinstance(result[0], dict):
             self.step_problem = "reset must return (observations, infos), two dicts keyed by agent"
@@ -999,6 +1022,6 @@ def _pettingzoo_api(make: Callable[[], Any], steps: int) -> CheckResult:
             "pettingzoo_api",
             CheckStatus.WARN,
             f"{len(messages)} warning{'s' if len(messages) > 1 else ''}: {'; '.join(messages)}",
-            fix="address PettingZoo's warnings above",
+            fix="follow each of PettingZoo's warnings",
         )
     return CheckResult("pettingzoo_api", CheckStatus.PASS, "parallel_api_test found nothing")

@@ -312,3 +312,22 @@ def test_a_parallel_env_that_breaks_pettingzoos_api_fails_its_test() -> None:
     assert api.status is CheckStatus.FAIL
     assert api.detail.startswith("observation_space should return the exact same space object")
     assert "pettingzoo.farama.org" in api.fix
+
+
+def test_a_step_that_raises_fails_with_the_error_and_how_to_see_its_traceback() -> None:
+    class Crashing(PointEnv):
+        def step(self, action: Any) -> tuple:
+            raise RuntimeError("the wall is not where it was")
+
+    report = check_environment(Crashing, env="Crashing", steps=10)
+    step = result(report, "step")
+    assert step.detail == "step 1 raised RuntimeError: the wall is not where it was"
+    assert "traceback" in step.fix
+    assert statuses(report)["observations"] is CheckStatus.SKIP
+
+
+def test_image_observations_are_left_to_the_image_encoder() -> None:
+    report = check_environment(lambda: gym.make("emote/PixelPendulum-v0"), env="pix", steps=30)
+    scale = result(report, "observation_scale")
+    assert scale.status is CheckStatus.PASS
+    assert scale.detail == "uint8 image 'obs' is scaled by the image encoder"
