@@ -72,6 +72,8 @@ class EpsilonGreedyAgentProxy:
         seed: Seeds the exploration draws; ``None`` draws from fresh entropy.
         action_mask_key: The observation holding each agent's action mask (``num_actions``
             entries, nonzero where allowed); ``None``: every action is allowed.
+        flatten: Flatten each observation to one row of numbers before the network reads it
+            (as DQN's losses and exports do); else the network gets ``(B, *shape)``.
 
     Raises:
         ConfigurationError: If ``num_actions`` is not a positive integer or a fixed epsilon is
@@ -90,6 +92,7 @@ class EpsilonGreedyAgentProxy:
         input_key: str = "obs",
         seed: int | None = None,
         action_mask_key: str | None = None,
+        flatten: bool = False,
     ) -> None:
         if isinstance(num_actions, bool) or not isinstance(num_actions, int) or num_actions < 1:
             raise ConfigurationError(
@@ -104,6 +107,7 @@ class EpsilonGreedyAgentProxy:
         self.epsilon = epsilon
         self.input_key = input_key
         self.action_mask_key = action_mask_key
+        self.flatten = flatten
         self._rng = np.random.default_rng(seed)
 
     def random_generators(self) -> dict[str, np.random.Generator]:
@@ -189,6 +193,8 @@ class EpsilonGreedyAgentProxy:
         among the ``allowed`` ones (``(B, num_actions)`` booleans) where given."""
         count = len(rows)
         batch = torch.as_tensor(rows, dtype=torch.float32, device=self.device)
+        if self.flatten:
+            batch = batch.reshape(count, -1)
         with inference_mode_of(self.q_network):
             values = self.q_network(batch)
         if values.shape != (count, self.num_actions):

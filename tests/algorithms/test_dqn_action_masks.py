@@ -304,3 +304,36 @@ def test_random_actions_are_drawn_among_the_allowed_ones_and_never_ahead() -> No
         RandomAgentProxy(action_space=gym_spaces.Box(-1, 1, (2,)), action_mask_key="action_mask")
     unmasked = RandomAgentProxy(action_space=gym_spaces.Discrete(N), seed=3)
     assert unmasked.act_steps(2, 3).shape == (2, 3, 1)
+
+
+def test_a_pettingzoo_game_s_action_mask_is_honoured_move_after_move() -> None:
+    from pettingzoo.classic import tictactoe_v3
+
+    game = tictactoe_v3.env()
+    game.reset(seed=0)
+    first = game.agents[0]
+    spaces = MDPSpace.from_gymnasium(game.observation_space(first), game.action_space(first))
+    assert spaces.action_mask_key == "action_mask" and spaces.feature_keys == ["observation"]
+    family = DoubleDQN()
+    family.check_spaces(spaces, env_id="tictactoe_v3")
+    context = BuildContext(spaces=spaces, device=torch.device("cpu"), seed=0, env_id="ttt")
+    config = DqnConfig(hidden_dims=[16], epsilon_end=0.5)
+    networks = family.make_networks(config, context)
+    agent = family.acting_agent(config, networks, context, deterministic=False)
+    moves = 0
+    for games in range(5):
+        game.reset(seed=games)
+        for _player in game.agent_iter():
+            observation, _, terminated, truncated, _ = game.last()
+            if terminated or truncated:
+                game.step(None)
+                continue
+            step = DictObservation(
+                episode_state=EpisodeState.RUNNING, array_data=observation, rewards={}
+            )
+            action = int(agent({0: step})[0].list_data["actions"][0])
+            assert observation["action_mask"][action] == 1
+            game.step(action)
+            moves += 1
+    assert moves >= 25
+    game.close()

@@ -201,7 +201,7 @@ class DoubleDQN(AlgorithmFamily):
         return EpsilonGreedyAgentProxy(
             q_network=networks.acting, device=context.device, num_actions=actions.n,
             epsilon=epsilon, input_key=key, seed=context.seed,
-            action_mask_key=context.spaces.action_mask_key,
+            action_mask_key=context.spaces.action_mask_key, flatten=True,
         )  # fmt: skip
 
     def policy_graph(self, acting: nn.Module, spaces: MDPSpace) -> PolicyGraph:
