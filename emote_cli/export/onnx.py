@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -20,7 +22,14 @@ from emote_cli._common import (
 )
 from emote_cli._text import printable
 
-__all__ = ["onnx"]
+__all__ = ["Profile", "onnx"]
+
+
+class Profile(StrEnum):
+    """The tensor contracts ``--profile`` writes (the library's ``ExportProfile``)."""
+
+    EMOTE = "emote"
+    ML_AGENTS = "ml-agents"
 
 
 def onnx(
@@ -39,7 +48,8 @@ def onnx(
         int | None,
         typer.Option(
             "--opset",
-            help="ONNX opset, 9 to 23 (default 15: loads in onnxruntime and Unity's engine).",
+            help="ONNX opset, 9 to 23; 9 to 15 with --profile ml-agents (default 15: loads in "
+            "onnxruntime and Unity's engine).",
             show_default=False,
         ),
     ] = None,
@@ -47,6 +57,15 @@ def onnx(
         str | None, typer.Option("--recipe", help="The recipe (default: the run's recipe.toml).")
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --out.")] = False,
+    profile: Annotated[
+        Profile,
+        typer.Option(
+            "--profile",
+            help="The tensor contract: emote's own, or ml-agents (what Unity's ML-Agents "
+            "runtime, Sentis, loads: obs_0.., action_masks -> version_number, memory_size, "
+            "continuous_actions/discrete_actions, ...; see docs/unity.md).",
+        ),
+    ] = Profile.EMOTE,
     json_output: JsonOption = False,
     quiet: QuietOption = False,
     debug: DebugOption = False,
@@ -54,6 +73,7 @@ def onnx(
     """Export a trained policy to one self-contained ONNX file that behaves exactly like it.
 
     Inputs: one per observation key (plus epsilon for SAC); outputs: actions (SAC: in [-1, 1]).
+    --profile ml-agents writes the same policy as Unity's ML-Agents runtime loads it.
 
     Checked with onnx.checker and against torch in onnxruntime, or not written.
     """
@@ -68,15 +88,31 @@ def onnx(
                 f"{SUPPORTED_OPSETS.stop - 1} (default {DEFAULT_OPSET})",
                 ExitCode.USAGE,
             )
+        from emote_core.onnx.format import ExportProfile
+
+        chosen_profile = ExportProfile(profile.value)
+        if chosen_profile is ExportProfile.ML_AGENTS:
+            from emote_core.onnx.ml_agents import ML_AGENTS_OPSETS
+
+            if chosen not in ML_AGENTS_OPSETS:
+                abort(
+                    f"--opset {chosen} is not one Unity's inference engine (Sentis) loads; with "
+                    f"--profile ml-agents choose {ML_AGENTS_OPSETS.start} to "
+                    f"{ML_AGENTS_OPSETS.stop - 1} (default {DEFAULT_OPSET})",
+                    ExitCode.USAGE,
+                )
         from emote_core.assembly.export import export_checkpoint
         from emote_core.recipes import load_recipe
 
         report = export_checkpoint(
             target, out, opset=chosen, recipe=load_recipe(recipe) if recipe else None,
-            force=force,
+            force=force, profile=chosen_profile,
         )  # fmt: skip
         summary = report.to_json()
         metadata = summary.pop("metadata")
+        summary["profile"] = str(chosen_profile)
+        if chosen_profile is ExportProfile.ML_AGENTS:  # the key behind each obs_i
+            summary["observation_keys"] = json.loads(metadata["observation_keys"])
         summary["checkpoint"] = metadata["source_checkpoint"]
         summary["checkpoint_sha256"] = metadata["source_checkpoint_sha256"]
         summary["training_step"] = int(metadata["training_step"])

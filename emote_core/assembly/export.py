@@ -8,7 +8,7 @@ from pathlib import Path
 
 from emote_core.assembly.builders import load_trained_agent, make_env, policy_graph
 from emote_core.errors import ConfigurationError
-from emote_core.onnx.format import PolicyMetadata
+from emote_core.onnx.format import ExportProfile, PolicyMetadata
 from emote_core.onnx.graph import policy_metadata
 from emote_core.onnx.writer import (
     DEFAULT_OPSET,
@@ -28,6 +28,7 @@ def export_checkpoint(
     opset: int = DEFAULT_OPSET,
     recipe: Recipe | str | Path | None = None,
     force: bool = False,
+    profile: ExportProfile = ExportProfile.EMOTE,
 ) -> ExportReport:
     """Exports the acting network of a checkpoint, or of a run directory's latest checkpoint.
 
@@ -37,17 +38,25 @@ def export_checkpoint(
         opset: The default-domain opset (see :data:`emote_core.onnx.writer.SUPPORTED_OPSETS`).
         recipe: The run's recipe; the run's ``recipe.toml`` when omitted.
         force: Replace an existing ``out``.
+        profile: The tensor contract to write: emote's own, or what Unity's ML-Agents runtime
+            loads (:mod:`emote_core.onnx.ml_agents`, opsets 9 to 15).
 
     Raises:
+        ConfigurationError: If the opset is not supported (for the profile).
         CheckpointError: If there is no checkpoint, or it holds no acting network that fits.
-        ExportError: If ``out`` exists (without ``force``) or cannot be written, or the export
-            fails its checks.
+        ExportError: If ``out`` exists (without ``force``) or cannot be written, the profile
+            cannot express the policy, or the export fails its checks.
     """
     import torch
 
     from emote_core.callbacks.checkpointing import load_checkpoint
 
     check_opset(opset)
+    profile = ExportProfile(profile)
+    if profile is ExportProfile.ML_AGENTS:
+        from emote_core.onnx.ml_agents import check_ml_agents_opset
+
+        check_ml_agents_opset(opset)
     out = Path(out)
     check_destination(out, force=force)  # before loading anything
     loaded, networks, _, spaces, checkpoint = load_trained_agent(
@@ -58,11 +67,19 @@ def export_checkpoint(
     env_action_space = env.env_action_space  # the env's own bounds, before rescaling
     env.close()
     graph = policy_graph(loaded, networks, spaces)
+    if profile is ExportProfile.ML_AGENTS:
+        from emote_core.onnx.ml_agents import ml_agents_graph
+
+        graph = ml_agents_graph(graph)  # the same module, behind ML-Agents' tensors
     metadata = policy_metadata(
         graph, recipe_name=loaded.name, recipe_toml=recipe_to_toml(loaded),
         env_action_space=env_action_space, training_step=step,
         checkpoint=checkpoint,
     )  # fmt: skip
+    if profile is ExportProfile.ML_AGENTS:
+        from emote_core.onnx.ml_agents import ml_agents_metadata
+
+        metadata = ml_agents_metadata(metadata, graph)
     return export_policy(graph, out, opset=opset, metadata=metadata, force=force)
 
 

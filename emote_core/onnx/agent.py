@@ -8,6 +8,11 @@ environment wrapper as it is (SAC actions in ``[-1, 1]``, which ``DictGymWrapper
 environment's bounds; DQN action indices of shape ``(1,)``). A policy that takes ``action_masks``
 is fed the observation its metadata names (``action_mask_key``), as 0/1 floats.
 
+An ``ml-agents`` profile export (``emote export onnx --profile ml-agents``) is recognised by its
+``profile`` metadata and fed as Unity would feed it (``obs_i``, images NCHW in ``[0, 1]``,
+all-ones ``action_masks`` where the env gives no mask); the agent acts with its
+``deterministic_*`` output, or when stochastic with ``continuous_actions`` / ``discrete_actions``.
+
 Stochastic noise comes from a numpy generator, so a stochastic ONNX agent and a stochastic torch
 agent with the same seed draw different noise; deterministic agents act identically.
 """
@@ -25,7 +30,10 @@ from emote_core.onnx.format import (
     ACTIONS_OUTPUT,
     EPSILON_INPUT,
     MAX_POLICY_BYTES,
+    ExportProfile,
+    MlAgentsTensor,
     PolicyMetadata,
+    ml_agents_observation,
 )
 from emote_core.proxies.base import acting_agents
 from emote_core.proxies.epsilon_greedy import allowed_actions
@@ -95,7 +103,8 @@ class OnnxAgentProxy:
         self._rng = np.random.default_rng(seed)
         self._keys = self.metadata.observation_keys
         self._shapes = {key: self.metadata.observation_space[key].shape for key in self._keys}
-        self._mask_key = self.metadata.action_mask_key if self.metadata.masked else None
+        # An ml-agents export takes action_masks whether or not the env gives a mask.
+        self._mask_key = self.metadata.action_mask_key or None
         self._action_shape = tuple(self.metadata.action_space.shape)
         self._action_dtype = self.metadata.action_space.dtype
         self._noise_shape = self._action_shape  # SAC's; a latent policy's noise is latent-wide
@@ -214,8 +223,39 @@ class OnnxAgentProxy:
                 if self.deterministic
                 else self._rng.standard_normal(shape, dtype=np.float32)
             )
-        (actions,) = self.session.run([ACTIONS_OUTPUT], feed)
+        output = ACTIONS_OUTPUT
+        if self.metadata.profile is ExportProfile.ML_AGENTS:
+            feed, output = self._ml_agents_feed(feed, count)
+        (actions,) = self.session.run([output], feed)
         return np.asarray(actions).astype(self._action_dtype, copy=False)
+
+    def _ml_agents_feed(
+        self, feed: dict[str, np.ndarray], count: int
+    ) -> tuple[dict[str, np.ndarray], str]:
+        """An emote feed renamed to the ``ml-agents`` profile's inputs (``obs_i``, images NCHW
+        in Unity's pixel scale; all-ones ``action_masks`` when the env gives no mask) and the
+        output to act with: ``deterministic_*`` when deterministic, else the sampled one."""
+        renamed = {}
+        for index, key in enumerate(self._keys):
+            layout = ml_agents_observation(key, self.metadata.observation_space[key])
+            value = feed[key]
+            if layout.image:  # (batch, height, width, channels) -> (batch, channels, h, w)
+                value = np.ascontiguousarray(value.transpose(0, 3, 1, 2))
+            renamed[f"{MlAgentsTensor.OBSERVATION_PREFIX}{index}"] = value / np.float32(
+                layout.scale
+            )
+        for name in (EPSILON_INPUT, ACTION_MASKS_INPUT):
+            if name in feed:
+                renamed[name] = feed[name]
+        if self.metadata.discrete:
+            n = int(self.metadata.action_space.n)  # type: ignore[attr-defined]
+            renamed.setdefault(ACTION_MASKS_INPUT, np.ones((count, n), dtype=np.float32))
+            sampled = MlAgentsTensor.DISCRETE_ACTIONS
+            deterministic = MlAgentsTensor.DETERMINISTIC_DISCRETE_ACTIONS
+        else:
+            sampled = MlAgentsTensor.CONTINUOUS_ACTIONS
+            deterministic = MlAgentsTensor.DETERMINISTIC_CONTINUOUS_ACTIONS
+        return renamed, str(deterministic if self.deterministic else sampled)
 
     def _stack(
         self, key: str, agents: list[AgentId], observations: Mapping[AgentId, DictObservation]

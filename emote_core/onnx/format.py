@@ -15,6 +15,11 @@ An exported policy is one self-contained ``.onnx`` file (no external-data sideca
 * axis 0 of every input and output is the dynamic ``batch`` axis;
 * metadata props (all strings, JSON where structured) described by :class:`MetadataKey`.
 
+The ``ml-agents`` profile (:class:`ExportProfile`) writes the same policy behind the tensor names
+Unity's ML-Agents runtime loads (:class:`MlAgentsTensor`, :func:`ml_agents_observation`; the
+graph is built in :mod:`emote_core.onnx.ml_agents`) with the same metadata, plus ``profile`` and
+``observation_keys`` (format version 3).
+
 This module reads and writes the metadata; it imports neither torch nor onnx, so code that only
 runs exported policies stays light.
 """
@@ -27,8 +32,10 @@ from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import Any
 
+import numpy as np
+
 from emote_core import __version__
-from emote_core.errors import ConfigurationError, FormatError
+from emote_core.errors import ConfigurationError, ExportError, FormatError
 from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, space_from_json
 
 FORMAT_NAME = "emote-policy"
@@ -58,7 +65,90 @@ class OnnxPolicyVersion(IntEnum):
     V2 = 2
     """V1 plus the ``action_masks`` input and the ``action_mask_key`` prop; written only by
     policies that take a mask, so every other export stays V1."""
-    LATEST = V2
+    V3 = 3
+    """V2 plus the ``profile`` and ``observation_keys`` props: written only for the
+    ``ml-agents`` profile, whose inputs are not named after observation keys."""
+    LATEST = V3
+
+
+class ExportProfile(StrEnum):
+    """The tensor contract an export follows."""
+
+    EMOTE = "emote"
+    """Inputs named after observation keys (and ``epsilon``, ``action_masks``); ``actions`` out."""
+    ML_AGENTS = "ml-agents"
+    """What Unity's ML-Agents runtime (Sentis) loads: see :class:`MlAgentsTensor`."""
+
+
+class MlAgentsTensor(StrEnum):
+    """Tensor names of the ``ml-agents`` profile, as ML-Agents' exporter writes them
+    (``TensorNames`` in ``mlagents/trainers/torch_entities/model_serialization.py``)."""
+
+    OBSERVATION_PREFIX = "obs_"
+    """``obs_0``, ``obs_1``, ...: one float input per observation key, images NCHW."""
+    ACTION_MASKS = ACTION_MASKS_INPUT
+    """Discrete actions only: ``(batch, n)`` floats, 1 where an action is allowed."""
+    EPSILON = EPSILON_INPUT
+    """Stochastic continuous policies: standard-normal noise, which Unity's runtime fills."""
+    VERSION_NUMBER = "version_number"
+    MEMORY_SIZE = "memory_size"
+    CONTINUOUS_ACTIONS = "continuous_actions"
+    CONTINUOUS_ACTION_OUTPUT_SHAPE = "continuous_action_output_shape"
+    DETERMINISTIC_CONTINUOUS_ACTIONS = "deterministic_continuous_actions"
+    DISCRETE_ACTIONS = "discrete_actions"
+    DISCRETE_ACTION_OUTPUT_SHAPE = "discrete_action_output_shape"
+    DETERMINISTIC_DISCRETE_ACTIONS = "deterministic_discrete_actions"
+
+
+ML_AGENTS_MODEL_VERSION = 3
+"""The ``version_number`` written: ML-Agents 2.x's model API (Unity loads versions 2 and 3)."""
+ML_AGENTS_PIXEL_SCALE = 255.0
+"""Unity's sensors write pixels as floats in ``[0, 1]``; emote's ``uint8`` images hold 0-255."""
+
+
+@dataclass(frozen=True)
+class MlAgentsObservation:
+    """How one observation entry becomes an ``obs_i`` input of the ``ml-agents`` profile.
+
+    Attributes:
+        shape: The input's shape per row: the entry's, images (rank 3) channels first.
+        image: Whether the entry is a ``(height, width, channels)`` image, sent ``NCHW``.
+        scale: What the graph multiplies the input by to get emote's values (255 for ``uint8``
+            images, which Unity sends in ``[0, 1]``; else 1).
+    """
+
+    shape: tuple[int, ...]
+    image: bool
+    scale: float
+
+
+def ml_agents_observation(key: str, space: BoxSpace) -> MlAgentsObservation:
+    """How observation entry ``key`` is sent to an ``ml-agents`` export.
+
+    Raises:
+        ExportError: If the entry is discrete, has no axis or more than three, or holds
+            non-float values other than ``uint8`` images.
+    """
+    shape = tuple(space.shape)
+    image = len(shape) == 3
+    if isinstance(space, DiscreteSpace) or not 1 <= len(shape) <= 3:
+        what = "a discrete value" if isinstance(space, DiscreteSpace) else f"of shape {shape}"
+        raise ExportError(
+            f"--profile ml-agents cannot express observation '{key}' ({what}): Unity sensors "
+            "send float vectors, grids or images of 1 to 3 axes; wrap the env to give one, or "
+            "export with --profile emote"
+        )
+    if not np.issubdtype(space.dtype, np.floating) and not (image and space.dtype == np.uint8):
+        raise ExportError(
+            f"--profile ml-agents cannot express observation '{key}' of dtype {space.dtype}: "
+            "Unity sends floats (and uint8 images as floats in [0, 1]); wrap the env to give "
+            "float32, or export with --profile emote"
+        )
+    if image:
+        height, width, channels = shape
+        shape = (channels, height, width)
+    scale = ML_AGENTS_PIXEL_SCALE if space.dtype == np.uint8 else 1.0
+    return MlAgentsObservation(shape=shape, image=image, scale=scale)
 
 
 class MetadataKey(StrEnum):
@@ -88,6 +178,10 @@ class MetadataKey(StrEnum):
     OPSET = "opset"
     ACTION_MASK_KEY = "action_mask_key"
     """The observation key fed to the ``action_masks`` input (V2; absent without one)."""
+    PROFILE = "profile"
+    """The :class:`ExportProfile` (V3; ``emote`` when absent)."""
+    OBSERVATION_KEYS = "observation_keys"
+    """JSON, ``ml-agents`` profile (V3): the observation key behind each ``obs_i``, in order."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +204,8 @@ class PolicyMetadata:
         emote_version: The emote that wrote the file.
         action_mask_key: The observation fed to the ``action_masks`` input ("" when none).
         extra: Further props (``OnnxExporter.add_metadata``), written as given.
+        profile: The tensor contract of the file.
+        profile_observations: ``ml-agents`` profile: the observation key behind each ``obs_i``.
     """
 
     algorithm: str
@@ -127,11 +223,15 @@ class PolicyMetadata:
     emote_version: str = __version__
     action_mask_key: str = ""
     extra: dict[str, str] = field(default_factory=dict)
+    profile: ExportProfile = ExportProfile.EMOTE
+    profile_observations: tuple[str, ...] = ()
 
     @property
     def observation_keys(self) -> tuple[str, ...]:
         """The observation inputs (every input but ``epsilon`` and ``action_masks``), in graph
-        order."""
+        order; for the ``ml-agents`` profile, the keys behind ``obs_0, obs_1, ...``."""
+        if self.profile is ExportProfile.ML_AGENTS:
+            return self.profile_observations
         return tuple(n for n in self.input_names if n not in (EPSILON_INPUT, ACTION_MASKS_INPUT))
 
     @property
@@ -151,7 +251,10 @@ class PolicyMetadata:
 
     @property
     def format_version(self) -> OnnxPolicyVersion:
-        """The oldest format version that describes this export: V2 with ``action_masks``."""
+        """The oldest format version that describes this export: V2 with ``action_masks``, V3
+        for the ``ml-agents`` profile."""
+        if self.profile is ExportProfile.ML_AGENTS:
+            return OnnxPolicyVersion.V3
         return OnnxPolicyVersion.V2 if self.masked else OnnxPolicyVersion.V1
 
     def to_props(self) -> dict[str, str]:
@@ -175,6 +278,9 @@ class PolicyMetadata:
         }
         if self.masked:
             props[MetadataKey.ACTION_MASK_KEY] = self.action_mask_key
+        if self.profile is ExportProfile.ML_AGENTS:
+            props[MetadataKey.PROFILE] = str(self.profile)
+            props[MetadataKey.OBSERVATION_KEYS] = json.dumps(list(self.profile_observations))
         return {**self.extra, **{str(key): value for key, value in props.items()}}
 
     @classmethod
@@ -208,7 +314,22 @@ class PolicyMetadata:
             known = {str(key) for key in MetadataKey}
             input_names = tuple(json.loads(props[MetadataKey.INPUT_NAMES]))
             mask_key = props.get(MetadataKey.ACTION_MASK_KEY, "")
-            if ACTION_MASKS_INPUT in input_names and mask_key not in observation_space.spaces:
+            profile = ExportProfile(props.get(MetadataKey.PROFILE, ExportProfile.EMOTE))
+            observations = (
+                tuple(json.loads(props[MetadataKey.OBSERVATION_KEYS]))
+                if profile is ExportProfile.ML_AGENTS
+                else ()
+            )
+            if any(key not in observation_space.spaces for key in observations):
+                raise FormatError(
+                    f"'{source}' names observation keys {list(observations)} that its "
+                    "observation space does not hold; re-export it with `emote export onnx`"
+                )
+            if (
+                ACTION_MASKS_INPUT in input_names
+                and mask_key not in observation_space.spaces
+                and profile is ExportProfile.EMOTE  # ml-agents files always take a mask
+            ):
                 raise FormatError(
                     f"'{source}' takes '{ACTION_MASKS_INPUT}' but its metadata names no "
                     f"observation that feeds it ({MetadataKey.ACTION_MASK_KEY}={mask_key!r}); "
@@ -230,6 +351,8 @@ class PolicyMetadata:
                 emote_version=props.get(MetadataKey.EMOTE_VERSION, ""),
                 action_mask_key=mask_key,
                 extra={k: v for k, v in props.items() if k not in known},
+                profile=profile,
+                profile_observations=observations,
             )
         except (KeyError, ValueError, TypeError, ConfigurationError) as error:
             raise FormatError(
@@ -246,8 +369,14 @@ __all__ = [
     "EPSILON_INPUT",
     "FORMAT_NAME",
     "MAX_POLICY_BYTES",
+    "ML_AGENTS_MODEL_VERSION",
+    "ML_AGENTS_PIXEL_SCALE",
     "Q_VALUES_OUTPUT",
+    "ExportProfile",
     "MetadataKey",
+    "MlAgentsObservation",
+    "MlAgentsTensor",
     "OnnxPolicyVersion",
     "PolicyMetadata",
+    "ml_agents_observation",
 ]

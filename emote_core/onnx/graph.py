@@ -66,6 +66,8 @@ class PolicyGraph:
         input_names: Observation keys, then the algorithm's own inputs (SAC's ``epsilon``).
         input_shapes: The shape of one row of each input (no batch axis).
         output_names: ``actions``, then any others (DQN's ``q_values``).
+        constant_outputs: Outputs that are the same tensor at every batch size, without a batch
+            axis (the ``ml-agents`` profile's ``version_number``, say).
     """
 
     module: nn.Module
@@ -74,6 +76,7 @@ class PolicyGraph:
     input_names: tuple[str, ...]
     input_shapes: dict[str, tuple[int, ...]]
     output_names: tuple[str, ...]
+    constant_outputs: tuple[str, ...] = ()
 
     def sample_inputs(self, batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """Standard-normal float32 inputs for ``batch`` rows, by input name; an

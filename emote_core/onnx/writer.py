@@ -226,7 +226,8 @@ def _trace(graph: PolicyGraph, path: Path, opset: int) -> None:
     args = tuple(torch.from_numpy(example[name]) for name in graph.input_names)
     names = {"input_names": list(graph.input_names), "output_names": list(graph.output_names)}
     if opset <= LEGACY_MAX_OPSET:
-        axes = {name: {0: BATCH_AXIS} for name in (*graph.input_names, *graph.output_names)}
+        batched = [n for n in graph.output_names if n not in graph.constant_outputs]
+        axes = {name: {0: BATCH_AXIS} for name in (*graph.input_names, *batched)}
         options: dict[str, Any] = {"dynamo": False, "dynamic_axes": axes}
     else:
         batch = torch.export.Dim(BATCH_AXIS)
@@ -269,19 +270,22 @@ def _quiet_exporter() -> Iterator[None]:
 
 
 def _pin_shapes(model: Any, graph: PolicyGraph) -> None:
-    """Names axis 0 ``batch`` and writes every other axis as a number, for engines that need it.
+    """Names axis 0 ``batch`` and writes every other axis as a number, for engines that need it
+    (constant outputs have no batch axis: every axis a number).
 
     The TorchScript exporter leaves some output axes symbolic even when they are fixed.
     """
     rows = graph.run(graph.sample_inputs(1, np.random.default_rng(_PARITY_SEED)))
     shapes = dict(graph.input_shapes)
     shapes.update({name: tuple(value.shape[1:]) for name, value in rows.items()})
+    shapes.update({name: tuple(rows[name].shape) for name in graph.constant_outputs})
     for value in (*model.graph.input, *model.graph.output):
         if value.name not in shapes:
             continue
         dims = value.type.tensor_type.shape.dim
         del dims[:]
-        dims.add().dim_param = BATCH_AXIS
+        if value.name not in graph.constant_outputs:
+            dims.add().dim_param = BATCH_AXIS
         for size in shapes[value.name]:
             dims.add().dim_value = int(size)
     found = [v.name for v in model.graph.input], [v.name for v in model.graph.output]
