@@ -211,9 +211,9 @@ def collect_to_store(
     stop = should_stop or (lambda: False)
     chosen = resolve_device(device)  # checked even when the policy runs without torch
     env = make_env(recipe, num_envs=num_envs)
-    spaces = env.spaces
     follower: PublishedPolicy | None = None
     try:  # the store and the policy must fit the env before it steps or anything is written
+        spaces = env.spaces  # a multi-agent env of several groups has none: refused here
         check_collect_store(out, recipe, spaces)
         if follow_policy:
             follower = PublishedPolicy(policy, recipe, spaces, seed=recipe.seed)

@@ -133,8 +133,10 @@ class DictGymWrapper:
 
     Args:
         env: A vector environment created in ``AutoresetMode.SAME_STEP`` (see
-            :func:`make_vector_env`). Its observations are a ``Box`` or a ``Dict`` of ``Box``; its
-            actions a ``Box`` or ``Discrete``.
+            :func:`make_vector_env`). Its observations are a ``Box`` or a ``Dict`` of ``Box``
+            (and an ``action_mask`` for ``Discrete`` actions: see
+            :meth:`~emote_core.spaces.MDPSpace.from_gymnasium`); its actions a ``Box`` or
+            ``Discrete``.
         observation_key: The key a ``Box`` observation gets in :attr:`DictObservation.array_data`.
         rescale_actions: For ``Box`` actions, the agents act in ``[-1, 1]`` and the wrapper maps
             that range linearly onto the environment's bounds (values outside are clipped first);

@@ -229,14 +229,15 @@ class ParallelEnvWrapper:
         """The MDP space of every agent, which must form one group.
 
         Raises:
-            ConfigurationError: If the env has agents of more than one group.
+            ConfigurationError: If the env has agents of more than one group: collecting,
+                training, evaluating and exporting all need one policy for every agent.
         """
         if len(self.groups) > 1:
             raise ConfigurationError(
                 f"this multi-agent env has {len(self.groups)} agent groups with different spaces "
-                f"({describe_groups(self.groups)}); emote trains, evaluates and exports one "
-                "shared policy, for envs whose agents all have the same spaces — collect with "
-                "--policy random, or give every agent the same spaces"
+                f"({describe_groups(self.groups)}); emote plays envs whose agents all share "
+                "one policy — give every agent the same observation and action spaces (pad "
+                "them, as SuperSuit's pad_observations_v0 and pad_action_space_v0 do)"
             )
         return self._group_spaces[self.groups[0].name]
 
@@ -328,7 +329,8 @@ class ParallelEnvWrapper:
                 actions[name] = self._actions[name](response.list_data[ACTIONS_KEY])
             observations, rewards, terminations, truncations, _ = env.step(actions)
             self._env_lengths[slot] += 1
-            alive = set(env.agents)
+            present = list(env.agents)  # read once: PettingZoo's wrappers make it slow to read
+            alive = set(present)
             for name, agent in list(open_.items()):
                 reward = float(rewards.get(name, 0.0))
                 self._returns[agent] += reward
@@ -354,10 +356,10 @@ class ParallelEnvWrapper:
                 )
                 del open_[name]
                 self._finish(slot, name, agent)
-            for name in env.agents:  # agents that joined in this step
+            for name in present:  # agents that joined in this step
                 if name not in open_ and name in observations:
                     self._open_life(slot, name, observations[name], result)
-            if not env.agents:
+            if not present:
                 self._end_env_episode(slot, result)
         return result
 

@@ -337,3 +337,21 @@ def test_a_pettingzoo_game_s_action_mask_is_honoured_move_after_move() -> None:
             moves += 1
     assert moves >= 25
     game.close()
+
+
+def test_n_step_targets_read_the_mask_after_each_window() -> None:
+    # Two windows of 2 transitions; only the mask after each window's last step counts.
+    q = ScaledValues(PREFERS_LOW)
+    target = QTarget(
+        q=q, q_target_network=copy.deepcopy(q), gamma=0.5, target_update_interval=10,
+        rollout_length=2, observation_keys=["obs"], action_mask_key="action_mask",
+    )  # fmt: skip
+    masks = torch.tensor(
+        [[1, 0, 0, 0, 0], [0, 0, 1, 0, 1], [0, 0, 0, 0, 0], [0, 1, 0, 0, 0]], dtype=torch.int8
+    )
+    result = target.begin_batch(
+        next_observation={"obs": torch.full((4, 1), 2.0), "action_mask": masks},
+        rewards=torch.ones(4, 1), masks=torch.ones(4, 1),
+    )["default"]["q_target"]  # fmt: skip
+    # 1 + 0.5 * 1 + 0.25 * Q(2)[best allowed]: action 2 (Q 6), then action 1 (Q 8).
+    assert torch.allclose(result, torch.tensor([[1.5 + 0.25 * 6.0], [1.5 + 0.25 * 8.0]]))

@@ -108,3 +108,18 @@ def test_train_refuses_an_env_with_two_groups_in_one_line(runner: CliRunner, in_
     assert "2 agent groups" in lines[0]
     assert "adversary: adversary_0; agent: agent_0, agent_1" in lines[0]
     assert not (in_tmp / "runs" / "two").exists()  # a run that never started leaves nothing
+
+
+def test_collect_refuses_an_env_with_two_groups_and_writes_no_store(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    result = runner.invoke(
+        app,
+        ["collect", "sac_simple_spread", "--out", "two.zarr", "--episodes", "2",
+         "--env", "mpe2.simple_adversary_v3:parallel_env"],
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "2 agent groups" in lines[0]
+    assert "pad_observations_v0" in lines[0]
+    assert not (in_tmp / "two.zarr").exists()
