@@ -192,7 +192,7 @@ def build_training(
         )
     callbacks: list[Callback] = [*parts.callbacks, memory, *source_memories]
     checkpointed: list[Callback] = [*parts.callbacks, memory, *source_memories]
-    normalization = _input_normalization(recipe, networks)
+    normalization = _input_normalization(recipe, networks, device)
     if normalization is not None:
         callbacks.append(normalization)
         checkpointed.append(normalization)
@@ -532,7 +532,7 @@ def _collector(
     )  # fmt: skip
 
 
-def _input_normalization(recipe: Recipe, networks: Networks) -> Any:
+def _input_normalization(recipe: Recipe, networks: Networks, device: torch.device) -> Any:
     """The callback that normalises batches and checkpoints the statistics, when the recipe's
     ``env.normalize_observations`` or ``env.normalize_rewards`` is on (else ``None``).
 
@@ -547,7 +547,7 @@ def _input_normalization(recipe: Recipe, networks: Networks) -> Any:
     returns = None
     if env.normalize_rewards:
         gamma = getattr(recipe.config, "gamma", None)
-        returns = ReturnNormalizer(gamma if isinstance(gamma, float | int) else 0.99)
+        returns = ReturnNormalizer(gamma if isinstance(gamma, float | int) else 0.99).to(device)
     return InputNormalization(observations=networks.observation_normalizer, returns=returns)
 
 
