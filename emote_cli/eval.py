@@ -73,7 +73,8 @@ def evaluate(
     """Run a trained agent for whole episodes and report its returns (deterministic by default).
 
     Appends to eval.json in the run directory when given one. An .onnx policy runs in
-    onnxruntime alone, on the environment of the recipe stored in it (or --recipe / --env).
+    onnxruntime alone, on the environment of the recipe stored in it (or --recipe / --env);
+    an export of --profile ml-agents acts with its deterministic_* outputs (unless --stochastic).
     Without --min-return the recipe's \\[eval] min_return is the threshold (not with --env).
     On a multi-agent (PettingZoo) env an episode is the env's and its return the team return
     (all agents' returns summed); each agent group's mean return per agent is reported too.

@@ -168,3 +168,16 @@ def test_observations_unity_cannot_send_are_refused_in_one_line(
     assert files == ["counter.toml", "counter_env.py"]  # no policy.onnx, no temporary file
     emote = run(runner, "export", "onnx", "r", "--out", "policy.onnx", "--json")
     assert emote.exit_code == 0 and json.loads(emote.stdout)["profile"] == "emote"
+
+
+def test_a_normalising_run_sends_raw_observations_through_its_ml_agents_file(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    trained = run(runner, "train", "sac_hit_the_middle", "--steps", "30", "--run-dir", "norm",
+                  "--set", "env.normalize_observations=true", "-q")  # fmt: skip
+    assert trained.exit_code == 0, trained.output
+    result = run(runner, "export", "onnx", "norm", "--out", "policy.onnx", "--profile",
+                 "ml-agents", "-q")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    from_file, from_run = evaluate(runner, "policy.onnx"), evaluate(runner, "norm")
+    assert from_file["returns"] == pytest.approx(from_run["returns"], abs=1e-4)
