@@ -270,7 +270,9 @@ def collect_to_store(
     interrupted = False
     switched_at = 0  # completed episodes at the last policy switch
     cut_at, cut_seconds = started, min(_CUT_SECONDS, flush_seconds)
-    per_call = max(1, _ROWS_PER_CALL // env.num_envs)  # vector steps per call with a step budget
+    # Rows (transitions) a vector step takes at most: a multi-agent env's, one per agent.
+    width = env.num_envs * len(getattr(env, "agent_names", None) or (None,))
+    per_call = max(1, _ROWS_PER_CALL // width)  # vector steps per call with a step budget
     try:
         report("start")
         while (
@@ -283,7 +285,7 @@ def collect_to_store(
             # Steps: whole chunks of vector steps; episodes: one at a time, to stop on time.
             vector_steps = 1
             if steps is not None:
-                vector_steps = min(per_call, -(-(steps - collector.env_steps) // env.num_envs))
+                vector_steps = min(per_call, -(-(steps - collector.env_steps) // width))
             collector.collect(vector_steps)
             if follower is not None and collector.completed_episodes > switched_at:
                 newer = follower.poll()

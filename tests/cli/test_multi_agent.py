@@ -123,3 +123,17 @@ def test_collect_refuses_an_env_with_two_groups_and_writes_no_store(
     assert len(lines) == 1 and "2 agent groups" in lines[0]
     assert "pad_observations_v0" in lines[0]
     assert not (in_tmp / "two.zarr").exists()
+
+
+def test_a_step_budget_counts_agent_steps(runner: CliRunner, in_tmp: Path) -> None:
+    result = runner.invoke(
+        app,
+        ["collect", "dqn_simple_spread", "--out", "b.zarr", "--steps", "200", "--envs", "2",
+         "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    # Each vector step is 2 envs x 3 agents = 6 transitions: the budget is met within one.
+    assert 200 <= summary["env_steps"] < 200 + 6
+    assert summary["transitions"] + summary["dropped_steps"] == summary["env_steps"]
+    assert summary["episodes"] == 6  # one env episode of 25 steps in each env, 3 agents each
