@@ -247,3 +247,48 @@ def test_store_round_trip_keeps_each_episodes_agent_and_group(tmp_path: Path) ->
     assert sorted(agents) == sorted(
         [("agent_0", "agent"), ("agent_1", "agent"), ("agent_2", "agent")] * 3
     )
+
+
+class Forgetful(StaggeredEnv):
+    """Leaves runner_1's observation out of the step that truncates it."""
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        observations, *rest = super().step(actions)
+        if self.step_count == 3:
+            observations.pop("runner_1")
+        return observations, *rest  # type: ignore[return-value]
+
+
+def test_an_agent_left_without_its_final_observation_is_one_line() -> None:
+    env = ParallelEnvWrapper([Forgetful()])
+    with pytest.raises(ConfigurationError) as caught:
+        collected(env, 5)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "returned no observation for agent 'runner_1'" in message
+
+
+class Masked(StaggeredEnv):
+    """PettingZoo's convention for masks: a Dict of the observation and the action mask."""
+
+    @functools.cache  # noqa: B019
+    def observation_space(self, agent: str) -> gymnasium.Space:
+        return gym_spaces.Dict(
+            {
+                "observation": gym_spaces.Box(0.0, 10.0, shape=(3,), dtype=np.float32),
+                "action_mask": gym_spaces.MultiBinary(3),
+            }
+        )
+
+    def _observe(self, agent: str) -> dict[str, np.ndarray]:
+        return {"observation": super()._observe(agent), "action_mask": np.array([1, 0, 1], np.int8)}
+
+
+def test_dict_observations_keep_every_key_in_each_episode() -> None:
+    parallel_api_test(Masked(), num_cycles=10)
+    env = ParallelEnvWrapper([Masked()])
+    assert set(env.spaces.state.spaces) == {"observation", "action_mask"}
+    batch = collected(env, 5)
+    assert batch.extra_rows["observation"] == batch.extra_rows["action_mask"] == 1
+    assert batch.columns["action_mask"].shape == (sum(LIVES.values()) + 4, 3)
+    assert batch.columns["action_mask"].tolist()[0] == [1, 0, 1]
