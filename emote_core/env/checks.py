@@ -448,6 +448,20 @@ def _outside(space: Any, observation: Any) -> tuple[CheckStatus, str] | None:
     return None
 
 
+def _sample(space: Any, observation: Any) -> Any:
+    """A random action, among the legal ones where a Discrete space meets an ``action_mask``
+    observation key (as emote's agents act)."""
+    from gymnasium import spaces as gym_spaces
+
+    if isinstance(space, gym_spaces.Discrete) and isinstance(observation, Mapping):
+        mask = observation.get("action_mask")
+        if mask is not None:
+            legal = (np.asarray(mask).reshape(-1) != 0).astype(np.int8)
+            if legal.shape == (int(space.n),) and legal.any():
+                return space.sample(mask=legal)
+    return space.sample()
+
+
 _REWARD_TYPES = (int, float, np.integer, np.floating)
 _FLAG_TYPES = (bool, np.bool_)
 
@@ -530,6 +544,7 @@ class _Rollout:
     stats: dict[str, _ScaleStats] = field(default_factory=dict)
     images: set[str] = field(default_factory=set)
     raised: bool = False
+    last: Any = None
 
     @classmethod
     def play(cls, env: Any, *, steps: int, seed: int) -> _Rollout:
@@ -546,7 +561,7 @@ class _Rollout:
         length = 0
         clock = time.perf_counter
         for index in range(steps):
-            action = env.action_space.sample()
+            action = _sample(env.action_space, self.last)
             started = clock()
             try:
                 result = env.step(action)
@@ -561,6 +576,7 @@ class _Rollout:
             if problem is not None:
                 self.step_problem = f"step {index + 1}: {problem}"
                 return
+            self.last = result[0]
             if not self._observe(result[0], space, f"step {index + 1}"):
                 return
             if result[2] or result[3]:
@@ -580,6 +596,7 @@ class _Rollout:
         if problem is not None:
             self.step_problem = problem
             return False
+        self.last = result[0]
         return self._observe(result[0], space, "reset")
 
     def _observe(self, observation: Any, space: Any, where: str, group: str = "") -> bool:
@@ -724,15 +741,21 @@ def _equal(first: Any, second: Any) -> bool:
         return bool(first == second)
 
 
-def _replay(env: Any, seed: int, actions: list[Any]) -> tuple[Any, list[tuple[Any, Any]]]:
+def _replay(
+    env: Any, seed: int, planned: list[Any] | None
+) -> tuple[Any, list[tuple[Any, Any]], list[Any]]:
+    """Resets with ``seed`` and steps ``planned`` actions (or up to SEEDING_STEPS random legal
+    ones): the first observation, each step's (observation, reward), the actions taken."""
     observation, _ = env.reset(seed=seed)
-    trace: list[tuple[Any, Any]] = []
-    for action in actions:
-        next_observation, reward, terminated, truncated, _ = env.step(action)
-        trace.append((next_observation, reward))
+    last, taken, trace = observation, [], []
+    for index in range(SEEDING_STEPS if planned is None else len(planned)):
+        action = _sample(env.action_space, last) if planned is None else planned[index]
+        taken.append(action)
+        last, reward, terminated, truncated, _ = env.step(action)
+        trace.append((last, reward))
         if terminated or truncated:
             break
-    return observation, trace
+    return observation, trace, taken
 
 
 def _seeding_check(env: Any, seed: int) -> CheckResult:
@@ -741,11 +764,10 @@ def _seeding_check(env: Any, seed: int) -> CheckResult:
         "pass reset's seed to super().reset(seed=seed) and draw all randomness from self.np_random"
     )
     env.action_space.seed(seed)
-    actions = [env.action_space.sample() for _ in range(SEEDING_STEPS)]
     try:
         with _quiet_warnings():
-            first_start, first = _replay(env, seed, actions)
-            second_start, second = _replay(env, seed, actions)
+            first_start, first, actions = _replay(env, seed, None)
+            second_start, second, _ = _replay(env, seed, actions)
     except Exception as error:  # the user's reset or step
         return CheckResult("seeding", CheckStatus.FAIL, _describe(error), fix=fix)
     if not _equal(first_start, second_start):
@@ -893,7 +915,10 @@ class _ParallelRollout(_Rollout):
         length = 0
         clock = time.perf_counter
         for index in range(steps):
-            actions = {agent: env.action_space(agent).sample() for agent in env.agents}
+            actions = {
+                agent: _sample(env.action_space(agent), self.last.get(agent))
+                for agent in env.agents
+            }
             started = clock()
             try:
                 result = env.step(actions)
@@ -908,6 +933,7 @@ class _ParallelRollout(_Rollout):
             if problem is not None:
                 self.step_problem = f"step {index + 1}: {problem}"
                 return
+            self.last = result[0]
             if not self._observe_agents(env, result[0], f"step {index + 1}"):
                 return
             if not env.agents:
@@ -926,6 +952,7 @@ class _ParallelRollout(_Rollout):
         if not isinstance(result, tuple) or len(result) != 2 or not isinstance(result[0], dict):
             self.step_problem = "reset must return (observations, infos), two dicts keyed by agent"
             return False
+        self.last = result[0]
         return self._observe_agents(env, result[0], "reset")
 
     def _observe_agents(self, env: Any, observations: dict[Any, Any], where: str) -> bool:
@@ -943,18 +970,23 @@ class _ParallelRollout(_Rollout):
 def _parallel_seeding_check(env: Any, seed: int) -> CheckResult:
     """Two resets with one seed give equal observations; the same actions, equal rewards."""
     fix = "seed every random draw of reset and step from reset's seed"
-    agents = list(getattr(env, "possible_agents", ()))
-    for offset, agent in enumerate(agents):
+    for offset, agent in enumerate(getattr(env, "possible_agents", ())):
         env.action_space(agent).seed(seed + offset)
-    plan = [{a: env.action_space(a).sample() for a in agents} for _ in range(SEEDING_STEPS)]
+    plan: list[dict[Any, Any]] = []
 
     def replay() -> tuple[Any, list[Any]]:
+        """The first run draws random legal actions into ``plan``; the second replays them."""
         observations, _ = env.reset(seed=seed)
-        trace = []
-        for actions in plan:
+        drawing, last, trace = not plan, observations, []
+        for index in range(SEEDING_STEPS if drawing else len(plan)):
             if not env.agents:
                 break
-            step = env.step({agent: actions[agent] for agent in env.agents})
+            if drawing:
+                plan.append({a: _sample(env.action_space(a), last.get(a)) for a in env.agents})
+            step = env.step(
+                {agent: plan[index][agent] for agent in env.agents if agent in plan[index]}
+            )
+            last = step[0]
             trace.append((step[0], step[1]))
         return observations, trace
 

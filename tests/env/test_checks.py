@@ -331,3 +331,40 @@ def test_image_observations_are_left_to_the_image_encoder() -> None:
     scale = result(report, "observation_scale")
     assert scale.status is CheckStatus.PASS
     assert scale.detail == "uint8 image 'obs' is scaled by the image encoder"
+
+
+class OneLegalMove(gym.Env):
+    """Only the move its ``action_mask`` allows is legal; another one ends the episode."""
+
+    observation_space = spaces.Dict(
+        {
+            "obs": spaces.Box(-1.0, 1.0, (2,), np.float32),
+            "action_mask": spaces.Box(0, 1, (3,), np.int8),
+        }
+    )
+    action_space = spaces.Discrete(3)
+
+    def _observation(self) -> dict[str, np.ndarray]:
+        mask = np.zeros(3, np.int8)
+        mask[self.t % 3] = 1
+        return {"obs": np.zeros(2, np.float32), "action_mask": mask}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._observation(), {}
+
+    def step(self, action: Any) -> tuple:
+        if int(action) != self.t % 3:
+            return self._observation(), -1.0, True, False, {}
+        self.t += 1
+        return self._observation(), 1.0, self.t >= 7, False, {}
+
+
+def test_random_actions_respect_an_action_mask() -> None:
+    report = check_environment(OneLegalMove, env="OneLegalMove", steps=70)
+    assert report.passed, report.to_json()
+    assert set(statuses(report).values()) == {CheckStatus.PASS}
+    assert (
+        result(report, "episodes_end").detail == "10 episodes ended in 70 steps (mean length 7.0)"
+    )
