@@ -462,6 +462,19 @@ def _sample(space: Any, observation: Any) -> Any:
     return space.sample()
 
 
+def _no_legal_action(space: Any, observation: Any) -> bool:
+    """Whether an ``action_mask`` observation key leaves a Discrete space no legal action."""
+    from gymnasium import spaces as gym_spaces
+
+    if not (isinstance(space, gym_spaces.Discrete) and isinstance(observation, Mapping)):
+        return False
+    mask = observation.get("action_mask")
+    if mask is None:
+        return False
+    legal = np.asarray(mask).reshape(-1)
+    return legal.shape == (int(space.n),) and not legal.any()
+
+
 _REWARD_TYPES = (int, float, np.integer, np.floating)
 _FLAG_TYPES = (bool, np.bool_)
 
@@ -545,6 +558,7 @@ class _Rollout:
     images: set[str] = field(default_factory=set)
     raised: bool = False
     last: Any = None
+    masked_out: str | None = None
 
     @classmethod
     def play(cls, env: Any, *, steps: int, seed: int) -> _Rollout:
@@ -579,6 +593,8 @@ class _Rollout:
             self.last = result[0]
             if not self._observe(result[0], space, f"step {index + 1}"):
                 return
+            if not (result[2] or result[3]):
+                self._note_mask(env.action_space, result[0], f"step {index + 1}")
             if result[2] or result[3]:
                 self.episode_lengths.append(length)
                 length = 0
@@ -597,7 +613,13 @@ class _Rollout:
             self.step_problem = problem
             return False
         self.last = result[0]
+        self._note_mask(env.action_space, result[0], "reset")
         return self._observe(result[0], space, "reset")
+
+    def _note_mask(self, action_space: Any, observation: Any, where: str) -> None:
+        """Records the first observation an episode goes on from with no legal action."""
+        if self.masked_out is None and _no_legal_action(action_space, observation):
+            self.masked_out = f"{where}: the action_mask allows no action and the episode goes on"
 
     def _observe(self, observation: Any, space: Any, where: str, group: str = "") -> bool:
         """Records an observation; False (stop) when it is not finite."""
@@ -647,6 +669,13 @@ class _Rollout:
             )
         if self.step_problem is not None:
             return CheckResult("observations", CheckStatus.SKIP, "not run: the step check failed")
+        if self.masked_out is not None:
+            return CheckResult(
+                "observations",
+                CheckStatus.FAIL,
+                self.masked_out,
+                fix="leave at least one action legal (1 in action_mask) while an episode goes on",
+            )
         if self.outside is not None:
             status, detail = self.outside
             fix = (
@@ -936,6 +965,10 @@ class _ParallelRollout(_Rollout):
             self.last = result[0]
             if not self._observe_agents(env, result[0], f"step {index + 1}"):
                 return
+            for agent, observation in result[0].items():
+                if not (result[2].get(agent) or result[3].get(agent)):
+                    where = f"step {index + 1}, agent '{agent}'"
+                    self._note_mask(env.action_space(agent), observation, where)
             if not env.agents:
                 self.episode_lengths.append(length)
                 length = 0
@@ -953,6 +986,9 @@ class _ParallelRollout(_Rollout):
             self.step_problem = "reset must return (observations, infos), two dicts keyed by agent"
             return False
         self.last = result[0]
+        for agent, observation in result[0].items():
+            if agent in self.group_of:
+                self._note_mask(env.action_space(agent), observation, f"reset, agent '{agent}'")
         return self._observe_agents(env, result[0], "reset")
 
     def _observe_agents(self, env: Any, observations: dict[Any, Any], where: str) -> bool:

@@ -368,3 +368,19 @@ def test_random_actions_respect_an_action_mask() -> None:
     assert (
         result(report, "episodes_end").detail == "10 episodes ended in 70 steps (mean length 7.0)"
     )
+
+
+def test_an_action_mask_that_allows_nothing_while_the_episode_goes_on_fails() -> None:
+    class Stuck(OneLegalMove):
+        def _observation(self) -> dict[str, np.ndarray]:
+            observation = super()._observation()
+            if self.t >= 2:
+                observation["action_mask"][:] = 0
+            return observation
+
+    observations = result(check_environment(Stuck, env="Stuck", steps=30), "observations")
+    assert observations.status is CheckStatus.FAIL
+    assert observations.detail == (
+        "step 2: the action_mask allows no action and the episode goes on"
+    )
+    assert "at least one action legal" in observations.fix
