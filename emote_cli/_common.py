@@ -40,6 +40,7 @@ __all__ = [
     "AllowNonfiniteOption",
     "DebugOption",
     "DeviceOption",
+    "EnvOption",
     "ExitCode",
     "JsonOption",
     "QuietOption",
@@ -97,6 +98,18 @@ DeviceOption = Annotated[
 ]
 """``--device``: where networks run; every command defaults to ``auto``."""
 
+EnvOption = Annotated[
+    str | None,
+    typer.Option(
+        "--env",
+        metavar="ENV",
+        help="Run on another env than the recipe's: an entry point module:callable (the part "
+        "after ':' a Python name: myenv:PointEnv) or a gymnasium id (Pendulum-v1, "
+        "myenv:PointEnv-v0); the recipe's env.kwargs still apply. Modules are found on "
+        "PYTHONPATH, in the recipe file's directory and in the current directory.",
+        show_default=False,
+    ),
+]
 JsonOption = Annotated[
     bool,
     typer.Option(

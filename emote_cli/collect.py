@@ -10,6 +10,7 @@ import typer
 from emote_cli._common import (
     DebugOption,
     DeviceOption,
+    EnvOption,
     ExitCode,
     JsonOption,
     QuietOption,
@@ -29,10 +30,17 @@ log = logging.getLogger(__name__)
 
 def collect(
     ctx: typer.Context,
-    recipe: Annotated[str, typer.Argument(help="A recipe file, or the name of one in recipes/.")],
     out: Annotated[
         str, typer.Option("--out", help="The emote memory store to create or append to.")
     ],
+    recipe: Annotated[
+        str | None,
+        typer.Argument(
+            help="A recipe file, or the name of one in recipes/ (optional with --policy RUN: "
+            "the run's recipe, its env rebuilt as the run recorded it).",
+            show_default=False,
+        ),
+    ] = None,
     episodes: Annotated[
         int | None, typer.Option("--episodes", min=1, help="Collect this many episodes.")
     ] = None,
@@ -54,6 +62,7 @@ def collect(
         ),
     ] = "random",
     seed: Annotated[int | None, typer.Option("--seed", help="Override the recipe's seed.")] = None,
+    env: EnvOption = None,
     shard: Annotated[
         str, typer.Option("--shard", help="Store shard to write (one per parallel collector).")
     ] = "main",
@@ -104,6 +113,10 @@ def collect(
 
     With --workers N, Ray workers collect together, each with its own shard and seed.
 
+    The env's modules (\\[env] entry_point, module:EnvId, imports) are found on PYTHONPATH, in the
+    recipe file's directory and in the current directory; a --policy RUN without RECIPE finds
+    them where the run recorded them.
+
     A dead worker loses only what it had not committed and restarts on a new shard.
     """
     setup_logging(quiet=quiet, debug=debug)
@@ -126,10 +139,11 @@ def collect(
         if workers is not None and shard != "main":
             abort("--shard names the shard of one collector; --workers N writes shards w0, w1, "
                   "...", ExitCode.USAGE)  # fmt: skip
-        display.status(f"loading {recipe}")  # before the heavy imports: alive at once
-        from emote_core.recipes import load_recipe
-
-        loaded = load_recipe(recipe, [f"seed={seed}"] if seed is not None else [])
+        if recipe is None and (policy == "random" or policy.lower().endswith(".onnx")):
+            abort("RECIPE is needed with --policy random or an .onnx policy (only --policy RUN "
+                  "can omit it: the run's recipe is used)", ExitCode.USAGE)  # fmt: skip
+        display.status(f"loading {recipe or policy}")  # before the heavy imports: alive at once
+        loaded = _load(recipe, policy, seed, env)
         _check_envs(envs, loaded.env.num_envs, steps=steps, workers=workers)
         options = {"episodes": episodes, "steps": steps, "policy": policy, "num_envs": envs,
                    "device": device, "follow_policy": follow_policy,
@@ -167,6 +181,26 @@ def collect(
                 f"episodes committed to {out} are kept",
                 ExitCode.INTERRUPTED,
             )
+
+
+def _load(recipe: str | None, policy: str, seed: int | None, env: str | None) -> Any:
+    """The collect's recipe: RECIPE, else the run of ``--policy RUN``; ``--seed`` and ``--env``
+    applied."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from emote_core.recipes import load_recipe
+    from emote_core.recipes.loading import with_env
+
+    if recipe is not None:
+        loaded = load_recipe(recipe, [f"seed={seed}"] if seed is not None else [])
+    else:
+        from emote_core.assembly.builders import trained_recipe
+
+        loaded = trained_recipe(Path(policy))
+        if seed is not None:
+            loaded = replace(loaded, seed=seed)
+    return with_env(loaded, env) if env is not None else loaded
 
 
 def _check_envs(

@@ -10,6 +10,7 @@ import typer
 from emote_cli._common import (
     DebugOption,
     DeviceOption,
+    EnvOption,
     ExitCode,
     JsonOption,
     QuietOption,
@@ -36,9 +37,7 @@ def evaluate(
     recipe: Annotated[
         str | None, typer.Option("--recipe", help="The recipe (default: the run's recipe.toml).")
     ] = None,
-    env_id: Annotated[
-        str | None, typer.Option("--env", help="Evaluate on another registered env id.")
-    ] = None,
+    env_id: EnvOption = None,
     episodes: Annotated[
         int | None, typer.Option("--episodes", min=1, help="Episodes (recipe's eval.episodes).")
     ] = None,
@@ -76,19 +75,20 @@ def evaluate(
     onnxruntime alone, on the environment of the recipe stored in it (or --recipe / --env);
     an export of --profile ml-agents acts with its deterministic_* outputs (unless --stochastic).
     Without --min-return the recipe's \\[eval] min_return is the threshold (not with --env).
+    A run rebuilds its env as its run.json records it (the env's module files are found where
+    training found them, from any directory).
     On a multi-agent (PettingZoo) env an episode is the env's and its return the team return
     (all agents' returns summed); each agent group's mean return per agent is reported too.
     """
     setup_logging(quiet=quiet, debug=debug)
     with handle_errors(debug=debug, json_output=json_output):
-        from dataclasses import replace
-
         from emote_core.assembly.builders import load_trained_agent
         from emote_core.assembly.evaluation import PolicyKind, policy_kind
         from emote_core.assembly.evaluation import evaluate as run_episodes
         from emote_core.assembly.export import recipe_from_policy
         from emote_core.onnx.agent import OnnxAgentProxy
         from emote_core.recipes import EvalConfig, load_recipe
+        from emote_core.recipes.loading import with_env
         from emote_core.runs import RunDirectory
         from emote_core.utils.devices import resolve_device
 
@@ -110,7 +110,7 @@ def evaluate(
             )  # fmt: skip
         threshold, threshold_from = _threshold(min_return, loaded, target, recipe, env_id)
         if env_id is not None:
-            loaded = replace(loaded, env=replace(loaded.env, id=env_id))
+            loaded = with_env(loaded, env_id)
         env_seed = seed if seed is not None else loaded.eval.seed
         count = episodes or loaded.eval.episodes
         with ProgressDisplay("eval", "episode", quiet=quiet) as display:

@@ -19,6 +19,7 @@ from emote_cli._common import (
     AllowNonfiniteOption,
     DebugOption,
     DeviceOption,
+    EnvOption,
     ExitCode,
     JsonOption,
     QuietOption,
@@ -88,8 +89,8 @@ def train(
         Path | None,
         typer.Option(
             "--run-dir",
-            help="Run directory (runs/<recipe>-<time>; runs/<recipe>-<env id>-<time> when --set "
-            "changes env.id).",
+            help="Run directory (runs/<recipe>-<time>; runs/<recipe>-<env>-<time> when --env or "
+            "--set changes the env).",
         ),
     ] = None,
     device: DeviceOption = "auto",
@@ -131,6 +132,7 @@ def train(
         list[str] | None,
         typer.Option("--set", metavar="KEY=VALUE", help="Override a recipe value (repeatable)."),
     ] = None,
+    env: EnvOption = None,
     show: Annotated[
         bool,
         typer.Option(
@@ -161,6 +163,10 @@ def train(
 
     Ctrl-C stops after the current update, writes a checkpoint, says how to resume and exits 130.
 
+    The env's modules (\\[env] entry_point, module:EnvId, imports) are found on PYTHONPATH, in the
+    recipe file's directory and in the current directory; the run records their files, so eval,
+    export, collect --policy and --resume find them again from any directory.
+
     Under torchrun --nproc-per-node K -m emote_cli train ... the K processes train one run
     data-parallel: each samples its own batches (and collects its own experience when live),
     gradients are averaged, and rank 0 alone writes the run directory and prints.
@@ -180,11 +186,13 @@ def train(
         display.status(f"loading {recipe or run_dir or 'the run'}")  # before torch: alive at once
         import torch
 
-        from emote_core.assembly.builders import check_env_id
+        from emote_core.assembly.builders import check_env, env_source
         from emote_core.assembly.compatibility import check_training_mode, check_training_stores
         from emote_core.assembly.training import build_training
+        from emote_core.env.making import env_record
         from emote_core.errors import ConfigurationError
         from emote_core.recipes import load_recipe
+        from emote_core.recipes.loading import with_env
         from emote_core.runs import RunDirectory, default_run_path, prepare_run, run_steps
         from emote_core.utils import distributed
         from emote_core.utils.devices import resolve_device
@@ -197,8 +205,11 @@ def train(
         if publish_interval is not None:
             settings.append(f"training.publish_interval={publish_interval}")
         if show:
-            _show_recipe(recipe, settings, resume=resume, json_output=json_output)
+            _show_recipe(recipe, settings, resume=resume, json_output=json_output, env=env)
             return
+        if env is not None and resume:
+            abort("--env with --resume: a resumed run keeps the env it began with; leave out "
+                  "--env, or start a new run", ExitCode.USAGE)  # fmt: skip
         if follow and not memory and not resume:
             abort("--follow follows the stores given with --memory STORE; pass one", ExitCode.USAGE)
         chosen = resolve_device(device)
@@ -223,12 +234,14 @@ def train(
                         ExitCode.USAGE,
                     )
                 loaded = load_recipe(recipe, settings)
+                if env is not None:
+                    loaded = with_env(loaded, env)
                 path = run_dir or default_run_path(
-                    loaded.name, _changed_env(recipe, settings, loaded)
+                    loaded.name, _changed_env(recipe, settings, loaded, env)
                 )
                 changes = {}
                 live = True if live is None else live
-            check_env_id(loaded.env.id)
+            check_env(loaded)
             if not live and not memory and not resume:  # a resumed run has its own memory
                 raise ConfigurationError(
                     "--no-live trains from stored memory only: pass --memory STORE"
@@ -248,6 +261,7 @@ def train(
                     path, recipe=loaded, command=sys.argv, resume=resume, force=force,
                     changes=changes, memory=memory, live=live, steps=steps, follow=follow,
                     inputs=_command_inputs(recipe, loaded) if force else None,
+                    env=None if resume else env_record(env_source(loaded)),
                 )  # fmt: skip
             told.update(run_dir=str(path), steps=steps)
         torch.manual_seed(loaded.seed)
@@ -275,6 +289,12 @@ def train(
         started = time.perf_counter()
         try:
             state = setup.trainer.train()
+        except ConfigurationError:
+            # Bad input met only when the env stepped (a wrong step result, NaN observations):
+            # a run this command made that never wrote a checkpoint leaves nothing behind.
+            if created and not run.has_checkpoints():
+                shutil.rmtree(run.path, ignore_errors=True)
+            raise
         finally:
             if setup.env is not None:
                 setup.env.close()
@@ -326,15 +346,22 @@ def train(
 
 
 def _show_recipe(
-    recipe: str | None, settings: list[str], *, resume: bool, json_output: bool
+    recipe: str | None,
+    settings: list[str],
+    *,
+    resume: bool,
+    json_output: bool,
+    env: str | None = None,
 ) -> None:
     """``--show``: the recipe with the overrides applied, on stdout; nothing is written."""
-    from emote_core.recipes.loading import load_recipe, recipe_to_dict, recipe_to_toml
+    from emote_core.recipes.loading import load_recipe, recipe_to_dict, recipe_to_toml, with_env
 
     if recipe is None or resume:
         abort("--show prints a recipe before a run exists: pass RECIPE, without --resume",
               ExitCode.USAGE)  # fmt: skip
     loaded = load_recipe(recipe, settings)
+    if env is not None:
+        loaded = with_env(loaded, env)
     if json_output:
         emit_json(recipe_to_dict(loaded))
     else:
@@ -477,6 +504,7 @@ def _resume_plan(
     for setting in settings:
         apply_override(data, setting)
     requested = recipe_from_dict(data, source=f"{run.recipe_file} with --set")
+    requested.env_search_paths = current.env_search_paths  # where the run's env record says
     changes = resume_changes(current, requested, run_path=run.path)
     stores, live = check_resume_inputs(run, memory=memory, live=live)
     return run.path, requested, changes, stores, live
@@ -508,14 +536,16 @@ def _resume_follow(run: Any, follow: bool) -> bool:
     return False
 
 
-def _changed_env(recipe: str, settings: list[str], loaded: Any) -> str | None:
-    """The env id of ``loaded`` when ``--set`` made it another than the recipe file's (the run's
-    default name then shows it), else ``None``."""
+def _changed_env(
+    recipe: str, settings: list[str], loaded: Any, env: str | None = None
+) -> str | None:
+    """The env of ``loaded`` (its id or entry point) when ``--env`` or ``--set`` made it another
+    than the recipe file's (the run's default name then shows it), else ``None``."""
     from emote_core.recipes import load_recipe
 
-    if not any(setting.strip().startswith("env") for setting in settings):
+    if env is None and not any(setting.strip().startswith("env") for setting in settings):
         return None
-    return loaded.env.id if loaded.env.id != load_recipe(recipe).env.id else None
+    return loaded.env.name if loaded.env.name != load_recipe(recipe).env.name else None
 
 
 def _evaluation_summary(evaluator: Any) -> dict[str, Any] | None:

@@ -297,6 +297,25 @@ def resolve_checkpoint(target: Path) -> tuple[Path, Path]:
     return target, target.parent.parent
 
 
+def trained_recipe(target: Path) -> Recipe:
+    """The recipe of the run that a checkpoint file or run directory belongs to, its env's
+    modules found where the run recorded them (:func:`emote_core.runs.run_recipe`).
+
+    Raises:
+        CheckpointError: If there is no run recipe there.
+        ConfigurationError: If the recipe does not load or a recorded env module is gone.
+    """
+    from emote_core.runs import RunDirectory, run_recipe
+
+    run = RunDirectory(target if target.is_dir() else target.parent.parent)
+    if not run.recipe_file.exists():
+        raise CheckpointError(
+            f"'{target}' is not a run directory or a checkpoint inside one (no recipe.toml in "
+            f"'{run.path}'); pass a RECIPE"
+        )
+    return run_recipe(run)
+
+
 def load_trained_agent(
     target: Path,
     *,
@@ -360,5 +379,6 @@ __all__ = [
     "plugins",
     "policy_graph",
     "resolve_checkpoint",
+    "trained_recipe",
     "training_parts",
 ]

@@ -17,6 +17,8 @@ on under the new policy.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -232,6 +234,7 @@ def collect_to_store(
     record = session_provenance(recipe, policy=acting, num_envs=env.num_envs, command=command)
     # The table only gives the store its columns: episodes go from the collector to the store.
     schema = DictObsMemoryTable(spaces=spaces, maxlen=1_000)
+    created = "://" not in out and not os.path.lexists(out)  # this call makes the store
     try:
         appender = StoreAppender(
             out, schema, spaces=spaces.to_json(), shard=shard, provenance=record
@@ -267,7 +270,7 @@ def collect_to_store(
             )
 
     started = time.perf_counter()
-    interrupted = False
+    interrupted = refused = False
     switched_at = 0  # completed episodes at the last policy switch
     cut_at, cut_seconds = started, min(_CUT_SECONDS, flush_seconds)
     # Rows (transitions) a vector step takes at most: a multi-agent env's, one per agent.
@@ -300,6 +303,9 @@ def collect_to_store(
             report("running")
     except KeyboardInterrupt:
         interrupted = True
+    except ConfigurationError:  # the env's bad input (a wrong step result, NaN observations)
+        refused = True
+        raise
     finally:
         try:
             collector.cut()  # the episodes finished since the last cut
@@ -309,6 +315,8 @@ def collect_to_store(
             finally:
                 appender.close()
                 env.close()
+                if refused and created and batches.episodes == 0:
+                    shutil.rmtree(out, ignore_errors=True)  # the empty store this call made
     report("end")  # with the returns of the episodes the last cut handed out
     seconds = time.perf_counter() - started
     # The collector counts a step as it returns, before it is recorded, and only recorded steps

@@ -123,13 +123,13 @@ def check_store_fits(store: Any, spaces: MDPSpace, recipe: Recipe, *, use: Store
     Args:
         store: An open :class:`~emote_core.stores.zarr_store.MemoryStore`.
         spaces: The recipe's environment's spaces.
-        recipe: The recipe (its ``env.id`` names the environment).
+        recipe: The recipe (its ``env.name`` names the environment).
         use: What the store is for (the advice differs).
 
     Raises:
         ConfigurationError: One line naming the store, the environment, and both sides.
     """
-    env_id = recipe.env.id
+    env_id = recipe.env.name
     shards = [dict(shard.group.attrs) for shard in store.shards]
     recorded = recorded_env_ids(store.attributes, shards)
     others = [other for other in recorded if other != env_id]
@@ -281,12 +281,12 @@ def check_policy_fits(
         reads: The observations the policy reads.
         acts: The actions it produces.
         spaces: The environment's spaces.
-        recipe: The recipe (its ``env.id`` names the environment).
+        recipe: The recipe (its ``env.name`` names the environment).
 
     Raises:
         ConfigurationError: One line naming the policy, both environments, and both sides.
     """
-    env_id = recipe.env.id
+    env_id = recipe.env.name
     where = f"policy '{policy}'"
     difference = _difference(Held(dict(reads.spaces), acts), spaces, where, "reads", env_id)
     if difference is not None:
@@ -303,11 +303,13 @@ def check_policy_fits(
 
 
 def _onnx_env_id(recipe_toml: str) -> str | None:
-    """The env id inside an export's recipe TOML (``None`` when it carries none)."""
+    """The env inside an export's recipe TOML, its entry point or else its id (``None`` when it
+    carries none)."""
     try:
-        found = tomllib.loads(recipe_toml).get("env", {}).get("id") if recipe_toml else None
+        env = tomllib.loads(recipe_toml).get("env", {}) if recipe_toml else {}
     except tomllib.TOMLDecodeError:
         return None
+    found = env.get("entry_point") or env.get("id") if isinstance(env, dict) else None
     return found if isinstance(found, str) else None
 
 
@@ -318,7 +320,7 @@ def onnx_collect_agent(
 
     Args:
         path: The ``.onnx`` file.
-        recipe: The collect's recipe (its ``env.id`` names the environment).
+        recipe: The collect's recipe (its ``env.name`` names the environment).
         spaces: The environment's spaces.
         seed: Seeds the agent's noise.
 
@@ -369,7 +371,7 @@ def collect_agent(
         Path(policy), device=device, deterministic=False
     )
     check_policy_fits(
-        policy, trained.env.id, trained_spaces.state, trained_spaces.actions, spaces, recipe
+        policy, trained.env.name, trained_spaces.state, trained_spaces.actions, spaces, recipe
     )
     return agent, PolicyRecord.of_file(PolicyKind.CHECKPOINT, checkpoint)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from emote_core.assembly.builders import check_env_id, make_env
+from emote_core.assembly.builders import check_env, make_env
 from emote_core.callbacks.checkpointing import CHECKPOINT_DIRECTORY, is_torch_file
 from emote_core.env.multi_agent import EnvEpisode, ParallelEnvWrapper
 from emote_core.errors import ConfigurationError
@@ -103,8 +103,9 @@ def evaluate(
         from emote_core.env.video import EpisodeVideos, check_renders_frames, require_video_writer
 
         require_video_writer()
-        check_env_id(recipe.env.id)
-        check_renders_frames(recipe.env.id)
+        check_env(recipe)
+        if not recipe.env.entry_point:  # an entry point's class is known only when made
+            check_renders_frames(recipe.env.id)
         if video_dir.exists() and not video_dir.is_dir():
             raise ConfigurationError(
                 f"the video folder '{video_dir}' is a file; pass a folder (created when missing)"

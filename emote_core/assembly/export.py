@@ -101,7 +101,30 @@ def recipe_from_policy(metadata: PolicyMetadata, *, source: str) -> Recipe:
         raise ConfigurationError(
             f"the recipe inside '{source}' is not valid TOML: {error}"
         ) from error
-    return recipe_from_dict(data, source=f"{source} (recipe_toml)")
+    recipe = recipe_from_dict(data, source=f"{source} (recipe_toml)")
+    recipe.env_search_paths = _run_env_paths(metadata, Path(source))
+    return recipe
+
+
+def _run_env_paths(metadata: PolicyMetadata, path: Path) -> tuple[str, ...]:
+    """Where the run that made an export found its env's modules, by its ``run.json``'s env
+    record: the run of the source checkpoint, or the run whose ``exports/`` holds the file
+    (none: ``()``)."""
+    from emote_core.env.making import recorded_search_paths
+    from emote_core.errors import EmoteError
+    from emote_core.runs import read_run_record
+
+    runs = [path.resolve().parent.parent]
+    if metadata.source_checkpoint:
+        runs.insert(0, Path(metadata.source_checkpoint).resolve().parent.parent)
+    for run in runs:
+        try:
+            env = read_run_record(run / "run.json").get("env")
+        except (EmoteError, OSError):
+            continue
+        if isinstance(env, dict):
+            return tuple(recorded_search_paths(env))
+    return ()
 
 
 __all__ = ["export_checkpoint", "recipe_from_policy"]

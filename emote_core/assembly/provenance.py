@@ -9,6 +9,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from emote_core.assembly.builders import env_source
+from emote_core.env.making import env_record
 from emote_core.recipes.loading import recipe_to_toml
 from emote_core.recipes.schema import Recipe
 from emote_core.stores.provenance import PolicyRecord, Provenance
@@ -21,7 +23,8 @@ def session_provenance(
     num_envs: int | None = None,
     command: Sequence[str] | None = None,
 ) -> Provenance:
-    """Who writes a store in this session, from the recipe it runs.
+    """Who writes a store in this session, from the recipe it runs (with how its env is made:
+    :func:`emote_core.env.making.env_record`).
 
     Args:
         recipe: The resolved recipe (``--seed`` and ``--set`` applied).
@@ -33,7 +36,8 @@ def session_provenance(
     env_seeds = tuple(recipe.seed + index for index in range(num_envs or 0))
     return Provenance(
         command=tuple(sys.argv if command is None else command),
-        env_id=recipe.env.id,
+        env_id=recipe.env.name,
+        env=env_record(env_source(recipe)),
         recipe_name=recipe.name,
         recipe_toml=recipe_to_toml(recipe),
         seed=recipe.seed,

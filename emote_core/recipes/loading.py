@@ -93,6 +93,26 @@ def load_recipe(name_or_path: str | Path, overrides: Sequence[str] = ()) -> Reci
     return recipe
 
 
+def with_env(recipe: Recipe, env: str) -> Recipe:
+    """The recipe with its env replaced by ``env`` (a command's ``--env``): an entry point when
+    the text after ``:`` is a dotted Python name (``myenv:PointEnv``), else a gymnasium id
+    (``Pendulum-v1``, ``myenv:PointEnv-v0``).
+
+    Raises:
+        UsageError: If ``env`` is empty.
+    """
+    from emote_core.env.making import is_entry_point_text
+
+    text = env.strip()
+    if not text:
+        raise UsageError("--env takes an env id or an entry point 'module:callable'; got ''")
+    if is_entry_point_text(text):
+        changed = dataclasses.replace(recipe.env, entry_point=text)
+    else:
+        changed = dataclasses.replace(recipe.env, id=text, entry_point=None)
+    return dataclasses.replace(recipe, env=changed)
+
+
 def _recipe_text(path: Path) -> str:
     """The text of a recipe file; binary files are refused before TOML sees them.
 
@@ -435,4 +455,5 @@ __all__ = [
     "recipe_to_dict",
     "recipe_to_toml",
     "validate_recipe",
+    "with_env",
 ]

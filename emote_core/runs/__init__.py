@@ -4,7 +4,8 @@
 
     <run_dir>/
       recipe.toml        the resolved recipe (loads back with `emote train <run_dir>/recipe.toml`)
-      run.json           the exact command, the seed used, package versions, start times
+      run.json           the exact command, the seed used, package versions, start times,
+                         and how the env was made (``env``)
       checkpoints/       checkpoint_<bp_step>.tar, and best.tar (the best evaluation's)
       tensorboard/       event files
       exports/           ONNX exports
@@ -30,6 +31,10 @@ file it did not claim, nor an input of the command inside the run.
 ``starts`` (command, seed, ``memory`` stores, ``live``); a resume's entry also holds the settings
 it changed as ``changes: {key: [old, new]}`` (only :data:`RESUMABLE_SETTINGS`), and
 :func:`run_recipe` is ``recipe.toml`` with those changes applied in order.
+
+``run.json``'s ``env`` is :func:`emote_core.env.making.env_record` of the env the run began with
+(id or entry point, kwargs, the user's module files with their sha256); :func:`run_recipe` checks
+it against the files now and looks for the modules where it says, from any current directory.
 
 The run's files are read in :mod:`emote_core.runs.record`; the layout, and what ``force`` may
 remove of it, is :mod:`emote_core.runs.ownership`.
@@ -193,10 +198,12 @@ def check_resumable_run(path: Path) -> RunDirectory:
 
 def run_recipe(run: RunDirectory) -> Recipe:
     """The recipe a run trains with now: its ``recipe.toml`` (never rewritten) with the changes
-    that resumes recorded in ``run.json`` applied in order.
+    that resumes recorded in ``run.json`` applied in order, its env's modules looked for where
+    ``run.json``'s ``env`` record found them (``env_search_paths``).
 
     Raises:
-        ConfigurationError: If the recipe is missing or does not load.
+        ConfigurationError: If the recipe is missing or does not load, or a module file the env
+            record names moved or vanished (a changed one is a logged warning).
     """
     if not run.recipe_file.exists():  # a pipe or folder there: the read says "not a file"
         raise ConfigurationError(f"run '{run.path}' has no recipe.toml to continue with")
@@ -206,10 +213,17 @@ def run_recipe(run: RunDirectory) -> Recipe:
     except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as error:
         raise ConfigurationError(f"'{run.recipe_file}' is not valid TOML: {error}") from error
     data.setdefault("name", run.path.name)
-    for start in read_run_record(run.run_file).get("starts", []):
+    record = read_run_record(run.run_file)
+    for start in record.get("starts", []):
         for key, (_, new) in (start.get("changes") or {}).items():
             _set_key(data, key, new, where=run.run_file)
-    return recipe_from_dict(data, source=str(run.recipe_file))
+    recipe = recipe_from_dict(data, source=str(run.recipe_file))
+    env = record.get("env")
+    if env is not None:
+        from emote_core.env.making import EnvSource
+
+        recipe.env_search_paths = EnvSource.from_record(env).search_paths
+    return recipe
 
 
 def resume_changes(current: Recipe, requested: Recipe, *, run_path: Path) -> dict[str, list[Any]]:
@@ -300,6 +314,7 @@ def prepare_run(
     steps: int | None = None,
     follow: bool = False,
     inputs: list[str | Path] | None = None,
+    env: dict[str, Any] | None = None,
 ) -> RunDirectory:
     """Creates (or reopens, for ``resume``) a run directory and records how the run started.
 
@@ -307,6 +322,8 @@ def prepare_run(
     its ``changes`` (see :func:`resume_changes`) as a new entry of ``run.json``'s ``starts``.
     ``force`` first deletes the files an earlier run there wrote (:func:`check_replaceable_run`);
     ``inputs`` are the files the command reads (``memory`` counts too), which it never deletes.
+    ``env`` is how the env was made (:func:`emote_core.env.making.env_record`), recorded by a new
+    run as ``run.json``'s ``env``; a resumed run keeps the one it began with.
 
     Raises:
         ConfigurationError: For ``resume`` without a run holding checkpoints there, or an existing
@@ -356,7 +373,7 @@ def prepare_run(
     try:
         _write_run_files(
             run, recipe, recipe_text, command, resume, changes, memory, live, steps, follow,
-            written=sorted(claimed),
+            written=sorted(claimed), env=env,
         )  # fmt: skip
     except BaseException:
         if fresh:
@@ -377,6 +394,7 @@ def _write_run_files(
     steps: int | None,
     follow: bool = False,
     written: list[str] | None = None,
+    env: dict[str, Any] | None = None,
 ) -> None:
     for directory in (run.path, run.checkpoints, run.tensorboard, run.exports):
         directory.mkdir(parents=True, exist_ok=True)
@@ -398,6 +416,8 @@ def _write_run_files(
     if resume:
         start["changes"] = changes or {}
     record.setdefault("starts", []).append(start)
+    if env is not None and not resume:
+        record["env"] = env
     record["format"] = RUN_FORMAT
     record["written"] = list(written or [])
     record["seed"] = recipe.seed

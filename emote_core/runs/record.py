@@ -57,6 +57,8 @@ def read_run_record(path: Path) -> dict[str, Any]:
                     f"starts[{k}].changes holds {key!r}: {_shown(change)}, not a resumable "
                     "setting with [old, new]",
                 )
+    if record.get("env") is not None and not isinstance(record["env"], dict):
+        raise damaged(path, f"'env' must be an object, got {_shown(record['env'])}")
     if "written" in record and not _is_strings(record["written"]):
         raise damaged(path, f"'written' must be a list of names, got {_shown(record['written'])}")
     return record

@@ -23,6 +23,7 @@ worker, then relays every newly published one through Ray (:mod:`emote_core.scal
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import secrets
@@ -124,7 +125,9 @@ class RayCollection:
             raise ConfigurationError(f"collecting needs at least one worker; got {workers}")
         if (episodes is None) == (steps is None):
             raise ConfigurationError("collect needs exactly one budget: episodes or env steps")
-        self.recipe = recipe
+        # Workers may start in another directory: the driver's is where env modules are found.
+        paths = (*recipe.env_search_paths, os.getcwd())
+        self.recipe = dataclasses.replace(recipe, env_search_paths=paths)
         self.out = _absolute(out)
         self.workers = workers
         self.episodes, self.steps = episodes, steps

@@ -105,7 +105,10 @@ class Provenance:
         command: The command line that ran the session (``sys.argv``), or empty when unknown.
         emote_version: The emote that wrote it.
         time: When the session began (ISO 8601, UTC).
-        env_id: The environment's gymnasium id (``None``: not collected from an environment).
+        env_id: The environment's gymnasium id or entry point (``None``: not collected from an
+            environment).
+        env: How the environment was made (:func:`emote_core.env.making.env_record`: id or
+            entry point, kwargs, the user's module files and their sha256), as JSON data.
         recipe_name: The recipe's name.
         recipe_toml: The resolved recipe as TOML (it rebuilds the environment and the policy).
         seed: The run's seed (the recipe's, or ``--seed``).
@@ -118,6 +121,7 @@ class Provenance:
     emote_version: str = __version__
     time: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
     env_id: str | None = None
+    env: dict[str, Any] | None = None
     recipe_name: str | None = None
     recipe_toml: str | None = None
     seed: int | None = None
@@ -132,6 +136,7 @@ class Provenance:
             "emote_version": self.emote_version,
             "time": self.time,
             "env_id": self.env_id,
+            "env": dict(self.env) if self.env is not None else None,
             "recipe_name": self.recipe_name,
             "recipe_toml": self.recipe_toml,
             "seed": self.seed,
@@ -157,6 +162,7 @@ class Provenance:
                 emote_version=str(document.get("emote_version") or "unknown"),
                 time=str(document.get("time") or ""),
                 env_id=_text(document.get("env_id")),
+                env=dict(document["env"]) if isinstance(document.get("env"), Mapping) else None,
                 recipe_name=_text(document.get("recipe_name")),
                 recipe_toml=_text(document.get("recipe_toml")),
                 seed=int(seed) if seed is not None else None,

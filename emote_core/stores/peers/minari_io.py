@@ -408,6 +408,15 @@ def _env_spec(env_id: str | None, recorded: Any = None, source: str = "") -> Any
     if env_id is None:
         if not isinstance(recorded, dict) or not isinstance(recorded.get("id"), str):
             return None
+        if ":" in recorded["id"]:  # made from a user's module, which stores never import
+            log.warning(
+                "%s was recorded on '%s', an env made from a user's module, which converting "
+                "never imports; the dataset records no environment — pass env_id after "
+                "importing the module that registers one",
+                source,
+                recorded["id"],
+            )
+            return None
         try:
             spec = gymnasium.spec(recorded["id"])
         except gymnasium.error.Error as error:
