@@ -4,6 +4,8 @@ rebuilding it from any directory, ``--env`` overrides, and bad env input as one 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -22,7 +24,8 @@ import os
 import gymnasium as gym
 import numpy as np
 
-if os.environ.get("POINT_ENV_FORBIDDEN"):
+if os.environ.get("POINT_ENV_FORBIDDEN"):  # a file to leave as proof of the import
+    open(os.environ["POINT_ENV_FORBIDDEN"], "w").close()
     raise RuntimeError("the env module was imported")
 
 
@@ -200,6 +203,12 @@ def test_env_overrides_the_recipe_on_train_collect_and_eval(
     inspected = run_json(runner, "memory", "inspect", "s.zarr")
     assert inspected["provenance"]["env_id"] == entry
 
+    resumed = runner.invoke(app, ["train", "--resume", "--run-dir", "run", "--env", entry])
+    assert resumed.exit_code == 2 and "a resumed run keeps the env it began with" in resumed.stderr
+    unnamed = runner.invoke(app, ["collect", "--out", "u.zarr", "--episodes", "1"])
+    assert unnamed.exit_code == 2 and "RECIPE is needed with --policy random" in unnamed.stderr
+    assert not Path("u.zarr").exists()
+
     # Without --run-dir, the run's name says which env it ran on.
     named = run_json(runner, "train", str(pendulum), "--env", entry)
     assert Path(named["run_dir"]).name.startswith(f"pendulum-{own_env.module}_PointEnv-")
@@ -218,15 +227,18 @@ def test_the_memory_commands_never_import_env_code(
 ) -> None:
     run_json(runner, "collect", str(own_env.recipe), "--out", "s.zarr", "--episodes", "2")
     own_env.forget()
-    monkeypatch.setenv("POINT_ENV_FORBIDDEN", "1")  # importing the module now raises
+    imported = own_env.other / "imported"
+    monkeypatch.setenv("POINT_ENV_FORBIDDEN", str(imported))  # importing it now leaves this
     monkeypatch.syspath_prepend(str(own_env.folder))  # and it would be found
     inspected = run_json(runner, "memory", "inspect", "s.zarr")
     assert inspected["episodes"] == 2
     assert run_json(runner, "memory", "verify", "s.zarr")["ok"] is True
-    for target in ("copy.zarr", "copy.npz"):
-        converted = runner.invoke(app, ["memory", "convert", "s.zarr", target])
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(own_env.other / "datasets"))
+    for target in (["copy.zarr"], ["copy.npz"], ["own/point-v0", "--to", "minari"]):
+        converted = runner.invoke(app, ["memory", "convert", "s.zarr", *target])
         assert converted.exit_code == 0, converted.output
-    assert own_env.module not in sys.modules
+    assert "an env made from a user's module, which converting never imports" in converted.stderr
+    assert not imported.exists() and own_env.module not in sys.modules
 
 
 @pytest.mark.parametrize(
@@ -281,3 +293,20 @@ def test_bad_env_input_is_one_line_and_leaves_nothing_behind(
     assert message.format(**names) in line
     assert "Traceback" not in result.output
     assert not Path("out").exists()
+
+
+@pytest.mark.slow  # a real local Ray starts: tens of seconds
+def test_ray_workers_rebuild_an_own_env_found_beside_the_recipe(own_env: OwnEnv) -> None:
+    """Workers import the module from where the driver found it (the recipe's directory, not
+    the current one), through a real local Ray that the command starts."""
+    environment = {**os.environ, "COLUMNS": "200", "RAY_AUTH_MODE": "disabled"}
+    command = ["collect", "../envs/point.toml", "--out", "r.zarr", "--episodes", "4",
+               "--workers", "2", "--json"]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "emote_cli", *command],
+        cwd=own_env.work, env=environment, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["episodes"] == 4 and summary["lost_workers"] == []
+    assert [worker["status"] for worker in summary["workers"]] == ["finished", "finished"]
