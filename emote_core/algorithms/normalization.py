@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import torch
 from torch import Tensor
 
 from emote_core.callback import Callback, Order
@@ -53,20 +54,25 @@ class NormalizingAgentProxy:
     def __call__(
         self, observations: Mapping[AgentId, DictObservation]
     ) -> dict[AgentId, DictResponse]:
-        """The inner proxy's responses to the observations normalised."""
+        """The inner proxy's responses to the observations normalised (one normaliser call
+        per entry for all agents)."""
+        agents = list(observations)
+        arrays = {agent: dict(observations[agent].array_data) for agent in agents}
+        for key in self.normalizer.keys:
+            holding = [agent for agent in agents if key in arrays[agent]]
+            if holding:
+                rows = np.stack([np.asarray(arrays[agent][key]) for agent in holding])
+                normalized_rows = self._normalize({key: rows})[key]
+                for row, agent in enumerate(holding):
+                    arrays[agent][key] = normalized_rows[row]
         normalized = {
             agent: DictObservation(
-                episode_state=observation.episode_state,
-                array_data={
-                    key: value[0]
-                    for key, value in self._normalize(
-                        {k: np.asarray(v)[None] for k, v in observation.array_data.items()}
-                    ).items()
-                },
-                rewards=observation.rewards,
-                metadata=observation.metadata,
+                episode_state=observations[agent].episode_state,
+                array_data=arrays[agent],
+                rewards=observations[agent].rewards,
+                metadata=observations[agent].metadata,
             )
-            for agent, observation in observations.items()
+            for agent in agents
         }
         return self.inner(normalized)
 
@@ -74,8 +80,6 @@ class NormalizingAgentProxy:
         return self.inner.act_batch(self._normalize(observations))
 
     def _normalize(self, observation: Mapping[str, Any]) -> dict[str, Any]:
-        import torch
-
         normalizer = self.normalizer
         out = dict(observation)
         with torch.no_grad():
@@ -106,8 +110,6 @@ def normalizing_agent(agent: Any, normalizer: ObservationNormalizer | None) -> A
 
 def normalizer_device(module: Any) -> Any:
     """The device of a module's first buffer (CPU when it has none)."""
-    import torch
-
     buffer = next(module.buffers(), None)
     return buffer.device if buffer is not None else torch.device("cpu")
 

@@ -204,3 +204,22 @@ def test_observation_clip_must_be_finite_and_positive(
     assert "'env.observation_clip'" in refused.stderr and "finite number above 0" in refused.stderr
     assert refused.stderr.count("\n") == 1, refused.stderr
     assert not (in_tmp / "r").exists()
+
+
+def test_a_recipe_that_normalises_refuses_a_checkpoint_without_statistics_in_one_line(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    trained = invoke(runner, "train", "dqn_cartpole", "--steps", "2", "--set",
+                     "memory.warmup_steps=32", "--set", "memory.batch_size=8", "--set",
+                     "eval.episodes=1", "--run-dir", "d", "-q")  # fmt: skip
+    assert trained.exit_code == 0, trained.output
+    recipe = in_tmp / "normalised.toml"
+    text = (in_tmp / "d" / "recipe.toml").read_text()
+    assert "normalize_observations = false" in text  # the run's resolved recipe
+    recipe.write_text(
+        text.replace("normalize_observations = false", "normalize_observations = true")
+    )
+    refused = invoke(runner, "eval", "d", "--recipe", str(recipe), "--episodes", "1")
+    assert refused.exit_code == 1, refused.output
+    assert "holds no observation statistics" in refused.stderr
+    assert refused.stderr.count("\n") == 1, refused.stderr
