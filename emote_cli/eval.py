@@ -136,7 +136,8 @@ def evaluate(
         else:
             stdout_console().print(  # the env id may come from an ONNX file's metadata
                 printable(
-                    f"{report['episodes']} episodes of {report['env']}: mean return "
+                    f"{report['episodes']} episodes of {report['env']}: mean "
+                    f"{'team ' if 'groups' in report else ''}return "
                     f"{report['mean_return']:.2f} ± {report['std_return']:.2f}"
                 ),
                 markup=False, highlight=False, soft_wrap=True,
