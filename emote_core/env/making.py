@@ -559,6 +559,10 @@ def _recorded_modules(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [m for m in modules if isinstance(m, Mapping)]
 
 
+_WARNED: set[str] = set()
+"""The changed module files already warned about in this process."""
+
+
 def check_env_record(record: Mapping[str, Any]) -> None:
     """Checks a record's modules against the files now: a loose module's file must still be
     where it was (a changed sha256 is a warning); an installed one's version may differ (a
@@ -587,7 +591,8 @@ def check_env_record(record: Mapping[str, Any]) -> None:
                 f"env module '{name}' was recorded at '{file}', which no longer exists (moved or "
                 "deleted); put the file back there to rebuild the run's env"
             )
-        if isinstance(digest, str) and sha256_file(path) != digest:
+        if isinstance(digest, str) and sha256_file(path) != digest and file not in _WARNED:
+            _WARNED.add(file)  # one warning per file and process, however often it is checked
             log.warning(
                 "env module file '%s' changed since the run recorded it (sha256 differs); the "
                 "env may not be the one the policy was trained on",
