@@ -357,7 +357,12 @@ class ParallelEnvWrapper:
                 del open_[name]
                 self._finish(slot, name, agent)
             for name in present:  # agents that joined in this step
-                if name not in open_ and name in observations:
+                if name not in open_:
+                    if name not in observations:
+                        raise ConfigurationError(
+                            f"agent '{name}' joined the env without an observation; a Parallel "
+                            "env must observe every agent in env.agents after each step"
+                        )
                     self._open_life(slot, name, observations[name], result)
             if not present:
                 self._end_env_episode(slot, result)

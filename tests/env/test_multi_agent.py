@@ -259,13 +259,29 @@ class Forgetful(StaggeredEnv):
         return observations, *rest  # type: ignore[return-value]
 
 
-def test_an_agent_left_without_its_final_observation_is_one_line() -> None:
-    env = ParallelEnvWrapper([Forgetful()])
+class Unseen(StaggeredEnv):
+    """Lets late_0 join without observing it."""
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        observations, *rest = super().step(actions)
+        observations.pop("late_0", None)
+        return observations, *rest  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize(
+    ("env_class", "words"),
+    [
+        (Forgetful, "returned no observation for agent 'runner_1'"),
+        (Unseen, "agent 'late_0' joined the env without an observation"),
+    ],
+)
+def test_an_agent_without_an_observation_is_one_line(env_class: type, words: str) -> None:
+    env = ParallelEnvWrapper([env_class()])
     with pytest.raises(ConfigurationError) as caught:
         collected(env, 5)
     message = str(caught.value)
     assert "\n" not in message
-    assert "returned no observation for agent 'runner_1'" in message
+    assert words in message
 
 
 class Masked(StaggeredEnv):
