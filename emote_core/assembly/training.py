@@ -198,6 +198,10 @@ def build_training(
         checkpointed.append(normalization)
         if not resume:  # the stores' observations, each once; a resume restores the statistics
             _record_table(normalization, table)
+        if follower is not None:  # and the episodes followed from here on
+            follower.episode_listeners.append(
+                normalization_statistics(None, normalization).record_episode
+            )
 
     main = distributed is None or distributed.is_main  # the rank that writes the run directory
     collector = None

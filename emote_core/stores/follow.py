@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -90,6 +90,9 @@ class StoreFollower:
         self.ingested_episodes = 0
         self.ingested_transitions = 0
         self.skipped_episodes = 0
+        self.episode_listeners: list[Callable[[Mapping[str, np.ndarray]], None]] = []
+        """Called with each newly followed episode's columns as it enters the table (not for
+        the episodes :meth:`restore` reads back)."""
         self._next_id = 0
         self._roots: list[Any] = [None] * len(self.urls)
         self._columns: list[list[StoreColumn]] = [[] for _ in self.urls]
@@ -224,6 +227,8 @@ class StoreFollower:
         fitted = fit_episodes(self.table, records, source=", ".join(self.urls))
         for identity, data, end_state in fitted:
             self.table.add_sequence(identity, data, end_state=end_state)
+            for listener in self.episode_listeners:
+                listener(data)
         now = self.clock()  # sampleable from now on
         for source, run in runs:
             self.read[source][run.shard] = run.stop

@@ -298,3 +298,25 @@ def test_follow_targets_a_store_waits_for_a_missing_one_and_refuses_anything_els
     assert "waiting for" in caplog.text and "later.zarr" in caplog.text
     stop.set()
     assert wait_for_stores([tmp_path / "never.zarr"], stop=stop, poll_seconds=0.05) is False
+
+
+def test_episode_listeners_hear_each_newly_followed_episode_once_and_not_a_restore(
+    tmp_path: Path,
+) -> None:
+    url = new_store(tmp_path / "s.zarr")
+    append(url, "a", range(0, 3))
+    memory = table()
+    follower = StoreFollower(memory, [url])
+    heard: list[int] = []
+    follower.episode_listeners.append(lambda data: heard.append(int(data["obs"][0, 0])))
+    follower.fill()
+    append(url, "a", range(3, 5))
+    append(url, "b", range(100, 102))
+    follower.poll()
+    follower.poll()  # nothing new: nothing heard twice
+    assert sorted(heard) == [0, 1, 2, 3, 4, 100, 101]
+
+    rebuilt = StoreFollower(table(), [url])
+    rebuilt.episode_listeners.append(lambda data: heard.append(-1))
+    rebuilt.restore(follower.state())
+    assert -1 not in heard
