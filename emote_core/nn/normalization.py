@@ -181,6 +181,17 @@ class ObservationNormalizer(nn.Module):
         # Chosen by a tensor, not by reading the count back (a device sync on CUDA).
         return torch.where(statistics.count > 0, scaled, rows).reshape(value.shape)
 
+    def snapshot(self) -> dict[str, tuple[Tensor, Tensor]]:
+        """``{key: (mean, std)}`` as CPU float32 tensors of one entry's shape, for the keys whose
+        statistics have seen data (the others pass unchanged): constants for an export."""
+        taken = {}
+        for key, statistics in zip(self.keys, self.statistics, strict=True):
+            if float(statistics.count) > 0:
+                shape = self.shapes[key]
+                mean = statistics.mean.detach().float().cpu().reshape(shape)
+                taken[key] = (mean, statistics.std.detach().float().cpu().reshape(shape))
+        return taken
+
     def forward(self, observation: Mapping[str, Tensor]) -> dict[str, Tensor]:
         """Every entry of ``observation`` (``{key: (B, ...)}``), normalised where it is a
         normalised key."""

@@ -247,38 +247,51 @@ def proxy_policy_graph(
 
 
 class _NormalizedInputs(nn.Module):
-    """An acting module whose observation inputs pass through a normaliser first."""
+    """An acting module whose observation inputs are normalised first by constants:
+    ``clip((x - mean) / std, -clip, clip)`` for the inputs that have them."""
 
-    def __init__(self, module: nn.Module, normalizer: nn.Module, names: Sequence[str]) -> None:
+    def __init__(
+        self,
+        module: nn.Module,
+        names: Sequence[str],
+        statistics: Mapping[str, tuple[Tensor, Tensor]],
+        clip: float,
+    ) -> None:
         super().__init__()
         self.module = module
-        self.normalizer = normalizer
         self.names = tuple(names)
+        self.clip = float(clip)
+        self.normalized = tuple(name in statistics for name in self.names)
+        for position, name in enumerate(self.names):
+            if name in statistics:
+                mean, std = statistics[name]
+                self.register_buffer(f"mean_{position}", mean.detach().float().clone())
+                self.register_buffer(f"std_{position}", std.detach().float().clone())
 
     def forward(self, *inputs: Tensor) -> Any:
-        return self.module(
-            *(
-                self.normalizer.normalize_entry(name, value)
-                for name, value in zip(self.names, inputs, strict=True)
-            )
-        )
+        values = []
+        for position, value in enumerate(inputs):
+            if self.normalized[position]:
+                mean = getattr(self, f"mean_{position}")
+                std = getattr(self, f"std_{position}")
+                value = ((value - mean) / std).clamp(-self.clip, self.clip)
+            values.append(value)
+        return self.module(*values)
 
 
 def normalized_policy_graph(graph: PolicyGraph, normalizer: nn.Module) -> PolicyGraph:
-    """``graph`` with an observation normaliser inside: the graph takes raw observations.
+    """``graph`` with an observation normaliser's statistics inside, as constants: the graph
+    takes raw observations.
 
     Args:
         graph: The acting module's graph.
-        normalizer: Has ``normalize_entry(name, value)``, returning the input ``value`` of
-            input ``name`` as the module reads it (an
-            :class:`~emote_core.nn.normalization.ObservationNormalizer`); a frozen CPU copy of
-            it is taken.
+        normalizer: Has ``snapshot()``, ``{input name: (mean, std)}`` of one entry's shape, and
+            ``clip`` (an :class:`~emote_core.nn.normalization.ObservationNormalizer`); inputs
+            it has no statistics for pass unchanged.
     """
-    snapshot = copy.deepcopy(normalizer).to("cpu").eval()
-    snapshot.requires_grad_(False)
-    snapshot.frozen = True
-    module = _NormalizedInputs(graph.module, snapshot, graph.input_names).eval()
-    return dataclasses.replace(graph, module=module)
+    module = _NormalizedInputs(graph.module, graph.input_names, normalizer.snapshot(),
+                               normalizer.clip)  # fmt: skip
+    return dataclasses.replace(graph, module=module.eval())
 
 
 def action_bounds(env_action_space: Any) -> dict[str, Any]:

@@ -103,6 +103,8 @@ def test_a_normalised_run_learns_from_each_collected_observation_once_and_export
     assert exported.exit_code == 0, exported.output
     graph = onnx.load(in_tmp / "policy.onnx").graph
     assert [i.name for i in graph.input] == ["obs", "epsilon"]  # raw observations, no extras
+    # The statistics are float constants: no count, no double or bool tensors for an engine.
+    assert {i.data_type for i in graph.initializer} == {onnx.TensorProto.FLOAT}
     # The same episodes through the ONNX file and through the run's rebuilt torch policy.
     by_run = returns_of(invoke(runner, "eval", "r", "--episodes", "2", "--seed", "3", "--json"))
     by_file = returns_of(

@@ -112,3 +112,15 @@ def test_rewards_are_divided_by_the_std_of_the_discounted_return() -> None:
     restored = ReturnNormalizer(0.9)
     restored.load_state_dict(returns.state_dict())
     assert torch.equal(restored.scale(torch.tensor([2.0])), returns.scale(torch.tensor([2.0])))
+
+
+def test_a_snapshot_holds_the_constants_of_the_entries_with_data() -> None:
+    normalizer = ObservationNormalizer(spaces())
+    assert normalizer.snapshot() == {}
+    normalizer.update({"grid": np.array([[[1.0, 2.0], [3.0, 4.0]], [[3.0, 2.0], [5.0, 4.0]]])})
+    taken = normalizer.snapshot()
+    assert list(taken) == ["grid"]
+    mean, std = taken["grid"]
+    assert mean.dtype == torch.float32 and mean.shape == (2, 2)
+    np.testing.assert_allclose(mean, [[2.0, 2.0], [4.0, 4.0]])
+    np.testing.assert_allclose(std, [[1.0, 1e-4], [1.0, 1e-4]], rtol=1e-3)
