@@ -223,9 +223,15 @@ def _check_envs(
 def describe(summary: dict[str, Any]) -> str:
     """The human-readable summary: what was committed, what was dropped and why, the totals
     (store names escaped: they may come from a recipe or a store)."""
+    stores = summary.get("stores")  # a multi-agent env's groups, one store each
     lines = [
         f"committed {summary['episodes']} episodes ({summary['transitions']} transitions) of "
-        f"{summary['env_steps']} env steps to {summary['store']}"
+        f"{summary['env_steps']} env steps to "
+        + (
+            ", ".join(f"{path} (group {g})" for g, path in stores.items())
+            if stores
+            else summary["store"]
+        )
     ]
     if summary["dropped_steps"]:
         lines.append(
@@ -233,9 +239,13 @@ def describe(summary: dict[str, Any]) -> str:
             "when collection stopped, and a store keeps only whole episodes"
         )
     totals = summary["store_totals"]
-    if totals is not None:
-        lines.append(
-            f"{summary['store']} now holds {totals['episodes']} episodes "
-            f"({totals['transitions']} transitions)"
-        )
+    for store, held in (
+        [(stores[g], totals[g]) for g in stores]
+        if stores and totals
+        else [(summary["store"], totals)]
+    ):
+        if held is not None:
+            lines.append(
+                f"{store} now holds {held['episodes']} episodes ({held['transitions']} transitions)"
+            )
     return printable_lines("\n".join(lines))

@@ -200,6 +200,7 @@ def collect_to_store(
     from emote_core.env.multi_agent import (
         ParallelEnvCollector,
         ParallelEnvWrapper,
+        group_store,
         parallel_env_record,
     )
     from emote_core.errors import ConfigurationError
@@ -214,14 +215,21 @@ def collect_to_store(
     chosen = resolve_device(device)  # checked even when the policy runs without torch
     env = make_env(recipe, num_envs=num_envs)
     follower: PublishedPolicy | None = None
-    try:  # the store and the policy must fit the env before it steps or anything is written
-        spaces = env.spaces  # a multi-agent env of several groups has none: refused here
-        check_collect_store(out, recipe, spaces)
-        if follow_policy:
+    groups = list(getattr(env, "groups", ()))  # a multi-agent env's groups of agents
+    several = len(groups) > 1  # one store per group, random actions (no one policy fits all)
+    try:  # the stores and the policy must fit the env before it steps or anything is written
+        if several:
+            agent, acting = _group_agents(env, policy, follow_policy, recipe.seed)
+            stores = {g.name: (group_store(out, g.name), env.group_spaces(g.name)) for g in groups}
+        else:
+            stores = {"": (out, env.spaces)}
+        for path, spaces in stores.values():
+            check_collect_store(path, recipe, spaces)
+        if follow_policy and not several:
             follower = PublishedPolicy(policy, recipe, spaces, seed=recipe.seed)
             agent = follower.first(wait=wait_for_policy, should_stop=stop)
             acting = follower.record
-        else:
+        elif not several:
             agent, acting = collect_agent(policy, recipe, env, chosen)
     except BaseException:
         env.close()
@@ -232,23 +240,34 @@ def collect_to_store(
         summary["policy_training_steps"] = []
         return CollectionResult(summary, interrupted=True)
     record = session_provenance(recipe, policy=acting, num_envs=env.num_envs, command=command)
-    # The table only gives the store its columns: episodes go from the collector to the store.
-    schema = DictObsMemoryTable(spaces=spaces, maxlen=1_000)
-    created = "://" not in out and not os.path.lexists(out)  # this call makes the store
+    created = [  # the stores this call makes
+        path for path, _ in stores.values() if "://" not in path and not os.path.lexists(path)
+    ]
+    appenders: list[Any] = []
+    parts: dict[str, _Batches] = {}
     try:
-        appender = StoreAppender(
-            out, schema, spaces=spaces.to_json(), shard=shard, provenance=record
-        )
+        for group, (path, spaces) in stores.items():
+            # The table only gives the store its columns: episodes go from the collector there.
+            schema = DictObsMemoryTable(spaces=spaces, maxlen=1_000)
+            appenders.append(
+                StoreAppender(path, schema, spaces=spaces.to_json(), shard=shard, provenance=record)
+            )
+            parts[group] = _Batches(appenders[-1], path, flush_seconds)
     except OSError as error:
+        for opened in appenders:
+            opened.close()
         env.close()
-        raise _write_failed(out, error, 0) from error
+        raise _write_failed(path, error, 0) from error
     except BaseException:
+        for opened in appenders:
+            opened.close()
         env.close()
         raise
-    batches = _Batches(appender, out, flush_seconds)
+    batches: Any = _GroupBatches(parts, env.group_of) if several else parts[""]
     collector: Any
     if isinstance(env, ParallelEnvWrapper):  # agents come and go: played agent by agent
-        record_agents(appender.writer.group, parallel_env_record(env))
+        for opened in appenders:
+            record_agents(opened.writer.group, parallel_env_record(env))
         collector = ParallelEnvCollector(
             env=env, agent=agent, on_batch=batches.add, seed=recipe.seed
         )
@@ -313,19 +332,78 @@ def collect_to_store(
             try:
                 batches.flush()  # what was handed out is committed, whatever the cut did
             finally:
-                appender.close()
+                for opened in appenders:
+                    opened.close()
                 env.close()
-                if refused and created and batches.episodes == 0:
-                    shutil.rmtree(out, ignore_errors=True)  # the empty store this call made
+                if refused and batches.episodes == 0:
+                    for path in created:  # the empty stores this call made
+                        shutil.rmtree(path, ignore_errors=True)
     report("end")  # with the returns of the episodes the last cut handed out
     seconds = time.perf_counter() - started
     # The collector counts a step as it returns, before it is recorded, and only recorded steps
     # are ever committed: a Ctrl-C at any point leaves dropped_steps >= 0.
     summary = _summary(out, shard, policy, batches.episodes, batches.transitions,
-                       collector.env_steps, seconds, count_store)  # fmt: skip
+                       collector.env_steps, seconds, count_store and not several)  # fmt: skip
+    if several:  # the groups' stores, and their totals in place of one store's
+        summary["stores"] = {group: path for group, (path, _) in stores.items()}
+        summary["store_totals"] = (
+            {group: store_totals(path) for group, (path, _) in stores.items()}
+            if count_store
+            else None
+        )
     if follower is not None:
         summary["policy_training_steps"] = list(follower.training_steps)
     return CollectionResult(summary, interrupted=interrupted)
+
+
+class _GroupBatches:
+    """The finished episodes of a multi-agent env with several agent groups, each batch to its
+    group's store (the collector hands out one batch per group, see ``ParallelEnvCollector``)."""
+
+    def __init__(self, parts: dict[str, _Batches], group_of: Callable[[int], str]) -> None:
+        self.parts = parts
+        self.group_of = group_of
+
+    def add(self, batch: EpisodeBatch) -> None:
+        self.parts[self.group_of(int(batch.identities[0]))].add(batch)
+
+    @property
+    def episodes(self) -> int:
+        return sum(part.episodes for part in self.parts.values())
+
+    @property
+    def transitions(self) -> int:
+        return sum(part.transitions for part in self.parts.values())
+
+    def recent_return(self) -> float | None:
+        returns = [r for part in self.parts.values() if (r := part.recent_return()) is not None]
+        return sum(returns) / len(returns) if returns else None
+
+    def due(self) -> bool:
+        return any(part.due() for part in self.parts.values())
+
+    def flush(self) -> None:
+        for part in self.parts.values():
+            part.flush()
+
+
+def _group_agents(env: Any, policy: str, follow_policy: bool, seed: int) -> tuple[Any, Any]:
+    """The random agents of a multi-agent env's several groups, and their provenance record.
+
+    Raises:
+        ConfigurationError: For any other policy: a trained one acts for one group's spaces.
+    """
+    from emote_core.env.multi_agent import describe_groups, random_group_agents
+    from emote_core.errors import ConfigurationError
+    from emote_core.stores.provenance import PolicyKind, PolicyRecord
+
+    if policy != "random" or follow_policy:
+        raise ConfigurationError(
+            f"this multi-agent env has {len(env.groups)} agent groups with different spaces "
+            f"({describe_groups(env.groups)}); a trained policy acts for one of them, so such an "
+            "env is collected with --policy random only (one store per group)"
+        )
+    return random_group_agents(env, seed), PolicyRecord(PolicyKind.RANDOM)
 
 
 def _summary(

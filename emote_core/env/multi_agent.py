@@ -229,21 +229,29 @@ class ParallelEnvWrapper:
         """The MDP space of every agent, which must form one group.
 
         Raises:
-            ConfigurationError: If the env has agents of more than one group: collecting,
-                training, evaluating and exporting all need one policy for every agent.
+            ConfigurationError: If the env has agents of more than one group: training,
+                evaluating and exporting need one policy for every agent (collecting with
+                random actions takes :meth:`group_spaces` instead).
         """
         if len(self.groups) > 1:
             raise ConfigurationError(
                 f"this multi-agent env has {len(self.groups)} agent groups with different spaces "
-                f"({describe_groups(self.groups)}); emote plays envs whose agents all share "
-                "one policy — give every agent the same observation and action spaces (pad "
-                "them, as SuperSuit's pad_observations_v0 and pad_action_space_v0 do)"
+                f"({describe_groups(self.groups)}); emote trains, evaluates and exports one "
+                "policy shared by all agents — give every agent the same observation and action "
+                "spaces (pad them, as SuperSuit's pad_observations_v0 and pad_action_space_v0 "
+                "do); emote collect --policy random takes the env as it is, one store per group"
             )
         return self._group_spaces[self.groups[0].name]
 
     def group_spaces(self, group: str) -> MDPSpace:
         """The MDP space of the agents of ``group``."""
         return self._group_spaces[group]
+
+    def group_action_space(self, group: str) -> gymnasium.Space:
+        """The action space of ``group``'s agents as they see it (see
+        :attr:`single_action_space`)."""
+        agents = next(g.agents for g in self.groups if g.name == group)
+        return self._actions[agents[0]].agent_space
 
     @property
     def num_envs(self) -> int:
@@ -500,7 +508,8 @@ class ParallelEnvCollector:
     Args:
         env: The wrapped envs.
         agent: Answers all agents' observations of a step in one call.
-        on_batch: Receives the finished episodes at each :meth:`cut`.
+        on_batch: Receives the finished episodes at each :meth:`cut`, one batch per agent group
+            (:meth:`ParallelEnvWrapper.group_of` its first identity tells which).
         seed: Seeds the envs' first reset.
     """
 
@@ -576,20 +585,71 @@ class ParallelEnvCollector:
         self.agent = agent
 
     def cut(self) -> None:
-        """Hands out every agent life finished so far, as one batch."""
+        """Hands out every agent life finished so far: one batch per agent group."""
         finished, self._finished = self._finished, []
         if not finished or self.on_batch is None:
             return
-        first = finished[0][1]
-        steps = len(first[REWARDS_COLUMN])  # observations have one row more
-        extra_rows = {name: int(len(rows) == steps + 1) for name, rows in first.items()}
-        self.on_batch(EpisodeBatch.of(finished, extra_rows))
+        by_group: dict[str, list[tuple[int, dict[str, np.ndarray], EpisodeState]]] = {}
+        for episode in finished:
+            by_group.setdefault(self.env.group_of(episode[0]), []).append(episode)
+        for episodes in by_group.values():
+            first = episodes[0][1]
+            steps = len(first[REWARDS_COLUMN])  # observations have one row more
+            extra_rows = {name: int(len(rows) == steps + 1) for name, rows in first.items()}
+            self.on_batch(EpisodeBatch.of(episodes, extra_rows))
 
     cut_finished = cut
 
     def drain_completed_episodes(self) -> list[tuple[float, int]]:
         """The ``(return, length)`` of the agent lives finished since the last call."""
         return self.env.drain_completed_episodes()
+
+
+class GroupAgents:
+    """Acts for the agents of several groups, each group's with an agent of its own.
+
+    Args:
+        env: Tells each agent id's group.
+        agents: Group name -> the agent that answers for its agents.
+    """
+
+    def __init__(self, env: ParallelEnvWrapper, agents: Mapping[str, Any]) -> None:
+        self.env = env
+        self.agents = dict(agents)
+
+    def __call__(
+        self, observations: Mapping[AgentId, DictObservation]
+    ) -> dict[AgentId, DictResponse]:
+        """Every group's agent answers its agents' observations."""
+        by_group: dict[str, dict[AgentId, DictObservation]] = {}
+        for agent, observation in observations.items():
+            by_group.setdefault(self.env.group_of(agent), {})[agent] = observation
+        responses: dict[AgentId, DictResponse] = {}
+        for group, part in by_group.items():
+            responses.update(self.agents[group](part))
+        return responses
+
+
+def random_group_agents(env: ParallelEnvWrapper, seed: int) -> GroupAgents:
+    """Uniformly random actions for every group's agents (group ``k`` seeded ``seed + k``)."""
+    from emote_core.proxies import RandomAgentProxy
+
+    return GroupAgents(
+        env,
+        {
+            g.name: RandomAgentProxy(action_space=env.group_action_space(g.name), seed=seed + k)
+            for k, g in enumerate(env.groups)
+        },
+    )
+
+
+def group_store(out: str, group: str) -> str:
+    """Where ``emote collect --out OUT`` writes the store of agent group ``group`` of an env with
+    several: ``spread.zarr`` -> ``spread.<group>.zarr`` (``OUT.<group>`` without the suffix)."""
+    stem, dot, suffix = out.rstrip("/").rpartition(".")
+    if dot and suffix == "zarr" and stem and not stem.endswith("/"):
+        return f"{stem}.{group}.zarr"
+    return f"{out.rstrip('/')}.{group}"
 
 
 def parallel_env_record(env: ParallelEnvWrapper) -> dict[str, Any]:
@@ -600,10 +660,13 @@ def parallel_env_record(env: ParallelEnvWrapper) -> dict[str, Any]:
 __all__ = [
     "AgentGroup",
     "EnvEpisode",
+    "GroupAgents",
     "ParallelEnvCollector",
     "ParallelEnvWrapper",
     "agent_groups",
     "describe_groups",
+    "group_store",
     "parallel_env_record",
+    "random_group_agents",
     "wrap_parallel_env",
 ]

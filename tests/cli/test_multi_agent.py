@@ -112,19 +112,47 @@ def test_train_refuses_an_env_with_two_groups_in_one_line(runner: CliRunner, in_
     assert not (in_tmp / "runs" / "two").exists()  # a run that never started leaves nothing
 
 
-def test_collect_refuses_an_env_with_two_groups_and_writes_no_store(
+def test_collect_writes_one_store_per_group_of_an_env_with_two(
     runner: CliRunner, in_tmp: Path
 ) -> None:
+    adversary = ["--env", "mpe2.simple_adversary_v3:parallel_env"]
     result = runner.invoke(
         app,
-        ["collect", "sac_simple_spread", "--out", "two.zarr", "--episodes", "2",
-         "--env", "mpe2.simple_adversary_v3:parallel_env"],
+        ["collect", "sac_simple_spread", *adversary, "--out", "adv.zarr", "--episodes", "8",
+         "--json"],
     )  # fmt: skip
-    assert result.exit_code == 1, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "2 agent groups" in lines[0]
-    assert "pad_observations_v0" in lines[0]
-    assert not (in_tmp / "two.zarr").exists()
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["stores"] == {"adversary": "adv.adversary.zarr", "agent": "adv.agent.zarr"}
+    # 8 agent lives or more: whole env episodes of 1 adversary and 3 agents (N = 3).
+    totals = summary["store_totals"]
+    assert totals["agent"]["episodes"] == 3 * totals["adversary"]["episodes"]
+    assert summary["episodes"] == 4 * totals["adversary"]["episodes"] >= 8
+    assert not (in_tmp / "adv.zarr").exists()
+    shapes = {}
+    for group, store in summary["stores"].items():
+        report = json.loads(runner.invoke(app, ["memory", "inspect", store, "--json"]).stdout)
+        (record,) = report["agents"].values()
+        counts = {g["name"]: g["episodes"] for g in record["groups"]}
+        assert counts[group] == totals[group]["episodes"]
+        assert sum(counts.values()) == counts[group]  # only its own group's episodes
+        shapes[group] = report["columns"]["obs"]["shape"]
+    assert shapes["adversary"] != shapes["agent"]  # each store has its group's observations
+
+    text = runner.invoke(
+        app, ["collect", "sac_simple_spread", *adversary, "--out", "adv.zarr", "--episodes", "1"]
+    )
+    assert text.exit_code == 0, text.output
+    assert text.stdout.splitlines()[0].endswith(
+        "env steps to adv.adversary.zarr (group adversary), adv.agent.zarr (group agent)"
+    )
+
+    trained = runner.invoke(
+        app, ["collect", "sac_simple_spread", *adversary, "--out", "p.zarr", "--episodes", "2",
+              "--policy", "runs/none"],
+    )  # fmt: skip
+    assert trained.exit_code == 1, trained.output
+    assert "--policy random only" in trained.stderr and "\n" not in trained.stderr.strip()
 
 
 def test_a_step_budget_counts_agent_steps(runner: CliRunner, in_tmp: Path) -> None:
