@@ -94,7 +94,7 @@ def evaluate(
 
     Raises:
         ConfigurationError: If ``video_dir`` is a file, or is given for an env that renders no
-            rgb_array frames.
+            rgb_array frames or a multi-agent env.
         MissingDependencyError: If ``video_dir`` is given without the ``video`` extra.
     """
     recorders: list[Any] = []
@@ -119,6 +119,12 @@ def evaluate(
     env = make_env(
         recipe, num_envs=1, render_mode="rgb_array" if video_dir else None, wrappers=wrappers
     )
+    if video_dir is not None and isinstance(env, ParallelEnvWrapper):
+        env.close()
+        raise ConfigurationError(
+            f"video_dir (--video) records the episodes of gymnasium envs; '{recipe.env.name}' is a "
+            "PettingZoo multi-agent env, whose frames are not recorded — leave it out"
+        )
     returns: list[float] = []
     lengths: list[int] = []
     team: list[Any] = []  # a multi-agent env's episodes

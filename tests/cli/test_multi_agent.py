@@ -167,3 +167,20 @@ def test_a_step_budget_counts_agent_steps(runner: CliRunner, in_tmp: Path) -> No
     assert 200 <= summary["env_steps"] < 200 + 6
     assert summary["transitions"] + summary["dropped_steps"] == summary["env_steps"]
     assert summary["episodes"] == 6  # one env episode of 25 steps in each env, 3 agents each
+
+
+def test_eval_video_of_a_multi_agent_env_is_refused_in_one_line(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    trained = runner.invoke(
+        app,
+        ["train", "dqn_simple_spread", "--steps", "1", "--run-dir", "runs/v",
+         "--set", "memory.warmup_steps=30", "--set", "dqn.hidden_dims=[8, 8]", *TINY],
+    )  # fmt: skip
+    assert trained.exit_code == 0, trained.output
+    result = runner.invoke(app, ["eval", "runs/v", "--episodes", "1", "--video", "videos"])
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("error: video_dir (--video) records the episodes of gymnasium")
+    assert not (in_tmp / "videos").exists()
