@@ -25,6 +25,7 @@ import logging
 import math
 import re
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -297,6 +298,7 @@ class EnvFactory:
 
         source = self.source
         env_id = resolve_id(source)
+        _warn_if_outdated(env_id)  # what gymnasium.make says of an id, not of a spec
         spec = gymnasium.spec(env_id)
         creator = spec.entry_point
         if isinstance(creator, str):
@@ -310,6 +312,24 @@ class EnvFactory:
         spec = dataclasses.replace(spec, entry_point=checked)
         made = _call_user(lambda **kw: gymnasium.make(spec, **kw), kwargs, source.name)
         return made
+
+
+def _warn_if_outdated(env_id: str) -> None:
+    """gymnasium's deprecation warning for an id with a newer version registered, which
+    ``gymnasium.make`` gives for an id but not for a spec; raised as gymnasium's (its rule)."""
+    from gymnasium.envs import registration
+
+    namespace, name, version = registration.parse_env_id(env_id)
+    latest = registration.find_highest_version(namespace, name)
+    if version is not None and latest is not None and latest > version:
+        warnings.warn_explicit(
+            f"The environment {env_id} is out of date. You should consider upgrading to "
+            f"version `v{latest}`.",
+            DeprecationWarning,
+            filename=registration.__file__,
+            lineno=0,
+            module=registration.__name__,
+        )
 
 
 def _call_user(make: Callable[..., Any], kwargs: dict[str, Any], name: str) -> Any:
