@@ -254,6 +254,7 @@ def train(
                 wait_for_stores(memory or [])
             check_training_stores(loaded, memory or [])
             created = not path.exists() and not secondary
+            made_parents = _missing_parents(path) if created else []
             if secondary:
                 run = RunDirectory(path)  # rank 0 prepared it
             else:
@@ -278,7 +279,7 @@ def train(
             )  # fmt: skip
         except Exception:
             if created:  # a run that never started leaves nothing behind
-                shutil.rmtree(run.path, ignore_errors=True)
+                _remove_run(run.path, made_parents)
             raise
         console = display.console  # lines printed above the progress display
         console.print(  # the recipe's name (and the run's path) come from a file: escaped
@@ -293,7 +294,7 @@ def train(
             # Bad input met only when the env stepped (a wrong step result, NaN observations):
             # a run this command made that never wrote a checkpoint leaves nothing behind.
             if created and not run.has_checkpoints():
-                shutil.rmtree(run.path, ignore_errors=True)
+                _remove_run(run.path, made_parents)
             raise
         finally:
             if setup.env is not None:
@@ -343,6 +344,28 @@ def train(
             ),
             markup=False, highlight=False, soft_wrap=True,
         )  # fmt: skip
+
+
+def _missing_parents(path: Path) -> list[Path]:
+    """The folders above ``path`` that do not exist yet (what preparing the run creates),
+    nearest first."""
+    missing = []
+    for parent in path.absolute().parents:
+        if parent.exists():
+            break
+        missing.append(parent)
+    return missing
+
+
+def _remove_run(path: Path, made_parents: list[Path]) -> None:
+    """Removes a run directory this command created, and the folders it created above it
+    (``runs/``) while they are empty."""
+    shutil.rmtree(path, ignore_errors=True)
+    for parent in made_parents:
+        try:
+            parent.rmdir()  # only an empty folder: anything else in it stays
+        except OSError:
+            break
 
 
 def _show_recipe(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -76,6 +76,8 @@ def onnx(
     --profile ml-agents writes the same policy as Unity's ML-Agents runtime loads it.
 
     Checked with onnx.checker and against torch in onnxruntime, or not written.
+    A run of a multi-agent env with several agent groups has one policy per group: each goes to
+    its own file beside --out (policy.onnx -> policy.<group>.onnx).
     """
     setup_logging(quiet=quiet, debug=debug)
     with handle_errors(debug=debug, json_output=json_output):
@@ -108,24 +110,45 @@ def onnx(
             target, out, opset=chosen, recipe=load_recipe(recipe) if recipe else None,
             force=force, profile=chosen_profile,
         )  # fmt: skip
-        summary = report.to_json()
-        metadata = summary.pop("metadata")
-        summary["profile"] = str(chosen_profile)
-        if chosen_profile is ExportProfile.ML_AGENTS:  # the key behind each obs_i
-            summary["observation_keys"] = json.loads(metadata["observation_keys"])
-        summary["checkpoint"] = metadata["source_checkpoint"]
-        summary["checkpoint_sha256"] = metadata["source_checkpoint_sha256"]
-        summary["training_step"] = int(metadata["training_step"])
+        if isinstance(report, dict):  # a run of several agent groups: one file per group
+            groups = {g: _summary(r, chosen_profile) for g, r in report.items()}
+            if json_output:
+                emit_json({"groups": groups})
+                return
+            for group, summary in groups.items():
+                _print(summary, f"agent group {group}'s policy of ")
+            return
+        summary = _summary(report, chosen_profile)
         if json_output:
             emit_json(summary)
         else:
-            stdout_console().print(  # names from the checkpoint's run and recipe, escaped
-                printable(
-                    f"exported {summary['checkpoint']} (update {summary['training_step']}) to "
-                    f"{summary['out']}: opset {summary['opset']}, "
-                    f"{', '.join(summary['inputs'])} -> {', '.join(summary['outputs'])}; "
-                    "max abs diff vs torch "
-                    f"{summary['max_abs_diff']:.2g} at batch 1, 7 and 256"
-                ),
-                markup=False, highlight=False, soft_wrap=True,
-            )  # fmt: skip
+            _print(summary, "")
+
+
+def _summary(report: Any, profile: Any) -> dict[str, Any]:
+    """What ``--json`` prints of one export."""
+    from emote_core.onnx.format import ExportProfile
+
+    summary = report.to_json()
+    metadata = summary.pop("metadata")
+    summary["profile"] = str(profile)
+    if profile is ExportProfile.ML_AGENTS:  # the key behind each obs_i
+        summary["observation_keys"] = json.loads(metadata["observation_keys"])
+    summary["checkpoint"] = metadata["source_checkpoint"]
+    summary["checkpoint_sha256"] = metadata["source_checkpoint_sha256"]
+    summary["training_step"] = int(metadata["training_step"])
+    return summary
+
+
+def _print(summary: dict[str, Any], whose: str) -> None:
+    """The line a text run prints of one export (``whose``: which policy, or empty)."""
+    stdout_console().print(  # names from the checkpoint's run and recipe, escaped
+        printable(
+            f"exported {whose}{summary['checkpoint']} (update {summary['training_step']}) to "
+            f"{summary['out']}: opset {summary['opset']}, "
+            f"{', '.join(summary['inputs'])} -> {', '.join(summary['outputs'])}; "
+            "max abs diff vs torch "
+            f"{summary['max_abs_diff']:.2g} at batch 1, 7 and 256"
+        ),
+        markup=False, highlight=False, soft_wrap=True,
+    )  # fmt: skip

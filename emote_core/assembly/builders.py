@@ -237,9 +237,31 @@ def policy_graph(recipe: Recipe, networks: Networks, spaces: MDPSpace) -> Policy
     return graph
 
 
-def acting_state(checkpoint: dict[str, Any], family: AlgorithmFamily) -> dict[str, Any]:
-    """The acting network's weights inside a training checkpoint."""
-    name = family.acting_callback
+GROUP_SEPARATOR = "/"
+"""Joins an agent group's name and a callback's name (``adversary/policy``): in a run of a
+multi-agent env with several agent groups, each group's callbacks are named so in logs and
+checkpoints."""
+
+
+def group_prefix(group: str | None) -> str:
+    """What the names of ``group``'s callbacks start with (``""`` for a run of one policy)."""
+    return f"{group}{GROUP_SEPARATOR}" if group else ""
+
+
+def group_spaces(env: Any) -> dict[str, MDPSpace]:
+    """Group name -> the agents' MDP space, for a multi-agent env whose agents form several
+    groups (one policy each); ``{}`` for any other env (one policy for every agent)."""
+    from emote_core.env.multi_agent import several_groups
+
+    return {g.name: env.group_spaces(g.name) for g in several_groups(env)}
+
+
+def acting_state(
+    checkpoint: dict[str, Any], family: AlgorithmFamily, group: str | None = None
+) -> dict[str, Any]:
+    """The acting network's weights inside a training checkpoint (of agent group ``group``'s
+    policy in a run of several)."""
+    name = group_prefix(group) + family.acting_callback
     try:
         return checkpoint["callbacks"][name]["network_state_dict"]
     except KeyError as error:
@@ -249,9 +271,11 @@ def acting_state(checkpoint: dict[str, Any], family: AlgorithmFamily) -> dict[st
         ) from error
 
 
-def load_normalization(checkpoint: dict[str, Any], networks: Networks, path: Path) -> None:
-    """Restores the observation statistics of a training checkpoint into the networks'
-    normaliser, frozen (no-op when the networks have none).
+def load_normalization(
+    checkpoint: dict[str, Any], networks: Networks, path: Path, group: str | None = None
+) -> None:
+    """Restores the observation statistics of a training checkpoint (of agent group ``group``
+    in a run of several) into the networks' normaliser, frozen (no-op when they have none).
 
     Raises:
         CheckpointError: If the checkpoint holds no statistics for it.
@@ -259,7 +283,11 @@ def load_normalization(checkpoint: dict[str, Any], networks: Networks, path: Pat
     normalizer = networks.observation_normalizer
     if normalizer is None:
         return
-    saved = checkpoint.get("callbacks", {}).get(NORMALIZATION_CALLBACK, {}).get("observations")
+    saved = (
+        checkpoint.get("callbacks", {})
+        .get(group_prefix(group) + NORMALIZATION_CALLBACK, {})
+        .get("observations")
+    )
     if saved is None:
         raise CheckpointError(
             f"checkpoint '{path}' holds no observation statistics, but the recipe sets "
@@ -326,7 +354,9 @@ def load_trained_agent(
     """Rebuilds the acting network of a run from its recipe and a checkpoint, in eval mode.
 
     Returns:
-        ``(recipe, networks, agent, spaces, checkpoint path)``.
+        ``(recipe, networks, agent, spaces, checkpoint path)``. For a multi-agent env whose
+        agents form several groups, ``networks`` and ``spaces`` map each group's name to its
+        own, and ``agent`` (a ``GroupAgents``) acts for every agent with its group's policy.
 
     Raises:
         CheckpointError: If the checkpoint or the run's recipe is missing or does not fit.
@@ -348,29 +378,58 @@ def load_trained_agent(
         recipe = load_recipe(recipe)
     data = load_checkpoint(checkpoint_path)
     env = make_env(recipe, num_envs=1)
-    spaces = env.spaces
     env.close()
-    networks = make_networks(recipe, spaces, device)
-    try:
-        networks.acting.load_state_dict(acting_state(data, plugins(recipe)[0]))
-    except RuntimeError as error:
-        raise CheckpointError(
-            f"checkpoint '{checkpoint_path}' does not fit the recipe's networks: "
-            f"{str(error).splitlines()[0]}"
-        ) from error
-    load_normalization(data, networks, checkpoint_path)
-    networks.acting.eval()  # it only acts from here on (and acts faster in eval mode)
-    agent = make_agent(recipe, networks, spaces, device, deterministic=deterministic)
+    several = group_spaces(env)
+    if several:
+        from emote_core.env.multi_agent import GroupAgents
+
+        built = {
+            group: _trained(recipe, data, spaces, device, checkpoint_path, deterministic, group)
+            for group, spaces in several.items()
+        }
+        agents = GroupAgents(env, {group: agent for group, (_, agent) in built.items()})
+        networks_of = {group: networks for group, (networks, _) in built.items()}
+        return recipe, networks_of, agents, several, checkpoint_path  # type: ignore[return-value]
+    spaces = env.spaces
+    networks, agent = _trained(recipe, data, spaces, device, checkpoint_path, deterministic, None)
     return recipe, networks, agent, spaces, checkpoint_path
 
 
+def _trained(
+    recipe: Recipe,
+    data: dict[str, Any],
+    spaces: MDPSpace,
+    device: torch.device,
+    checkpoint_path: Path,
+    deterministic: bool,
+    group: str | None,
+) -> tuple[Networks, Any]:
+    """The networks (in eval mode) and acting agent of one policy of a checkpoint."""
+    networks = make_networks(recipe, spaces, device)
+    whose = f" (agent group '{group}')" if group else ""
+    try:
+        networks.acting.load_state_dict(acting_state(data, plugins(recipe)[0], group))
+    except RuntimeError as error:
+        raise CheckpointError(
+            f"checkpoint '{checkpoint_path}' does not fit the recipe's networks{whose}: "
+            f"{str(error).splitlines()[0]}"
+        ) from error
+    load_normalization(data, networks, checkpoint_path, group)
+    networks.acting.eval()  # it only acts from here on (and acts faster in eval mode)
+    agent = make_agent(recipe, networks, spaces, device, deterministic=deterministic)
+    return networks, agent
+
+
 __all__ = [
+    "GROUP_SEPARATOR",
     "acting_state",
     "build_context",
     "check_env",
     "check_env_id",
     "data_sources",
     "env_source",
+    "group_prefix",
+    "group_spaces",
     "load_normalization",
     "load_trained_agent",
     "make_agent",

@@ -216,10 +216,10 @@ def collect_to_store(
     env = make_env(recipe, num_envs=num_envs)
     follower: PublishedPolicy | None = None
     groups = list(getattr(env, "groups", ()))  # a multi-agent env's groups of agents
-    several = len(groups) > 1  # one store per group, random actions (no one policy fits all)
+    several = len(groups) > 1  # one store per group, each group's own policy
     try:  # the stores and the policy must fit the env before it steps or anything is written
         if several:
-            agent, acting = _group_agents(env, policy, follow_policy, recipe.seed)
+            agent, acting = _group_agents(env, policy, follow_policy, recipe, chosen)
             stores = {g.name: (group_store(out, g.name), env.group_spaces(g.name)) for g in groups}
         else:
             stores = {"": (out, env.spaces)}
@@ -387,23 +387,27 @@ class _GroupBatches:
             part.flush()
 
 
-def _group_agents(env: Any, policy: str, follow_policy: bool, seed: int) -> tuple[Any, Any]:
-    """The random agents of a multi-agent env's several groups, and their provenance record.
+def _group_agents(
+    env: Any, policy: str, follow_policy: bool, recipe: Any, device: Any
+) -> tuple[Any, Any]:
+    """The agents of a multi-agent env's several groups (random, or each group's policy of a
+    run), and their provenance record.
 
     Raises:
-        ConfigurationError: For any other policy: a trained one acts for one group's spaces.
+        ConfigurationError: For a followed policy (``--follow-policy``) or an ONNX file: each
+            holds one group's policy.
     """
-    from emote_core.env.multi_agent import describe_groups, random_group_agents
+    from emote_core.assembly.compatibility import collect_agent
+    from emote_core.env.multi_agent import describe_groups
     from emote_core.errors import ConfigurationError
-    from emote_core.stores.provenance import PolicyKind, PolicyRecord
 
-    if policy != "random" or follow_policy:
+    if follow_policy:
         raise ConfigurationError(
             f"this multi-agent env has {len(env.groups)} agent groups with different spaces "
-            f"({describe_groups(env.groups)}); a trained policy acts for one of them, so such an "
-            "env is collected with --policy random only (one store per group)"
+            f"({describe_groups(env.groups)}); a published policy is one group's, so such an "
+            "env is collected with --policy random or a run's policies (RUN or a checkpoint)"
         )
-    return random_group_agents(env, seed), PolicyRecord(PolicyKind.RANDOM)
+    return collect_agent(policy, recipe, env, device)
 
 
 def _summary(

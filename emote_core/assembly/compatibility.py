@@ -20,7 +20,13 @@ from typing import Any
 
 import torch
 
-from emote_core.assembly.builders import data_sources, load_trained_agent, make_env, plugins
+from emote_core.assembly.builders import (
+    data_sources,
+    group_spaces,
+    load_trained_agent,
+    make_env,
+    plugins,
+)
 from emote_core.errors import ConfigurationError
 from emote_core.recipes.schema import Recipe
 from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, MDPSpace, describe_space
@@ -227,10 +233,17 @@ def check_training_stores(recipe: Recipe, urls: Sequence[str | os.PathLike[str]]
     if not stores and not data_sources(recipe):
         return
     env = make_env(recipe, num_envs=1)
-    try:
-        spaces = env.spaces
-    finally:
-        env.close()
+    env.close()
+    if group_spaces(env):
+        from emote_core.env.multi_agent import describe_groups
+
+        raise ConfigurationError(
+            f"this multi-agent env has {len(env.groups)} agent groups with different spaces "
+            f"({describe_groups(env.groups)}), one policy each, which learn from live experience "
+            "only: leave out --memory (and add-ons' stores), or give every agent the same spaces "
+            "to train one policy from stores"
+        )
+    spaces = env.spaces
     check_store_use(stores, spaces, recipe, use=StoreUse.TRAIN)
     open_source_stores(recipe, spaces)
 
@@ -358,6 +371,9 @@ def collect_agent(
     from emote_core.onnx.agent import is_onnx_file
     from emote_core.proxies import RandomAgentProxy
 
+    several = group_spaces(env)
+    if several:
+        return _group_collect_agent(policy, recipe, env, device, several)
     spaces = env.spaces
     if policy == "random":
         agent = RandomAgentProxy(
@@ -373,6 +389,43 @@ def collect_agent(
     check_policy_fits(
         policy, trained.env.name, trained_spaces.state, trained_spaces.actions, spaces, recipe
     )
+    return agent, PolicyRecord.of_file(PolicyKind.CHECKPOINT, checkpoint)
+
+
+def _group_collect_agent(
+    policy: str, recipe: Recipe, env: Any, device: torch.device, several: dict[str, MDPSpace]
+) -> tuple[Any, PolicyRecord]:
+    """:func:`collect_agent` for a multi-agent env whose agents form several groups: random
+    actions, or a run's (checkpoint's) policy of each group for its agents.
+
+    Raises:
+        ConfigurationError: For an ONNX file (it holds one group's policy), or a run whose
+            groups do not fit the environment's.
+    """
+    from emote_core.env.multi_agent import describe_groups, random_group_agents
+    from emote_core.onnx.agent import is_onnx_file
+
+    if policy == "random":
+        return random_group_agents(env, recipe.seed), PolicyRecord(PolicyKind.RANDOM)
+    described = f"{len(several)} agent groups ({describe_groups(env.groups)})"
+    if is_onnx_file(policy):
+        raise ConfigurationError(
+            f"--policy '{policy}': this multi-agent env has {described}, and an ONNX file holds "
+            "one group's policy; pass the run directory (or a checkpoint) that trained them all"
+        )
+    trained, _, agent, trained_spaces, checkpoint = load_trained_agent(
+        Path(policy), device=device, deterministic=False
+    )
+    if not isinstance(trained_spaces, dict) or set(trained_spaces) != set(several):
+        held = sorted(trained_spaces) if isinstance(trained_spaces, dict) else "one policy"
+        raise ConfigurationError(
+            f"--policy '{policy}' holds {held}; this multi-agent env has {described} — pass a "
+            "run trained on this env"
+        )
+    for group, spaces in several.items():
+        mine = trained_spaces[group]
+        check_policy_fits(policy, trained.env.name, mine.state, mine.actions, spaces, recipe)
+    agent.env = env  # the ids of the env it collects on (the same agents)
     return agent, PolicyRecord.of_file(PolicyKind.CHECKPOINT, checkpoint)
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Any
 
 from emote_core.assembly.builders import load_trained_agent, make_env, policy_graph
-from emote_core.errors import ConfigurationError
+from emote_core.errors import ConfigurationError, ExportError
 from emote_core.onnx.format import ExportProfile, PolicyMetadata
 from emote_core.onnx.graph import policy_metadata
 from emote_core.onnx.writer import (
@@ -29,8 +30,12 @@ def export_checkpoint(
     recipe: Recipe | str | Path | None = None,
     force: bool = False,
     profile: ExportProfile = ExportProfile.EMOTE,
-) -> ExportReport:
+) -> ExportReport | dict[str, ExportReport]:
     """Exports the acting network of a checkpoint, or of a run directory's latest checkpoint.
+
+    A run on a multi-agent env whose agents form several groups has one policy per group: each
+    is written to its own file beside ``out`` (``policy.onnx`` -> ``policy.<group>.onnx``, as
+    ML-Agents has one model per behaviour), and the reports come back by group name.
 
     Args:
         target: A checkpoint file or a run directory.
@@ -58,14 +63,59 @@ def export_checkpoint(
 
         check_ml_agents_opset(opset)
     out = Path(out)
-    check_destination(out, force=force)  # before loading anything
+    refused: ExportError | None = None
+    try:
+        check_destination(out, force=force)  # before loading, for a run of one policy
+    except ExportError as error:
+        refused = error  # a run of several agent groups does not write `out` itself
     loaded, networks, _, spaces, checkpoint = load_trained_agent(
         Path(target), device=torch.device("cpu"), recipe=recipe
     )
     step = int(load_checkpoint(checkpoint).get("bp_step", 0))
     env = make_env(loaded, num_envs=1)
-    env_action_space = env.env_action_space  # the env's own bounds, before rescaling
     env.close()
+    if isinstance(networks, dict):  # one policy per agent group, one file each
+        from emote_core.env.multi_agent import group_store
+
+        outs = {group: Path(group_store(str(out), group, "onnx")) for group in networks}
+        for path in outs.values():
+            check_destination(path, force=force)  # all of them before writing any
+        actions = {g.name: g.action_space for g in env.groups}
+        reports: dict[str, ExportReport] = {}
+        try:
+            for group, path in outs.items():
+                reports[group] = _export(
+                    loaded, networks[group], spaces[group], path, opset=opset, force=force,  # type: ignore[index]
+                    profile=profile, env_action_space=actions[group], step=step,
+                    checkpoint=checkpoint,
+                )  # fmt: skip
+        except BaseException:
+            for group in reports:  # written by this call: a partial set is no export
+                outs[group].unlink(missing_ok=True)
+            raise
+        return reports
+    if refused is not None:
+        raise refused
+    return _export(
+        loaded, networks, spaces, out, opset=opset, force=force, profile=profile,
+        env_action_space=env.env_action_space, step=step, checkpoint=checkpoint,
+    )  # fmt: skip
+
+
+def _export(
+    loaded: Recipe,
+    networks: Any,
+    spaces: Any,
+    out: Path,
+    *,
+    opset: int,
+    force: bool,
+    profile: ExportProfile,
+    env_action_space: Any,
+    step: int,
+    checkpoint: Path,
+) -> ExportReport:
+    """Writes one policy's checked export (see :func:`export_checkpoint`)."""
     graph = policy_graph(loaded, networks, spaces)
     if profile is ExportProfile.ML_AGENTS:
         from emote_core.onnx.ml_agents import ml_agents_graph
@@ -84,7 +134,8 @@ def export_checkpoint(
 
 
 def recipe_from_policy(metadata: PolicyMetadata, *, source: str) -> Recipe:
-    """The recipe a policy export was trained with, from its ``recipe_toml`` metadata.
+    """The recipe a policy export was trained with, from its ``recipe_toml`` metadata; its env's
+    modules are looked for where the exporting run found them, then beside the file.
 
     Raises:
         ConfigurationError: If the export carries no recipe (pass one explicitly) or it does
@@ -102,7 +153,8 @@ def recipe_from_policy(metadata: PolicyMetadata, *, source: str) -> Recipe:
             f"the recipe inside '{source}' is not valid TOML: {error}"
         ) from error
     recipe = recipe_from_dict(data, source=f"{source} (recipe_toml)")
-    recipe.env_search_paths = _run_env_paths(metadata, Path(source))
+    here = str(Path(source).resolve().parent)  # the file's own folder, as a recipe file's
+    recipe.env_search_paths = (*_run_env_paths(metadata, Path(source)), here)
     return recipe
 
 

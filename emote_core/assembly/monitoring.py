@@ -21,24 +21,42 @@ from emote_core.spaces import MDPSpace
 
 
 def training_evaluation(
-    recipe: Recipe, networks: Networks, spaces: MDPSpace, device: torch.device
+    recipe: Recipe,
+    networks: Networks | dict[str, Networks],
+    spaces: MDPSpace | dict[str, MDPSpace],
+    device: torch.device,
+    group_env: Any = None,
 ) -> Callable[[], dict[str, Any]]:
     """A function that evaluates the networks being trained as the recipe's ``[eval]`` says.
 
     Every call plays the same episodes (the env seeded with ``eval.seed``) with a fresh acting
     agent whose generator is seeded with ``eval.seed`` too, so evaluations differ only by the
     policy. The training's random streams are left as they were: torch's global generator is
-    forked around the call, and nothing else of the training's is touched.
+    forked around the call, and nothing else of the training's is touched. A run of several
+    agent groups passes ``networks`` and ``spaces`` by group and its env as ``group_env``.
     """
     config = recipe.eval
     seeded = dataclasses.replace(recipe, seed=config.seed)
     devices = [device.index or 0] if device.type == "cuda" else []
 
+    def acting() -> Any:
+        deterministic = config.deterministic
+        if group_env is None:
+            return make_agent(seeded, networks, spaces, device, deterministic=deterministic)  # type: ignore[arg-type]
+        from emote_core.env.multi_agent import GroupAgents
+
+        return GroupAgents(
+            group_env,
+            {
+                group: make_agent(seeded, nets, spaces[group], device, deterministic=deterministic)  # type: ignore[index]
+                for group, nets in networks.items()  # type: ignore[union-attr]
+            },
+        )
+
     def run() -> dict[str, Any]:
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(config.seed)
-            agent = make_agent(seeded, networks, spaces, device, deterministic=config.deterministic)
-            report = evaluate(agent, recipe, episodes=config.episodes, seed=config.seed)
+            report = evaluate(acting(), recipe, episodes=config.episodes, seed=config.seed)
         report["deterministic"] = config.deterministic
         return report
 
@@ -72,13 +90,14 @@ def monitoring_callbacks(
     recipe: Recipe,
     *,
     run: RunDirectory,
-    networks: Networks,
-    spaces: MDPSpace,
+    networks: Networks | dict[str, Networks],
+    spaces: MDPSpace | dict[str, MDPSpace],
     device: torch.device,
     writer: Any,
     checkpointer: Checkpointer,
     collector: Any | None,
     loggables: list[Any],
+    group_env: Any = None,
 ) -> list[Callback]:
     """The evaluator of a training run and, when the recipe turns it on, its W&B logger.
 
@@ -86,7 +105,7 @@ def monitoring_callbacks(
         ConfigurationError: If W&B logging is on and ``wandb`` is missing or cannot start.
     """
     evaluator = Evaluator(
-        evaluate=training_evaluation(recipe, networks, spaces, device),
+        evaluate=training_evaluation(recipe, networks, spaces, device, group_env),
         interval=recipe.eval.interval, writer=writer, env_steps=env_step_counter(collector),
         checkpointer=checkpointer, write_report=run.write_eval,
         min_return=recipe.eval.min_return, hparams=recipe_hparams(recipe),

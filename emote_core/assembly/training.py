@@ -18,6 +18,8 @@ from emote_core.algorithms.registry import Networks, TrainingParts
 from emote_core.assembly.builders import (
     build_context,
     data_sources,
+    group_prefix,
+    group_spaces,
     make_env,
     make_networks,
     plugins,
@@ -135,6 +137,17 @@ def build_training(
         raise ConfigurationError("--no-live trains from stored memory only: pass --memory STORE")
     check_training_mode(recipe, live=live)
     env = make_env(recipe)
+    several = group_spaces(env)
+    if several:  # a multi-agent env of several agent groups: one policy per group
+        try:
+            return _build_group_training(
+                recipe, several, env=env, run=run, device=device, live=live, stores=stores,
+                resume=resume, bp_steps=bp_steps, terminal_log=terminal_log, progress=progress,
+                follow=follow, distributed=distributed,
+            )  # fmt: skip
+        except BaseException:
+            env.close()
+            raise
     spaces = env.spaces
     env_action_space = env.env_action_space  # the env's own bounds, for ONNX metadata
     opened = [MemoryStore(store) for store in stores]
@@ -273,6 +286,168 @@ def build_training(
     )  # fmt: skip
 
 
+def _build_group_training(
+    recipe: Recipe,
+    groups: dict[str, Any],
+    *,
+    env: Any,
+    run: RunDirectory,
+    device: torch.device,
+    live: bool,
+    stores: Sequence[str | Path],
+    resume: bool,
+    bp_steps: int | None,
+    terminal_log: bool,
+    progress: ProgressSink | None,
+    follow: bool,
+    distributed: DistributedContext | None,
+) -> TrainingRun:
+    """:func:`build_training` for a multi-agent env whose agents form several groups: each
+    group gets the family's own networks, callbacks, replay table and collecting agent, built
+    as for one policy; its callbacks are named ``<group>/<name>`` and read the batch's data
+    group ``<group>``. One collector steps every agent, each group's agents acting with its
+    agent and their episodes going to its table.
+
+    Raises:
+        ConfigurationError: For what such a run does not take: ``--memory`` stores,
+            ``--follow``, ``--no-live``, ``torchrun``, add-ons' data groups.
+    """
+    from emote_core.callbacks.checkpointing import CheckpointLoader
+    from emote_core.callbacks.generic import BackPropStepsTerminator
+    from emote_core.env import GymCollector, ThreadedGymCollector
+    from emote_core.env.multi_agent import (
+        GroupAgents,
+        GroupMemories,
+        describe_groups,
+        random_group_agents,
+    )
+    from emote_core.memory import (
+        DictObsMemoryTable,
+        DictObsNStepMemoryTable,
+        JointMemoryLoader,
+        MemoryLoader,
+    )
+    from emote_core.memory.priorities import PriorityUpdater
+    from emote_core.memory.proxy import MemoryTableProxy
+    from emote_core.onnx.exporter import OnnxExporter
+
+    described = f"{len(groups)} agent groups ({describe_groups(env.groups)})"
+    refused = [
+        (bool(stores), "--memory stores (give each group's policy its live experience)"),
+        (follow, "--follow"),
+        (not live, "--no-live (it collects its experience live)"),
+        (distributed is not None, "torchrun"),
+        (bool(data_sources(recipe)), "add-ons that train on data groups of their own"),
+    ]
+    for taken, what in refused:
+        if taken:
+            raise ConfigurationError(
+                f"this multi-agent env has {described}, one policy each; such a run does not "
+                f"take {what} — leave it out, or give every agent the same spaces"
+            )
+    if resume:
+        log.warning(
+            "a run of several agent groups keeps no memory export, so its replay memories cannot "
+            "come back: the resumed run starts each group's memory empty and collects again"
+        )
+    table_class = (
+        DictObsNStepMemoryTable if recipe.memory.rollout_length > 1 else DictObsMemoryTable
+    )
+    total = bp_steps if bp_steps is not None else recipe.training.bp_steps
+    family, _ = plugins(recipe)
+    loaders, agents, memories = [], {}, {}
+    callbacks: list[Callback] = []
+    updates: list[Callback] = []
+    checkpointed: list[Callback] = []
+    networks_of: dict[str, Networks] = {}
+    for group, spaces in groups.items():
+        prefix = group_prefix(group)
+        table_spaces = family.table_spaces(recipe.config, spaces)
+        table = table_class(
+            spaces=table_spaces, maxlen=recipe.memory.maxlen, device=device, seed=recipe.seed,
+            sampler=_sampler(recipe.memory, total),
+        )  # fmt: skip
+        loaders.append(
+            MemoryLoader(
+                table=table,
+                rollout_count=recipe.memory.batch_size,
+                rollout_length=recipe.memory.rollout_length,
+                batches_per_sample=recipe.memory.batches_per_sample,
+                data_group=group,
+            )
+        )
+        check_networks_fit(recipe, spaces, device)
+        networks = networks_of[group] = make_networks(recipe, spaces, device)
+        parts = training_parts(recipe, networks, build_context(recipe, spaces, device, table=table))
+        if table.prioritized and not any(isinstance(c, PriorityUpdater) for c in parts.callbacks):
+            raise ConfigurationError(
+                f'memory.sampler = "prioritized" needs the algorithm to feed its TD errors back, '
+                f"and '{recipe.algorithm}' adds no PriorityUpdater; set memory.sampler = "
+                '"uniform"'
+            )
+        own = list(parts.callbacks)
+        memory: Any = MemoryTableProxy(table, name=group)
+        normalization = _input_normalization(recipe, networks, device)
+        if normalization is not None:
+            own.append(normalization)
+            memory = normalization_statistics(memory, normalization)
+        if parts.memory_wrapper is not None:
+            memory = parts.memory_wrapper(memory)
+        for callback in own:  # the group's names in logs and checkpoints, its data group
+            callback.name = prefix + callback.name
+            if callback.data_group == "default":
+                callback.data_group = group
+        updates += parts.callbacks
+        callbacks += own
+        checkpointed += own
+        agents[group] = parts.agent
+        memories[group] = memory
+    loader = JointMemoryLoader(loaders)
+    collector_class = ThreadedGymCollector if recipe.training.threaded else GymCollector
+    collector = collector_class(
+        env=env, agent=GroupAgents(env, agents), memory=GroupMemories(env, memories),
+        warmup_steps=recipe.memory.warmup_steps,
+        inference_steps_per_batch=recipe.training.inference_steps_per_batch,
+        bp_steps_per_inference=recipe.training.bp_steps_per_inference,
+        seed=recipe.seed, warmup_agent=random_group_agents(env, recipe.seed), ready_check=loader,
+    )  # fmt: skip
+    callbacks.append(collector)
+    checkpointed.append(collector)
+    loggables = [c for c in callbacks if hasattr(c, "scalar_logs")]
+    if recipe.training.compile != "none":
+        from emote_core.callbacks.compiled import compiled_training_callbacks
+
+        compiled, _ = compiled_training_callbacks(
+            updates, mode=str(recipe.training.compile), device=device
+        )
+        callbacks = [*compiled, *(c for c in callbacks if c not in updates)]
+    terminator = BackPropStepsTerminator(bp_steps=total)
+    callbacks.append(terminator)
+    env_action_spaces = {g.name: g.action_space for g in env.groups}
+    callbacks += _writing_callbacks(
+        recipe, run=run, networks=networks_of, spaces=groups, device=device, collector=collector,
+        checkpointed=checkpointed, loggables=loggables, terminal_log=terminal_log,
+        progress=progress, total=total, env_action_space=env_action_spaces, follow=False,
+        group_env=env,
+    )  # fmt: skip
+    if resume:
+        callbacks.append(CheckpointLoader(callbacks=checkpointed, run_dir=run.path))
+    trainer = Trainer(callbacks, loader)
+    return TrainingRun(
+        trainer, run, loaders[0].table, networks_of, env, collector, total,  # type: ignore[arg-type]
+        stop=trainer.shutdown_signal,
+        exporter=next((c for c in callbacks if isinstance(c, OnnxExporter)), None),
+        evaluator=next((c for c in callbacks if _is_evaluator(c)), None),
+        terminator=terminator,
+    )  # fmt: skip
+
+
+def _is_evaluator(callback: Callback) -> bool:
+    from emote_core.callbacks.evaluation import Evaluator
+
+    return isinstance(callback, Evaluator)
+
+
 TRAINING_COPIES = 4
 """Copies of every parameter that training holds: weights, gradients and Adam's two moments."""
 _SIZE_KEY = re.compile(r"hidden|dims?$|size$|width|channels|features")
@@ -378,9 +553,14 @@ def _writing_callbacks(
     total: int,
     env_action_space: Any,
     follow: bool,
+    group_env: Any = None,
 ) -> list[Callback]:
     """What writes the run directory and reports: TensorBoard, checkpoints, evaluations, W&B,
-    the terminal log, progress and ONNX exports (rank 0's alone under ``torchrun``)."""
+    the terminal log, progress and ONNX exports (rank 0's alone under ``torchrun``).
+
+    A run of several agent groups passes ``networks``, ``spaces`` and ``env_action_space`` by
+    group and its env as ``group_env``: evaluations play every group with its policy, and each
+    group's policy is exported to ``exports/<group>/``."""
     from torch.utils.tensorboard import SummaryWriter
 
     from emote_core.callbacks.checkpointing import Checkpointer
@@ -402,6 +582,7 @@ def _writing_callbacks(
         *monitoring_callbacks(
             recipe, run=run, networks=networks, spaces=spaces, device=device, writer=writer,
             checkpointer=checkpointer, collector=collector, loggables=loggables,
+            group_env=group_env,
         ),
     ]  # fmt: skip
     if terminal_log:
@@ -412,7 +593,23 @@ def _writing_callbacks(
     if publish is None:  # unset: a following learner feeds its collectors
         publish = DEFAULT_PUBLISH_INTERVAL if follow else 0
     exporter = None
-    if recipe.training.export_interval or publish:
+    if (recipe.training.export_interval or publish) and group_env is not None:
+        from emote_core.onnx.exporter import OnnxExporter
+
+        for group, group_networks in networks.items():  # type: ignore[attr-defined]
+            callbacks.append(
+                OnnxExporter(
+                    graph=functools.partial(policy_graph, recipe, group_networks, spaces[group]),
+                    directory=run.exports / group,
+                    interval=recipe.training.export_interval or None,
+                    recipe_name=recipe.name,
+                    recipe_toml=recipe_to_toml(recipe),
+                    env_action_space=env_action_space[group],
+                    publish_interval=publish,
+                    name=group_prefix(group) + "onnx_exporter",
+                )
+            )
+    elif recipe.training.export_interval or publish:
         from emote_core.onnx.exporter import OnnxExporter
 
         exporter = OnnxExporter(

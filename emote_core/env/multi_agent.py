@@ -229,17 +229,16 @@ class ParallelEnvWrapper:
         """The MDP space of every agent, which must form one group.
 
         Raises:
-            ConfigurationError: If the env has agents of more than one group: training,
-                evaluating and exporting need one policy for every agent (collecting with
-                random actions takes :meth:`group_spaces` instead).
+            ConfigurationError: If the env has agents of more than one group (each group's
+                policy takes :meth:`group_spaces` instead).
         """
         if len(self.groups) > 1:
             raise ConfigurationError(
                 f"this multi-agent env has {len(self.groups)} agent groups with different spaces "
-                f"({describe_groups(self.groups)}); emote trains, evaluates and exports one "
-                "policy shared by all agents — give every agent the same observation and action "
-                "spaces (pad them, as SuperSuit's pad_observations_v0 and pad_action_space_v0 "
-                "do); emote collect --policy random takes the env as it is, one store per group"
+                f"({describe_groups(self.groups)}); this needs one policy for every agent — "
+                "train, evaluate, export and collect with one policy per group instead, or give "
+                "every agent the same observation and action spaces (pad them, as SuperSuit's "
+                "pad_observations_v0 and pad_action_space_v0 do)"
             )
         return self._group_spaces[self.groups[0].name]
 
@@ -609,13 +608,22 @@ class GroupAgents:
     """Acts for the agents of several groups, each group's with an agent of its own.
 
     Args:
-        env: Tells each agent id's group.
+        env: Tells each agent id's group (any copy of the env: ids encode the agent).
         agents: Group name -> the agent that answers for its agents.
     """
 
     def __init__(self, env: ParallelEnvWrapper, agents: Mapping[str, Any]) -> None:
         self.env = env
         self.agents = dict(agents)
+
+    def random_generators(self) -> dict[str, Any]:
+        """Every group's agent's generators, named ``<group>.<name>``, for checkpoints."""
+        generators: dict[str, Any] = {}
+        for group, agent in self.agents.items():
+            owned = getattr(agent, "random_generators", None)
+            if callable(owned):
+                generators.update({f"{group}.{k}": g for k, g in owned().items()})
+        return generators
 
     def __call__(
         self, observations: Mapping[AgentId, DictObservation]
@@ -628,6 +636,41 @@ class GroupAgents:
         for group, part in by_group.items():
             responses.update(self.agents[group](part))
         return responses
+
+
+class GroupMemories:
+    """Routes every agent's steps to the memory proxy of its group (one table per group).
+
+    Args:
+        env: Tells each agent id's group (any copy of the env: ids encode the agent).
+        memories: Group name -> the memory proxy its agents' episodes go to.
+    """
+
+    accepts_episodes = False
+    """Takes steps (``add``), not whole episodes: a multi-agent env is collected step by step."""
+
+    def __init__(self, env: ParallelEnvWrapper, memories: Mapping[str, Any]) -> None:
+        self.env = env
+        self.memories = dict(memories)
+
+    def add(
+        self,
+        observations: Mapping[AgentId, DictObservation],
+        responses: Mapping[AgentId, DictResponse],
+    ) -> None:
+        """Hands each group's memory its agents' observations and responses of this step."""
+        by_group: dict[str, dict[AgentId, DictObservation]] = {}
+        for agent, observation in observations.items():
+            by_group.setdefault(self.env.group_of(agent), {})[agent] = observation
+        for group, part in by_group.items():
+            self.memories[group].add(part, {a: responses[a] for a in part if a in responses})
+
+
+def several_groups(env: Any) -> list[AgentGroup]:
+    """The agent groups of a multi-agent env whose agents form more than one group, which takes
+    one policy per group; ``[]`` for any other env (one policy for every agent)."""
+    groups = list(getattr(env, "groups", ()) or ())
+    return groups if isinstance(env, ParallelEnvWrapper) and len(groups) > 1 else []
 
 
 def random_group_agents(env: ParallelEnvWrapper, seed: int) -> GroupAgents:
@@ -643,12 +686,13 @@ def random_group_agents(env: ParallelEnvWrapper, seed: int) -> GroupAgents:
     )
 
 
-def group_store(out: str, group: str) -> str:
+def group_store(out: str, group: str, suffix: str = "zarr") -> str:
     """Where ``emote collect --out OUT`` writes the store of agent group ``group`` of an env with
-    several: ``spread.zarr`` -> ``spread.<group>.zarr`` (``OUT.<group>`` without the suffix)."""
-    stem, dot, suffix = out.rstrip("/").rpartition(".")
-    if dot and suffix == "zarr" and stem and not stem.endswith("/"):
-        return f"{stem}.{group}.zarr"
+    several: ``spread.zarr`` -> ``spread.<group>.zarr`` (``OUT.<group>`` without the suffix);
+    with ``suffix="onnx"``, where ``emote export onnx`` writes each group's policy."""
+    stem, dot, found = out.rstrip("/").rpartition(".")
+    if dot and found == suffix and stem and not stem.endswith("/"):
+        return f"{stem}.{group}.{suffix}"
     return f"{out.rstrip('/')}.{group}"
 
 
@@ -661,6 +705,7 @@ __all__ = [
     "AgentGroup",
     "EnvEpisode",
     "GroupAgents",
+    "GroupMemories",
     "ParallelEnvCollector",
     "ParallelEnvWrapper",
     "agent_groups",
@@ -668,5 +713,6 @@ __all__ = [
     "group_store",
     "parallel_env_record",
     "random_group_agents",
+    "several_groups",
     "wrap_parallel_env",
 ]

@@ -16,9 +16,13 @@ from pettingzoo.test import parallel_api_test
 
 from emote_core.env import GymCollector
 from emote_core.env.multi_agent import (
+    GroupMemories,
     ParallelEnvCollector,
     ParallelEnvWrapper,
     agent_groups,
+    group_store,
+    random_group_agents,
+    several_groups,
     wrap_parallel_env,
 )
 from emote_core.errors import ConfigurationError
@@ -204,6 +208,35 @@ def test_agents_of_other_spaces_form_groups_and_one_policy_is_refused() -> None:
     assert "\n" not in message
     assert "2 agent groups" in message
     assert "adversary: adversary_0; agent: agent_0, agent_1" in message
+
+
+def test_each_groups_agents_fill_their_groups_table_with_their_own_actions() -> None:
+    env = wrap_parallel_env(functools.partial(simple_adversary_v3.parallel_env, N=2), num_envs=1)
+    assert [g.name for g in several_groups(env)] == ["adversary", "agent"]
+    tables = {
+        g.name: DictObsMemoryTable(spaces=env.group_spaces(g.name), maxlen=1_000, seed=0)
+        for g in env.groups
+    }
+    memories = GroupMemories(env, {name: MemoryTableProxy(t) for name, t in tables.items()})
+    agents = random_group_agents(env, seed=3)
+    assert set(agents.random_generators()) == {"adversary.actions", "agent.actions"}
+    collector = GymCollector(env=env, agent=agents, memory=memories, seed=0)
+    collector.collect(25)  # one env episode: every agent's life ends
+    assert {name: t.episode_count for name, t in tables.items()} == {"adversary": 1, "agent": 2}
+    for name, table in tables.items():
+        (_, sequence, _), *_ = table.episodes()
+        assert sequence["obs"].shape[1:] == env.group_spaces(name).state["obs"].shape
+        assert sequence["actions"].shape == (25, 1)  # one discrete action per step
+    env.close()
+
+
+def test_several_groups_is_empty_for_one_group_and_group_files_sit_beside_out() -> None:
+    env = wrap_parallel_env(simple_spread_v3.parallel_env, num_envs=1)
+    assert several_groups(env) == []
+    env.close()
+    assert group_store("out/policy.onnx", "agent", "onnx") == "out/policy.agent.onnx"
+    assert group_store("policy", "agent", "onnx") == "policy.agent"
+    assert group_store("s.zarr", "agent") == "s.agent.zarr"
 
 
 def test_agents_with_one_prefix_and_different_spaces_are_separate_groups() -> None:

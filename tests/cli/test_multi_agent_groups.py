@@ -1,0 +1,238 @@
+"""One policy per agent group: mpe2's simple_adversary (an adversary and two good agents with
+different observation sizes) trained, resumed, evaluated, exported and collected with."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from emote_cli.app import app
+
+GROUPS = {"adversary": ["adversary_0"], "agent": ["agent_0", "agent_1"]}
+OBSERVATION_SIZES = {"adversary": 8, "agent": 10}
+
+
+def _recipe(folder: Path, algorithm: str, *, continuous: bool) -> Path:
+    recipe = folder / f"{algorithm}_adversary.toml"
+    recipe.write_text(
+        f'algorithm = "{algorithm}"\nseed = 0\n\n[env]\n'
+        'entry_point = "mpe2.simple_adversary_v3:parallel_env"\n'
+        f"kwargs = {{ N = 2, max_cycles = 25, continuous_actions = {str(continuous).lower()} }}\n\n"
+        "[memory]\nbatch_size = 8\nwarmup_steps = 60\n\n"
+        "[training]\nbp_steps = 20\ncheckpoint_interval = 10\nlog_interval = 10\n\n"
+        f"[{algorithm}]\nhidden_dims = [8, 8]\n\n[eval]\nepisodes = 1\n"
+    )
+    return recipe
+
+
+def _train(runner: CliRunner, *arguments: str) -> dict:
+    trained = runner.invoke(app, ["train", *arguments, "--quiet", "--json"])
+    assert trained.exit_code == 0, trained.output
+    return json.loads(trained.stdout)
+
+
+def _checkpoint(path: str | Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def test_sac_trains_one_policy_per_group_then_eval_export_and_collect(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    recipe = "sac_simple_adversary"  # the shipped recipe, at a tiny budget
+    tiny = ["--set", "memory.batch_size=8", "--set", "memory.warmup_steps=60",
+            "--set", "sac.hidden_dims=[8, 8]", "--set", "eval.episodes=1",
+            "--set", "training.checkpoint_interval=10"]  # fmt: skip
+    summary = _train(runner, recipe, "--run-dir", "runs/adv", "--steps", "20", *tiny)
+    assert summary["steps"] == 20
+    names = set(_checkpoint(summary["checkpoint"])["callbacks"])
+    for group in GROUPS:  # every group's losses and memory, under the group's name
+        assert {f"{group}/policy", f"{group}/q1", f"{group}/alpha"} <= names
+    assert "gym_collector" in names and "policy" not in names
+
+    evaluated = runner.invoke(app, ["eval", "runs/adv", "--episodes", "2", "--json"])
+    assert evaluated.exit_code == 0, evaluated.output
+    report = json.loads(evaluated.stdout)
+    assert report["episodes"] == 2 and report["lengths"] == [25, 25]
+    assert {name: group["agents"] for name, group in report["groups"].items()} == GROUPS
+    assert len(report["groups"]["adversary"]["returns"]) == 2
+    assert len(report["groups"]["agent"]["returns"]) == 4
+    lives = [r for group in report["groups"].values() for r in group["returns"]]
+    assert sum(report["returns"]) == pytest.approx(sum(lives))
+    assert report["mean_team_return"] == pytest.approx(np.mean(report["returns"]))
+    text = runner.invoke(app, ["eval", "runs/adv", "--episodes", "1"])
+    assert text.exit_code == 0, text.output
+    assert "group adversary (adversary_0): mean return per agent" in text.stdout
+    assert "group agent (agent_0, agent_1): mean return per agent" in text.stdout
+
+    exported = runner.invoke(app, ["export", "onnx", "runs/adv", "--out", "p.onnx", "--json"])
+    assert exported.exit_code == 0, exported.output
+    groups = json.loads(exported.stdout)["groups"]
+    assert not Path("p.onnx").exists()
+    _check_parity(groups, summary["checkpoint"])
+
+    collected = runner.invoke(
+        app,
+        ["collect", recipe, "--policy", "runs/adv", "--out", "c.zarr", "--episodes", "3",
+         "--json", "--quiet"],
+    )  # fmt: skip
+    assert collected.exit_code == 0, collected.output
+    stores = json.loads(collected.stdout)["stores"]
+    assert stores == {"adversary": "c.adversary.zarr", "agent": "c.agent.zarr"}
+    for group, store in stores.items():
+        inspected = runner.invoke(app, ["memory", "inspect", store, "--json"])
+        assert inspected.exit_code == 0, inspected.output
+        shown = json.loads(inspected.stdout)
+        (shard,) = shown["agents"].values()
+        episodes = {g["name"]: g["episodes"] for g in shard["groups"]}
+        assert episodes[group] > 0 and sum(episodes.values()) == episodes[group]
+        assert shown["spaces"]["state"]["spaces"]["obs"]["shape"] == [OBSERVATION_SIZES[group]]
+
+    refused = runner.invoke(
+        app,
+        ["collect", recipe, "--policy", "p.agent.onnx", "--out", "o.zarr", "--episodes", "1"],
+    )
+    assert refused.exit_code == 1
+    assert "an ONNX file holds one group's policy" in refused.output
+    assert not list(in_tmp.glob("o*.zarr"))
+
+
+def _check_parity(groups: dict, checkpoint: str) -> None:
+    """Each group's file loads in onnxruntime and answers as its torch policy does."""
+    import onnxruntime
+
+    from emote_core.assembly.builders import load_trained_agent, policy_graph
+
+    loaded, networks, _, spaces, _ = load_trained_agent(
+        Path(checkpoint), device=torch.device("cpu")
+    )
+    assert set(groups) == set(GROUPS) == set(networks)
+    for group, export in groups.items():
+        assert export["out"] == f"p.{group}.onnx"
+        assert export["input_shapes"]["obs"] == ["batch", OBSERVATION_SIZES[group]]
+        graph = policy_graph(loaded, networks[group], spaces[group])
+        inputs = graph.sample_inputs(5, np.random.default_rng(0))
+        session = onnxruntime.InferenceSession(export["out"])
+        (actions, *_) = session.run(None, inputs)
+        with torch.no_grad():
+            expected = graph.module(*(torch.from_numpy(inputs[n]) for n in graph.input_names))
+        expected = expected[0] if isinstance(expected, tuple | list) else expected
+        np.testing.assert_allclose(actions, expected.numpy(), atol=1e-5)
+
+
+def test_dqn_groups_train_evaluate_and_export_for_ml_agents(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    recipe = _recipe(in_tmp, "dqn", continuous=False)
+    _train(runner, str(recipe), "--run-dir", "runs/dqn")
+    evaluated = runner.invoke(app, ["eval", "runs/dqn", "--episodes", "1", "--json"])
+    assert evaluated.exit_code == 0, evaluated.output
+    assert set(json.loads(evaluated.stdout)["groups"]) == set(GROUPS)
+
+    exported = runner.invoke(
+        app,
+        ["export", "onnx", "runs/dqn", "--out", "m.onnx", "--profile", "ml-agents", "--json"],
+    )
+    assert exported.exit_code == 0, exported.output
+    groups = json.loads(exported.stdout)["groups"]
+    for group, export in groups.items():
+        assert export["out"] == f"m.{group}.onnx" and Path(export["out"]).is_file()
+        assert export["input_shapes"]["obs_0"] == ["batch", OBSERVATION_SIZES[group]]
+        assert "discrete_actions" in export["outputs"]
+
+
+def test_resume_restores_every_group(runner: CliRunner, in_tmp: Path) -> None:
+    from emote_core.assembly.training import build_training
+    from emote_core.recipes import load_recipe
+    from emote_core.runs import RunDirectory
+
+    recipe = _recipe(in_tmp, "sac", continuous=True)
+    first = _train(runner, str(recipe), "--run-dir", "runs/r", "--steps", "10")
+    saved = _checkpoint(first["checkpoint"])["callbacks"]
+
+    # Built for a resume and run to the step it was saved at: every group's networks are the
+    # checkpoint's, not the fresh ones the same seed makes.
+    setup = build_training(
+        load_recipe(str(recipe)), run=RunDirectory(in_tmp / "runs/r"), device=torch.device("cpu"),
+        resume=True, bp_steps=10, terminal_log=False,
+    )  # fmt: skip
+    fresh = {g: {k: v.clone() for k, v in n.acting.state_dict().items()}
+             for g, n in setup.networks.items()}  # fmt: skip
+    try:
+        setup.trainer.train()
+    finally:
+        setup.env.close()
+    for group, networks in setup.networks.items():
+        restored = networks.acting.state_dict()
+        for key, value in saved[f"{group}/policy"]["network_state_dict"].items():
+            assert torch.equal(restored[key], value), (group, key)
+        assert any(not torch.equal(fresh[group][k], restored[k]) for k in restored)
+
+    resumed_text = runner.invoke(
+        app, ["train", "--resume", "--run-dir", "runs/r", "--steps", "20", "--json"]
+    )
+    assert resumed_text.exit_code == 0, resumed_text.output
+    assert "starts each group's memory empty and collects again" in resumed_text.stderr
+    resumed = json.loads(resumed_text.stdout)
+    assert (resumed["steps"], resumed["updates"]) == (20, 10)
+    later = _checkpoint(resumed["checkpoint"])["callbacks"]
+    assert later["gym_collector"]["env_steps"] > saved["gym_collector"]["env_steps"]
+    assert {f"{g}/policy" for g in GROUPS} <= set(later)
+
+
+def test_memory_stores_are_refused_for_several_groups_and_leave_no_run(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    recipe = _recipe(in_tmp, "sac", continuous=True)
+    collected = runner.invoke(
+        app, ["collect", str(recipe), "--out", "s.zarr", "--episodes", "3", "--quiet"]
+    )
+    assert collected.exit_code == 0, collected.output
+    refused = runner.invoke(
+        app, ["train", str(recipe), "--memory", "s.agent.zarr", "--run-dir", "runs/m"]
+    )
+    assert refused.exit_code == 1
+    assert refused.output.startswith("error: this multi-agent env has 2 agent groups")
+    assert "leave out --memory" in refused.output and len(refused.output.splitlines()) == 1
+    assert not (in_tmp / "runs").exists()
+
+
+BAD_ENV = """
+import gymnasium as gym
+import numpy as np
+
+
+class NanEnv(gym.Env):
+    observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.full(2, np.nan, np.float32), 0.0, False, False, {}
+"""
+
+
+def test_a_refused_run_takes_the_runs_folder_it_made_with_it(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    (in_tmp / "nan_env.py").write_text(BAD_ENV)
+    recipe = in_tmp / "nan.toml"
+    recipe.write_text(
+        'algorithm = "sac"\n[env]\nentry_point = "nan_env:NanEnv"\n'
+        "[memory]\nbatch_size = 4\nwarmup_steps = 10\n[training]\nbp_steps = 2\n"
+        "[sac]\nhidden_dims = [4]\n"
+    )
+    (in_tmp / "kept").mkdir()
+    for run_dir in ("runs/deep/nan", "kept/nan"):
+        failed = runner.invoke(app, ["train", str(recipe), "--run-dir", run_dir, "--quiet"])
+        assert failed.exit_code == 1, failed.output
+        assert "NaN" in failed.output
+    assert not (in_tmp / "runs").exists()  # made by the command, empty again: gone
+    assert (in_tmp / "kept").is_dir() and not list((in_tmp / "kept").iterdir())
