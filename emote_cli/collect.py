@@ -36,8 +36,9 @@ def collect(
     recipe: Annotated[
         str | None,
         typer.Argument(
-            help="A recipe file, or the name of one in recipes/ (optional with --policy RUN: "
-            "the run's recipe, its env rebuilt as the run recorded it).",
+            help="A recipe file, or the name of one in recipes/ (optional with --policy RUN or an "
+            ".onnx policy: the recipe it was trained with, its env rebuilt as the run recorded "
+            "it).",
             show_default=False,
         ),
     ] = None,
@@ -139,9 +140,10 @@ def collect(
         if workers is not None and shard != "main":
             abort("--shard names the shard of one collector; --workers N writes shards w0, w1, "
                   "...", ExitCode.USAGE)  # fmt: skip
-        if recipe is None and (policy == "random" or policy.lower().endswith(".onnx")):
-            abort("RECIPE is needed with --policy random or an .onnx policy (only --policy RUN "
-                  "can omit it: the run's recipe is used)", ExitCode.USAGE)  # fmt: skip
+        if recipe is None and policy == "random":
+            abort("RECIPE is needed with --policy random (--policy RUN or an .onnx policy can "
+                  "omit it: the recipe it was trained with is used)",
+                  ExitCode.USAGE)  # fmt: skip
         display.status(f"loading {recipe or policy}")  # before the heavy imports: alive at once
         loaded = _load(recipe, policy, seed, env)
         _check_envs(envs, loaded.env.num_envs, steps=steps, workers=workers)
@@ -184,8 +186,8 @@ def collect(
 
 
 def _load(recipe: str | None, policy: str, seed: int | None, env: str | None) -> Any:
-    """The collect's recipe: RECIPE, else the run of ``--policy RUN``; ``--seed`` and ``--env``
-    applied."""
+    """The collect's recipe: RECIPE, else the one ``--policy RUN`` or ``--policy FILE.onnx`` was
+    trained with; ``--seed`` and ``--env`` applied."""
     from dataclasses import replace
     from pathlib import Path
 
@@ -194,12 +196,17 @@ def _load(recipe: str | None, policy: str, seed: int | None, env: str | None) ->
 
     if recipe is not None:
         loaded = load_recipe(recipe, [f"seed={seed}"] if seed is not None else [])
+    elif policy.lower().endswith(".onnx"):
+        from emote_core.assembly.export import recipe_from_policy
+        from emote_core.onnx.agent import OnnxAgentProxy
+
+        loaded = recipe_from_policy(OnnxAgentProxy(Path(policy)).metadata, source=policy)
     else:
         from emote_core.assembly.builders import trained_recipe
 
         loaded = trained_recipe(Path(policy))
-        if seed is not None:
-            loaded = replace(loaded, seed=seed)
+    if recipe is None and seed is not None:
+        loaded = replace(loaded, seed=seed)
     return with_env(loaded, env) if env is not None else loaded
 
 
