@@ -12,7 +12,13 @@ import numpy as np
 
 from emote_core.assembly.builders import check_env, make_env
 from emote_core.callbacks.checkpointing import CHECKPOINT_DIRECTORY, is_torch_file
-from emote_core.env.multi_agent import EnvEpisode, ParallelEnvWrapper
+from emote_core.env.multi_agent import (
+    EnvEpisode,
+    GroupAgents,
+    ParallelEnvWrapper,
+    describe_groups,
+    several_groups,
+)
 from emote_core.errors import ConfigurationError
 from emote_core.onnx.agent import is_onnx_file
 from emote_core.recipes.schema import Recipe
@@ -94,7 +100,8 @@ def evaluate(
 
     Raises:
         ConfigurationError: If ``video_dir`` is a file, or is given for an env that renders no
-            rgb_array frames or a multi-agent env.
+            rgb_array frames or a multi-agent env; or the env's agents form several groups and
+            ``agent`` is not a ``GroupAgents`` (one policy per group).
         MissingDependencyError: If ``video_dir`` is given without the ``video`` extra.
     """
     recorders: list[Any] = []
@@ -124,6 +131,15 @@ def evaluate(
         raise ConfigurationError(
             f"video_dir (--video) records the episodes of gymnasium envs; '{recipe.env.name}' is a "
             "PettingZoo multi-agent env, whose frames are not recorded — leave it out"
+        )
+    several = several_groups(env)
+    if several and not isinstance(agent, GroupAgents):
+        env.close()
+        raise ConfigurationError(
+            f"'{recipe.env.name}' has {len(several)} agent groups with different spaces "
+            f"({describe_groups(several)}), one policy each, and one policy cannot act for all "
+            "of them — evaluate the run (or checkpoint) that trained every group, not one "
+            "group's ONNX file"
         )
     returns: list[float] = []
     lengths: list[int] = []

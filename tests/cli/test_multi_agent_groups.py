@@ -92,6 +92,11 @@ def test_sac_trains_one_policy_per_group_then_eval_export_and_collect(
         assert episodes[group] > 0 and sum(episodes.values()) == episodes[group]
         assert shown["spaces"]["state"]["spaces"]["obs"]["shape"] == [OBSERVATION_SIZES[group]]
 
+    one_group = runner.invoke(app, ["eval", "p.agent.onnx", "--episodes", "1"])
+    assert one_group.exit_code == 1
+    assert "one policy cannot act for all of them" in one_group.output
+    assert len(one_group.output.strip().splitlines()) == 1
+
     refused = runner.invoke(
         app,
         ["collect", recipe, "--policy", "p.agent.onnx", "--out", "o.zarr", "--episodes", "1"],
@@ -128,7 +133,9 @@ def test_dqn_groups_train_evaluate_and_export_for_ml_agents(
     runner: CliRunner, in_tmp: Path
 ) -> None:
     recipe = _recipe(in_tmp, "dqn", continuous=False)
-    _train(runner, str(recipe), "--run-dir", "runs/dqn")
+    _train(runner, str(recipe), "--run-dir", "runs/dqn", "--set", "training.export_interval=10")
+    for group in GROUPS:  # exports while training: each group's policy in its own folder
+        assert len(list((in_tmp / "runs/dqn/exports" / group).glob("*.onnx"))) >= 2
     evaluated = runner.invoke(app, ["eval", "runs/dqn", "--episodes", "1", "--json"])
     assert evaluated.exit_code == 0, evaluated.output
     assert set(json.loads(evaluated.stdout)["groups"]) == set(GROUPS)
