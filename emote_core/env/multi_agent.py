@@ -674,13 +674,18 @@ def several_groups(env: Any) -> list[AgentGroup]:
 
 
 def random_group_agents(env: ParallelEnvWrapper, seed: int) -> GroupAgents:
-    """Uniformly random actions for every group's agents (group ``k`` seeded ``seed + k``)."""
+    """Uniformly random actions for every group's agents (group ``k`` seeded ``seed + k``),
+    among the legal ones where a group's observations carry an ``action_mask``."""
     from emote_core.proxies import RandomAgentProxy
 
     return GroupAgents(
         env,
         {
-            g.name: RandomAgentProxy(action_space=env.group_action_space(g.name), seed=seed + k)
+            g.name: RandomAgentProxy(
+                action_space=env.group_action_space(g.name),
+                seed=seed + k,
+                action_mask_key=env.group_spaces(g.name).action_mask_key,
+            )
             for k, g in enumerate(env.groups)
         },
     )

@@ -230,6 +230,62 @@ def test_each_groups_agents_fill_their_groups_table_with_their_own_actions() -> 
     env.close()
 
 
+class MaskedPair(ParallelEnv):
+    """A scout with a Box observation and a picker whose observation masks its actions: only
+    action 2 of 4 is legal. Each episode is 5 steps."""
+
+    metadata = {"name": "masked_pair_v0", "render_modes": []}
+    possible_agents = ["scout_0", "picker_0"]
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        self.agents: list[str] = []
+        self.received: list[dict[str, Any]] = []
+        self.count = 0
+
+    @functools.cache  # noqa: B019 - PettingZoo's API wants one object
+    def observation_space(self, agent: str) -> gymnasium.Space:
+        box = gym_spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+        if agent == "scout_0":
+            return box
+        mask = gym_spaces.Box(0, 1, shape=(4,), dtype=np.int8)
+        return gym_spaces.Dict({"obs": box, "action_mask": mask})
+
+    @functools.cache  # noqa: B019
+    def action_space(self, agent: str) -> gymnasium.Space:
+        return gym_spaces.Discrete(4)
+
+    def _observe(self) -> dict[str, Any]:
+        mask = np.array([0, 0, 1, 0], np.int8)
+        obs = np.zeros(2, np.float32)
+        return {"scout_0": obs, "picker_0": {"obs": obs, "action_mask": mask}}
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        self.agents, self.count = list(self.possible_agents), 0
+        return self._observe(), {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        self.received.append(dict(actions))
+        self.count += 1
+        done = {a: self.count == 5 for a in self.agents}
+        zero = {a: 0.0 for a in self.agents}
+        infos = {a: {} for a in self.agents}
+        if self.count == 5:
+            self.agents = []
+        return self._observe(), zero, done, dict.fromkeys(done, False), infos
+
+
+def test_random_group_agents_take_only_the_actions_a_groups_mask_allows() -> None:
+    env = ParallelEnvWrapper([MaskedPair()])
+    assert [g.name for g in several_groups(env)] == ["scout", "picker"]
+    agents = random_group_agents(env, seed=0)
+    observations = env.reset(seed=0)
+    for _ in range(20):
+        observations = env.step(agents(observations))
+    picked = {actions["picker_0"] for actions in env.envs[0].received}
+    assert picked == {2}  # 20 random draws of 4 actions: only the legal one
+    assert len({actions["scout_0"] for actions in env.envs[0].received}) > 1
+
+
 def test_several_groups_is_empty_for_one_group_and_group_files_sit_beside_out() -> None:
     env = wrap_parallel_env(simple_spread_v3.parallel_env, num_envs=1)
     assert several_groups(env) == []
