@@ -133,7 +133,12 @@ def test_dqn_groups_train_evaluate_and_export_for_ml_agents(
     runner: CliRunner, in_tmp: Path
 ) -> None:
     recipe = _recipe(in_tmp, "dqn", continuous=False)
-    _train(runner, str(recipe), "--run-dir", "runs/dqn", "--set", "training.export_interval=10")
+    trained = _train(
+        runner, str(recipe), "--run-dir", "runs/dqn", "--set", "training.export_interval=10",
+        "--set", "env.normalize_observations=true",
+    )  # fmt: skip
+    names = set(_checkpoint(trained["checkpoint"])["callbacks"])
+    assert {f"{group}/input_normalization" for group in GROUPS} <= names  # each its own
     for group in GROUPS:  # exports while training: each group's policy in its own folder
         assert len(list((in_tmp / "runs/dqn/exports" / group).glob("*.onnx"))) >= 2
     evaluated = runner.invoke(app, ["eval", "runs/dqn", "--episodes", "1", "--json"])
