@@ -167,6 +167,9 @@ def train(
     recipe file's directory and in the current directory; the run records their files, so eval,
     export, collect --policy and --resume find them again from any directory.
 
+    A PettingZoo env whose agents have different spaces trains one policy per agent group (agents
+    of identical spaces share one), live only (no --memory).
+
     Under torchrun --nproc-per-node K -m emote_cli train ... the K processes train one run
     data-parallel: each samples its own batches (and collects its own experience when live),
     gradients are averaged, and rank 0 alone writes the run directory and prints.
