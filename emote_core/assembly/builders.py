@@ -350,7 +350,7 @@ def load_trained_agent(
     device: torch.device,
     recipe: Recipe | str | Path | None = None,
     deterministic: bool = True,
-) -> tuple[Recipe, Networks, Any, MDPSpace, Path]:
+) -> tuple[Recipe, Networks | dict[str, Networks], Any, MDPSpace | dict[str, MDPSpace], Path]:
     """Rebuilds the acting network of a run from its recipe and a checkpoint, in eval mode.
 
     Returns:
@@ -389,7 +389,7 @@ def load_trained_agent(
         }
         agents = GroupAgents(env, {group: agent for group, (_, agent) in built.items()})
         networks_of = {group: networks for group, (networks, _) in built.items()}
-        return recipe, networks_of, agents, several, checkpoint_path  # type: ignore[return-value]
+        return recipe, networks_of, agents, several, checkpoint_path
     spaces = env.spaces
     networks, agent = _trained(recipe, data, spaces, device, checkpoint_path, deterministic, None)
     return recipe, networks, agent, spaces, checkpoint_path

@@ -57,7 +57,9 @@ class TrainingRun:
     trainer: Trainer
     run: RunDirectory
     table: Any
-    networks: Networks
+    """The replay table (the first group's, in a run of several agent groups)."""
+    networks: Networks | dict[str, Networks]
+    """The networks, or each agent group's by name in a run of several."""
     env: Any | None
     collector: Any | None
     bp_steps: int
@@ -434,7 +436,7 @@ def _build_group_training(
         callbacks.append(CheckpointLoader(callbacks=checkpointed, run_dir=run.path))
     trainer = Trainer(callbacks, loader)
     return TrainingRun(
-        trainer, run, loaders[0].table, networks_of, env, collector, total,  # type: ignore[arg-type]
+        trainer, run, loaders[0].table, networks_of, env, collector, total,
         stop=trainer.shutdown_signal,
         exporter=next((c for c in callbacks if isinstance(c, OnnxExporter)), None),
         evaluator=next((c for c in callbacks if _is_evaluator(c)), None),
