@@ -135,7 +135,7 @@ class Checkpointer(Callback):
         if training_error is not None:
             # The failing step may have updated some networks and not others: not a state to
             # resume from. The last periodic checkpoint stays the newest.
-            log.warning("no final checkpoint: training ended with %r", training_error)
+            log.debug("no final checkpoint: training ended with %r", training_error)
             return None
         if bp_step > self.last_saved_step:
             return self.end_cycle(bp_step, bp_samples)

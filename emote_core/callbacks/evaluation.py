@@ -170,7 +170,8 @@ class Evaluator(Callback):
         ``emote eval`` evaluates such a run later.
         """
         if training_error is not None:
-            log.warning("no final evaluation: training ended with %r", training_error)
+            # the error itself is what the user is told; this is the why of a missing result
+            log.debug("no final evaluation: training ended with %r", training_error)
             return
         if shutdown_signal is not None and shutdown_signal.is_set():
             log.info("no final evaluation: training was interrupted; `emote eval` the run later")

@@ -199,8 +199,8 @@ def _resolve_callable(source: EnvSource) -> Callable[..., Any]:
         target = getattr(target, part)
     if not callable(target):
         raise ConfigurationError(
-            f"env entry point '{source.entry_point}' is a {type(target).__name__}, not callable; "
-            "name a class or a function that returns an env"
+            f"env entry point '{source.entry_point}' is a value of type "
+            f"{type(target).__name__}, not callable; name a class or a function that returns an env"
         )
     return target
 
@@ -284,9 +284,9 @@ class EnvFactory:
             return made
         if not isinstance(made, gymnasium.Env):
             raise ConfigurationError(
-                f"env entry point '{source.entry_point}' returned a {type(made).__name__}, not a "
-                "gymnasium.Env or a PettingZoo ParallelEnv; make it return an env (subclass "
-                "gymnasium.Env)"
+                f"env entry point '{source.entry_point}' returned a value of type "
+                f"{type(made).__name__}, not a gymnasium.Env or a PettingZoo ParallelEnv; make it "
+                "return an env (subclass gymnasium.Env)"
             )
         env: Any = CheckedEnv(made, name=source.name)
         if source.max_episode_steps is not None:

@@ -147,8 +147,8 @@ def test_a_factory_makes_a_vector_env_with_wrappers_and_render_mode(
             "PYTHONPATH, ",
         ),
         ({"entry_point": "{name}:PointEnb"}, "has no attribute 'PointEnb'; did you mean PointEnv?"),
-        ({"entry_point": "{name}:NOT_CALLABLE"}, "is a int, not callable"),
-        ({"entry_point": "{name}:make_list"}, "returned a list, not a gymnasium.Env or a "),
+        ({"entry_point": "{name}:NOT_CALLABLE"}, "is a value of type int, not callable"),
+        ({"entry_point": "{name}:make_list"}, "returned a value of type list, not a gymnasium.Env"),
         (
             {"entry_point": "{name}:PointEnv", "kwargs": {"arity": 4}},
             "step() returned a tuple of 4 values; gymnasium envs return 5",
