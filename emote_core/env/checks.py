@@ -16,6 +16,7 @@ import re
 import time
 import traceback
 import warnings
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -138,9 +139,10 @@ def check_environment(
     made, instance = _made(lambda: _unchecked(make()))
     if instance is None:
         return EnvCheckReport(env, (made,))
+    api: type[_Api] = _ParallelApi if _is_parallel_env(instance) else _GymnasiumApi
     try:
-        run = _parallel_checks if _is_parallel_env(instance) else _single_agent_checks
-        checks = run(
+        checks = _checks(
+            api,
             make,
             instance,
             steps=steps,
@@ -151,6 +153,36 @@ def check_environment(
     finally:
         _close(instance)
     return EnvCheckReport(env, (made, *checks))
+
+
+def _checks(
+    api_type: type[_Api],
+    make: Callable[[], Any],
+    instance: Any,
+    *,
+    steps: int,
+    seed: int,
+    normalize_observations: bool,
+    slow_step_seconds: float,
+) -> list[CheckResult]:
+    """The API's own checker on a fresh instance, then emote's checks on ``instance``."""
+    checks = [api_type.checker(make, steps)]
+    try:
+        api = api_type(instance)
+    except EmoteError as error:  # only a ParallelEnv's agents can be ungroupable
+        checks.append(
+            CheckResult(
+                "spaces",
+                CheckStatus.FAIL,
+                _describe(error),
+                fix="list every agent in possible_agents, with observation_space(agent) and "
+                "action_space(agent)",
+            )
+        )
+        return checks
+    checks.append(_spaces_check(api.groups))
+    rollout = _Rollout.play(api, steps=steps, seed=seed)
+    return checks + _rollout_checks(rollout, seed, normalize_observations, slow_step_seconds)
 
 
 def _describe(error: BaseException) -> str:
@@ -243,30 +275,333 @@ def _is_parallel_env(instance: Any) -> bool:
     return is_parallel_env(instance)
 
 
-# --- single-agent environments ------------------------------------------------------------------
+# --- the two APIs -------------------------------------------------------------------------------
 
 
-def _single_agent_checks(
-    make: Callable[[], Any],
-    env: Any,
-    *,
-    steps: int,
-    seed: int,
-    normalize_observations: bool,
-    slow_step_seconds: float,
-) -> list[CheckResult]:
-    checks = [_gymnasium_checker(make), _spaces_check(env)]
-    rollout = _Rollout.play(env, steps=steps, seed=seed)
-    return checks + _rollout_checks(
-        rollout, lambda: _seeding_check(env, seed), normalize_observations, slow_step_seconds
+class _Malformed(EmoteError):
+    """A reset or step result not of the API's form; the message says what is wrong."""
+
+
+@dataclass(frozen=True)
+class _Transition:
+    """What one agent got back from a step."""
+
+    observation: Any
+    reward: Any
+    terminated: Any
+    truncated: Any
+
+
+@dataclass(frozen=True)
+class _Group:
+    """Agents of identical spaces; ``name`` is ``None`` for a gymnasium env's one agent."""
+
+    name: str | None
+    size: int
+    observation_space: Any
+    action_space: Any
+
+
+class _Api(ABC):
+    """How the checks drive one kind of env: reset, sample joint actions, step, and read back each
+    agent's transition. Agents are keys of dicts; a gymnasium env is the one agent ``None``."""
+
+    returned: ClassVar[str]
+    """What a sound step returns, for the step check's detail."""
+    fix_returned: ClassVar[str]
+    fix_seeding: ClassVar[str]
+    actions_text: ClassVar[str]
+    """What one step's actions are called in the seeding check's detail."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.groups: list[_Group] = []
+
+    @staticmethod
+    @abstractmethod
+    def checker(make: Callable[[], Any], steps: int) -> CheckResult:
+        """The API's own test, on a fresh instance from ``make``."""
+
+    @property
+    @abstractmethod
+    def agents(self) -> list[Any]:
+        """The agents that act now; none once the episode is over."""
+
+    @abstractmethod
+    def seed_actions(self, seed: int) -> None:
+        """Seeds the action spaces that :meth:`sample` draws from."""
+
+    @abstractmethod
+    def observation_space(self, agent: Any) -> Any: ...
+
+    @abstractmethod
+    def action_space(self, agent: Any) -> Any: ...
+
+    @abstractmethod
+    def group(self, agent: Any) -> str | None:
+        """The name of ``agent``'s group in statistics' keys; ``None`` for an unknown agent."""
+
+    @abstractmethod
+    def where(self, place: str, agent: Any) -> str:
+        """``place`` ("reset", "step 3") naming ``agent`` where there are several."""
+
+    @abstractmethod
+    def reset(self, seed: int | None) -> dict[Any, Any]:
+        """Resets the env: each agent's observation. Raises _Malformed for a wrong result."""
+
+    @abstractmethod
+    def step(self, actions: dict[Any, Any]) -> Any:
+        """Steps the env with each acting agent's action; what the env returned."""
+
+    @abstractmethod
+    def transitions(self, result: Any) -> dict[Any, _Transition]:
+        """Each agent's part of a :meth:`step` result. Raises _Malformed for a wrong one."""
+
+    def sample(self, observations: Mapping[Any, Any]) -> dict[Any, Any]:
+        """A random legal action for each acting agent."""
+        return {
+            agent: _sample(self.action_space(agent), observations.get(agent))
+            for agent in self.agents
+        }
+
+    def replayed(self, actions: Mapping[Any, Any]) -> dict[Any, Any]:
+        """``actions`` of a replayed step, for the agents that act now."""
+        return {agent: actions[agent] for agent in self.agents if agent in actions}
+
+
+class _GymnasiumApi(_Api):
+    """A gymnasium ``Env``: one agent, ``None``, whose episode ends when it terminates."""
+
+    returned = "(observation, reward, terminated, truncated, info)"
+    fix_returned = (
+        "return (observation, info) from reset and (observation, reward, terminated, truncated, "
+        "info) from step, with a float reward and bool flags"
     )
+    fix_seeding = (
+        "pass reset's seed to super().reset(seed=seed) and draw all randomness from self.np_random"
+    )
+    actions_text = "actions"
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        self.groups = [_Group(None, 1, env.observation_space, env.action_space)]
+        self._ended = False
+
+    @staticmethod
+    def checker(make: Callable[[], Any], steps: int) -> CheckResult:
+        """gymnasium's ``check_env`` on an unwrapped instance (its warnings: a warning)."""
+        from gymnasium.utils.env_checker import check_env
+
+        return _run_checker(
+            "gymnasium_checker",
+            lambda: _unchecked(make()),
+            lambda env: check_env(env.unwrapped, skip_render_check=True, skip_close_check=True),
+            fix="follow gymnasium's Env API (gymnasium.farama.org/introduction/create_custom_env)",
+            follow="follow each of gymnasium's warnings",
+            found_nothing="gymnasium's check_env found nothing",
+            ignored=_HANDLED_BY_EMOTE,
+        )
+
+    @property
+    def agents(self) -> list[Any]:
+        return [] if self._ended else [None]
+
+    def seed_actions(self, seed: int) -> None:
+        self.env.action_space.seed(seed)
+
+    def observation_space(self, agent: Any) -> Any:
+        return self.env.observation_space
+
+    def action_space(self, agent: Any) -> Any:
+        return self.env.action_space
+
+    def group(self, agent: Any) -> str | None:
+        return ""
+
+    def where(self, place: str, agent: Any) -> str:
+        return place
+
+    def reset(self, seed: int | None) -> dict[Any, Any]:
+        result = self.env.reset(seed=seed)
+        if not isinstance(result, tuple) or len(result) != 2:
+            raise _Malformed("reset must return (observation, info)")
+        if not isinstance(result[1], dict):
+            raise _Malformed(f"reset's info is a {type(result[1]).__name__}, not a dict")
+        self._ended = False
+        return {None: result[0]}
+
+    def step(self, actions: dict[Any, Any]) -> Any:
+        return self.env.step(actions[None])
+
+    def transitions(self, result: Any) -> dict[Any, _Transition]:
+        if not isinstance(result, tuple):
+            raise _Malformed(f"step returned a {type(result).__name__}, not a tuple of 5")
+        if len(result) != 5:
+            raise _Malformed(f"step returned {len(result)} values; gymnasium's API returns 5")
+        observation, reward, terminated, truncated, info = result
+        _check_reward(reward, "reward")
+        for name, flag in (("terminated", terminated), ("truncated", truncated)):
+            if not isinstance(flag, _FLAG_TYPES):
+                raise _Malformed(f"{name} is a {type(flag).__name__}, not a bool")
+        if not isinstance(info, dict):
+            raise _Malformed(f"info is a {type(info).__name__}, not a dict")
+        self._ended = bool(terminated or truncated)
+        return {None: _Transition(observation, reward, terminated, truncated)}
+
+
+class _ParallelApi(_Api):
+    """A PettingZoo ``ParallelEnv``: agents by name, grouped by identical spaces; an episode ends
+    when no agent is left."""
+
+    returned = "dicts of observations, rewards, terminations, truncations, infos"
+    fix_returned = (
+        "return (observations, infos) from reset and (observations, rewards, terminations, "
+        "truncations, infos) from step, dicts keyed by agent"
+    )
+    fix_seeding = "seed every random draw of reset and step from reset's seed"
+    actions_text = "joint actions"
+
+    def __init__(self, env: Any) -> None:
+        """Raises: ConfigurationError: If the env lists no ``possible_agents``."""
+        from emote_core.env.multi_agent import agent_groups
+
+        super().__init__(env)
+        groups = agent_groups(env)
+        self.groups = [
+            _Group(g.name, len(g.agents), g.observation_space, g.action_space) for g in groups
+        ]
+        self._group_of = {agent: group.name for group in groups for agent in group.agents}
+
+    @staticmethod
+    def checker(make: Callable[[], Any], steps: int) -> CheckResult:
+        """PettingZoo's ``parallel_api_test`` (its asserts: a failure)."""
+        from pettingzoo.test import parallel_api_test
+
+        # The test prints its verdict; stdout belongs to the caller (``--json``).
+        with contextlib.redirect_stdout(io.StringIO()):
+            return _run_checker(
+                "pettingzoo_api",
+                make,
+                lambda env: parallel_api_test(env, num_cycles=min(steps, 1_000)),
+                fix="follow PettingZoo's Parallel API (pettingzoo.farama.org/api/parallel)",
+                follow="follow each of PettingZoo's warnings",
+                found_nothing="parallel_api_test found nothing",
+                describe=_assertion_text,
+            )
+
+    @property
+    def agents(self) -> list[Any]:
+        return list(self.env.agents)
+
+    def seed_actions(self, seed: int) -> None:
+        for offset, agent in enumerate(self.env.possible_agents):
+            self.env.action_space(agent).seed(seed + offset)
+
+    def observation_space(self, agent: Any) -> Any:
+        return self.env.observation_space(agent)
+
+    def action_space(self, agent: Any) -> Any:
+        return self.env.action_space(agent)
+
+    def group(self, agent: Any) -> str | None:
+        return self._group_of.get(agent)
+
+    def where(self, place: str, agent: Any) -> str:
+        return f"{place}, agent '{agent}'"
+
+    def reset(self, seed: int | None) -> dict[Any, Any]:
+        result = self.env.reset(seed=seed)
+        if not isinstance(result, tuple) or len(result) != 2 or not isinstance(result[0], dict):
+            raise _Malformed("reset must return (observations, infos), two dicts keyed by agent")
+        return result[0]
+
+    def step(self, actions: dict[Any, Any]) -> Any:
+        return self.env.step(actions)
+
+    def transitions(self, result: Any) -> dict[Any, _Transition]:
+        if not isinstance(result, tuple):
+            raise _Malformed(f"step returned a {type(result).__name__}, not a tuple of 5 dicts")
+        if len(result) != 5:
+            raise _Malformed(
+                f"step returned {len(result)} values; PettingZoo's Parallel API returns 5 dicts"
+            )
+        names = ("observations", "rewards", "terminations", "truncations", "infos")
+        for name, value in zip(names, result, strict=True):
+            if not isinstance(value, dict):
+                raise _Malformed(f"{name} is a {type(value).__name__}, not a dict keyed by agent")
+        observations, rewards, terminations, truncations, _ = result
+        for agent, reward in rewards.items():
+            _check_reward(reward, f"agent '{agent}''s reward")
+        return {
+            agent: _Transition(
+                observation, rewards.get(agent), terminations.get(agent), truncations.get(agent)
+            )
+            for agent, observation in observations.items()
+        }
+
+
+_REWARD_TYPES = (int, float, np.integer, np.floating)
+_FLAG_TYPES = (bool, np.bool_)
+
+
+def _check_reward(reward: Any, name: str) -> None:
+    """Raises _Malformed unless ``reward`` is a number (a one-element array counts)."""
+    if isinstance(reward, np.ndarray) and reward.size == 1:
+        reward = reward.item()
+    if isinstance(reward, bool) or not isinstance(reward, _REWARD_TYPES):
+        raise _Malformed(f"{name} is a {type(reward).__name__}, not a number")
+
+
+def _run_checker(
+    name: str,
+    make: Callable[[], Any],
+    test: Callable[[Any], None],
+    *,
+    fix: str,
+    follow: str,
+    found_nothing: str,
+    describe: Callable[[BaseException], str] = _describe,
+    ignored: tuple[str, ...] = (),
+) -> CheckResult:
+    """``test`` on a fresh instance from ``make``: its exception (told by ``describe``) is the
+    failure; its warnings, but the ``ignored`` ones, a warning."""
+    messages: list[str] = []
+    instance = None
+    try:
+        with _quiet_warnings(messages):
+            instance = make()
+            test(instance)
+    except Exception as error:  # what the checker found: its exception is the failure
+        return CheckResult(name, CheckStatus.FAIL, describe(error), fix=fix)
+    finally:
+        if instance is not None:
+            _close(instance)
+    messages = [m for m in messages if not any(text in m for text in ignored)]
+    if messages:
+        return CheckResult(
+            name,
+            CheckStatus.WARN,
+            f"{len(messages)} warning{'s' if len(messages) > 1 else ''}: {'; '.join(messages)}",
+            fix=follow,
+        )
+    return CheckResult(name, CheckStatus.PASS, found_nothing)
+
+
+def _assertion_text(error: BaseException) -> str:
+    """An assert's message's first line, then the assert's line; other errors as usual."""
+    if not isinstance(error, AssertionError):
+        return _describe(error)
+    detail = (str(error).strip().splitlines() or ["AssertionError"])[0]
+    frames = traceback.extract_tb(error.__traceback__)
+    line = (frames[-1].line or "").strip() if frames else ""
+    return f"{detail} ({line})" if line else detail
+
+
+# --- emote's checks, one of each for both APIs --------------------------------------------------
 
 
 def _rollout_checks(
-    rollout: _Rollout,
-    seeding: Callable[[], CheckResult],
-    normalize_observations: bool,
-    slow_step_seconds: float,
+    rollout: _Rollout, seed: int, normalize_observations: bool, slow_step_seconds: float
 ) -> list[CheckResult]:
     """The checks a random rollout answers, with seeding between; those a failure leaves
     without evidence are skipped."""
@@ -278,7 +613,7 @@ def _rollout_checks(
             for name in ("seeding", "episodes_end", "observation_scale", "step_time")
         )
         return checks
-    checks.append(seeding())
+    checks.append(_seeding_check(rollout.api, seed))
     if rollout.nonfinite is not None:  # the rollout stopped there: too little to judge by
         skipped = "not run: the observations check failed"
         checks.extend(
@@ -292,49 +627,25 @@ def _rollout_checks(
     return checks
 
 
-def _gymnasium_checker(make: Callable[[], Any]) -> CheckResult:
-    """gymnasium's ``check_env`` on a fresh, unwrapped instance (its warnings: a warning)."""
-    from gymnasium.utils.env_checker import check_env
-
-    messages: list[str] = []
-    instance = None
-    try:
-        with _quiet_warnings(messages):
-            instance = _unchecked(make())
-            check_env(instance.unwrapped, skip_render_check=True, skip_close_check=True)
-    except Exception as error:  # what the checker found: its exception is the failure
-        return CheckResult(
-            "gymnasium_checker",
-            CheckStatus.FAIL,
-            _describe(error),
-            fix="follow gymnasium's Env API (gymnasium.farama.org/introduction/create_custom_env)",
+def _spaces_check(groups: list[_Group]) -> CheckResult:
+    """The spaces DictGymWrapper and the networks take, for every group of agents: Box or
+    Dict-of-Box observations, Box (finite bounds) or Discrete actions."""
+    described = []
+    for group in groups:
+        problem = _spaces_problem(group.observation_space, group.action_space)
+        named = f"group '{group.name}'" if group.name is not None else ""
+        if problem is not None:
+            detail = f"{named}: {problem[0]}" if named else problem[0]
+            return CheckResult("spaces", CheckStatus.FAIL, detail, fix=problem[1])
+        spaces = (
+            f"observations {_space_text(group.observation_space)}, actions "
+            f"{_space_text(group.action_space)}"
         )
-    finally:
-        if instance is not None:
-            _close(instance)
-    messages = [m for m in messages if not any(text in m for text in _HANDLED_BY_EMOTE)]
-    if messages:
-        return CheckResult(
-            "gymnasium_checker",
-            CheckStatus.WARN,
-            f"{len(messages)} warning{'s' if len(messages) > 1 else ''}: {'; '.join(messages)}",
-            fix="follow each of gymnasium's warnings",
-        )
-    return CheckResult("gymnasium_checker", CheckStatus.PASS, "gymnasium's check_env found nothing")
-
-
-def _spaces_check(env: Any) -> CheckResult:
-    """The spaces DictGymWrapper and the networks take: Box or Dict-of-Box observations, Box
-    (finite bounds) or Discrete actions."""
-    problem = _spaces_problem(env.observation_space, env.action_space)
-    if problem is not None:
-        return CheckResult("spaces", CheckStatus.FAIL, problem[0], fix=problem[1])
-    return CheckResult(
-        "spaces",
-        CheckStatus.PASS,
-        f"observations {_space_text(env.observation_space)}, actions "
-        f"{_space_text(env.action_space)}",
-    )
+        if named:
+            plural = "s" if group.size > 1 else ""
+            spaces = f"{named} ({group.size} agent{plural}): {spaces}"
+        described.append(spaces)
+    return CheckResult("spaces", CheckStatus.PASS, "; ".join(described))
 
 
 def _spaces_problem(observation_space: Any, action_space: Any) -> tuple[str, str] | None:
@@ -475,37 +786,6 @@ def _no_legal_action(space: Any, observation: Any) -> bool:
     return legal.shape == (int(space.n),) and not legal.any()
 
 
-_REWARD_TYPES = (int, float, np.integer, np.floating)
-_FLAG_TYPES = (bool, np.bool_)
-
-
-def _step_problem(result: Any) -> str | None:
-    """What is wrong with a ``step`` return value: arity and types of gymnasium's 5-tuple."""
-    if not isinstance(result, tuple):
-        return f"step returned a {type(result).__name__}, not a tuple of 5"
-    if len(result) != 5:
-        return f"step returned {len(result)} values; gymnasium's API returns 5"
-    _, reward, terminated, truncated, info = result
-    if isinstance(reward, np.ndarray) and reward.size == 1:
-        reward = reward.item()
-    if isinstance(reward, bool) or not isinstance(reward, _REWARD_TYPES):
-        return f"reward is a {type(reward).__name__}, not a number"
-    for name, flag in (("terminated", terminated), ("truncated", truncated)):
-        if not isinstance(flag, _FLAG_TYPES):
-            return f"{name} is a {type(flag).__name__}, not a bool"
-    if not isinstance(info, dict):
-        return f"info is a {type(info).__name__}, not a dict"
-    return None
-
-
-def _reset_problem(result: Any) -> str | None:
-    if not isinstance(result, tuple) or len(result) != 2:
-        return "reset must return (observation, info)"
-    if not isinstance(result[1], dict):
-        return f"reset's info is a {type(result[1]).__name__}, not a dict"
-    return None
-
-
 @dataclass
 class _ScaleStats:
     """Running per-dimension sums of the observations of one key, shifted by the first one."""
@@ -537,17 +817,13 @@ class _ScaleStats:
 
 @dataclass
 class _Rollout:
-    """One random-action rollout and what it showed."""
+    """One random-action rollout through an :class:`_Api` and what it showed."""
 
-    returned: ClassVar[str] = "(observation, reward, terminated, truncated, info)"
-    fix_returned: ClassVar[str] = (
-        "return (observation, info) from reset and (observation, reward, terminated, truncated, "
-        "info) from step, with a float reward and bool flags"
-    )
     fix_raised: ClassVar[str] = (
         "fix the env's error (make the env and call reset and step in Python for the traceback)"
     )
 
+    api: _Api
     steps_played: int = 0
     step_seconds: float = 0.0
     episode_lengths: list[int] = field(default_factory=list)
@@ -557,28 +833,28 @@ class _Rollout:
     stats: dict[str, _ScaleStats] = field(default_factory=dict)
     images: set[str] = field(default_factory=set)
     raised: bool = False
-    last: Any = None
+    last: dict[Any, Any] = field(default_factory=dict)
     masked_out: str | None = None
 
     @classmethod
-    def play(cls, env: Any, *, steps: int, seed: int) -> _Rollout:
-        rollout = cls()
+    def play(cls, api: _Api, *, steps: int, seed: int) -> _Rollout:
+        rollout = cls(api)
         with _quiet_warnings():
-            rollout._play(env, steps, seed)
+            rollout._play(steps, seed)
         return rollout
 
-    def _play(self, env: Any, steps: int, seed: int) -> None:
-        space = env.observation_space
-        if not self._reset(env, seed, space):
+    def _play(self, steps: int, seed: int) -> None:
+        api = self.api
+        if not self._reset(seed):
             return
-        env.action_space.seed(seed)
+        api.seed_actions(seed)
         length = 0
         clock = time.perf_counter
         for index in range(steps):
-            action = _sample(env.action_space, self.last)
+            actions = api.sample(self.last)
             started = clock()
             try:
-                result = env.step(action)
+                result = api.step(actions)
             except Exception as error:  # the user's step: report it
                 self.step_problem = f"step {index + 1} raised {_describe(error)}"
                 self.raised = True
@@ -586,40 +862,60 @@ class _Rollout:
             self.step_seconds += clock() - started
             self.steps_played += 1
             length += 1
-            problem = _step_problem(result)
-            if problem is not None:
-                self.step_problem = f"step {index + 1}: {problem}"
+            where = f"step {index + 1}"
+            try:
+                transitions = api.transitions(result)
+            except _Malformed as problem:
+                self.step_problem = f"{where}: {problem}"
                 return
-            self.last = result[0]
-            if not self._observe(result[0], space, f"step {index + 1}"):
+            self.last = {agent: t.observation for agent, t in transitions.items()}
+            if not self._observe_agents(self.last, where):
                 return
-            if not (result[2] or result[3]):
-                self._note_mask(env.action_space, result[0], f"step {index + 1}")
-            if result[2] or result[3]:
+            for agent, transition in transitions.items():
+                if not (transition.terminated or transition.truncated):
+                    self._note_mask(agent, transition.observation, where)
+            if not api.agents:
                 self.episode_lengths.append(length)
                 length = 0
-                if index + 1 < steps and not self._reset(env, None, space):
+                if index + 1 < steps and not self._reset(None):
                     return
 
-    def _reset(self, env: Any, seed: int | None, space: Any) -> bool:
+    def _reset(self, seed: int | None) -> bool:
         try:
-            result = env.reset(seed=seed)
+            observations = self.api.reset(seed)
+        except _Malformed as problem:
+            self.step_problem = str(problem)
+            return False
         except Exception as error:  # the user's reset: report it
             self.step_problem = f"reset raised {_describe(error)}"
             self.raised = True
             return False
-        problem = _reset_problem(result)
-        if problem is not None:
-            self.step_problem = problem
-            return False
-        self.last = result[0]
-        self._note_mask(env.action_space, result[0], "reset")
-        return self._observe(result[0], space, "reset")
+        self.last = observations
+        for agent, observation in observations.items():
+            if self.api.group(agent) is not None:
+                self._note_mask(agent, observation, "reset")
+        return self._observe_agents(observations, "reset")
 
-    def _note_mask(self, action_space: Any, observation: Any, where: str) -> None:
+    def _note_mask(self, agent: Any, observation: Any, where: str) -> None:
         """Records the first observation an episode goes on from with no legal action."""
-        if self.masked_out is None and _no_legal_action(action_space, observation):
-            self.masked_out = f"{where}: the action_mask allows no action and the episode goes on"
+        if self.masked_out is None and _no_legal_action(self.api.action_space(agent), observation):
+            self.masked_out = (
+                f"{self.api.where(where, agent)}: the action_mask allows no action and the "
+                "episode goes on"
+            )
+
+    def _observe_agents(self, observations: dict[Any, Any], where: str) -> bool:
+        """Records each agent's observation; False (stop) at an unknown agent or a non-finite
+        observation."""
+        for agent, observation in observations.items():
+            group = self.api.group(agent)
+            if group is None:
+                self.step_problem = f"{where}: agent '{agent}' is not in possible_agents"
+                return False
+            space = self.api.observation_space(agent)
+            if not self._observe(observation, space, self.api.where(where, agent), group):
+                return False
+        return True
 
     def _observe(self, observation: Any, space: Any, where: str, group: str = "") -> bool:
         """Records an observation; False (stop) when it is not finite."""
@@ -651,12 +947,12 @@ class _Rollout:
                 "step",
                 CheckStatus.FAIL,
                 self.step_problem,
-                fix=self.fix_raised if self.raised else self.fix_returned,
+                fix=self.fix_raised if self.raised else self.api.fix_returned,
             )
         return CheckResult(
             "step",
             CheckStatus.PASS,
-            f"{self.steps_played} steps returned {self.returned}",
+            f"{self.steps_played} steps returned {self.api.returned}",
         )
 
     def observations_check(self) -> CheckResult:
@@ -771,325 +1067,65 @@ def _equal(first: Any, second: Any) -> bool:
 
 
 def _replay(
-    env: Any, seed: int, planned: list[Any] | None
-) -> tuple[Any, list[tuple[Any, Any]], list[Any]]:
-    """Resets with ``seed`` and steps ``planned`` actions (or up to SEEDING_STEPS random legal
-    ones): the first observation, each step's (observation, reward), the actions taken."""
-    observation, _ = env.reset(seed=seed)
-    last, taken, trace = observation, [], []
-    for index in range(SEEDING_STEPS if planned is None else len(planned)):
-        action = _sample(env.action_space, last) if planned is None else planned[index]
-        taken.append(action)
-        last, reward, terminated, truncated, _ = env.step(action)
-        trace.append((last, reward))
-        if terminated or truncated:
+    api: _Api, seed: int, plan: list[dict[Any, Any]]
+) -> tuple[dict[Any, Any], list[dict[Any, _Transition]]]:
+    """Resets with ``seed`` and steps the joint actions in ``plan`` or, while it is empty, up to
+    SEEDING_STEPS random legal ones drawn into it: the first observations and each step's
+    transitions."""
+    observations = api.reset(seed)
+    start, trace, drawing = observations, [], not plan
+    for index in range(SEEDING_STEPS if drawing else len(plan)):
+        if not api.agents:
             break
-    return observation, trace, taken
+        if drawing:
+            plan.append(api.sample(observations))
+        transitions = api.transitions(api.step(api.replayed(plan[index])))
+        trace.append(transitions)
+        observations = {agent: t.observation for agent, t in transitions.items()}
+    return start, trace
 
 
-def _seeding_check(env: Any, seed: int) -> CheckResult:
+def _seeding_check(api: _Api, seed: int) -> CheckResult:
     """Two resets with one seed give equal observations; the same actions, equal rewards."""
-    fix = (
-        "pass reset's seed to super().reset(seed=seed) and draw all randomness from self.np_random"
-    )
-    env.action_space.seed(seed)
-    try:
-        with _quiet_warnings():
-            first_start, first, actions = _replay(env, seed, None)
-            second_start, second, _ = _replay(env, seed, actions)
-    except Exception as error:  # the user's reset or step
-        return CheckResult("seeding", CheckStatus.FAIL, _describe(error), fix=fix)
-    if not _equal(first_start, second_start):
-        return CheckResult(
-            "seeding",
-            CheckStatus.FAIL,
-            f"two resets with seed {seed} gave different observations",
-            fix=fix,
-        )
-    for index, ((obs_a, reward_a), (obs_b, reward_b)) in enumerate(
-        zip(first, second, strict=False)
-    ):
-        if not _equal(reward_a, reward_b):
-            return CheckResult(
-                "seeding",
-                CheckStatus.FAIL,
-                f"the same seed and actions gave rewards {reward_a!r} and {reward_b!r} at step "
-                f"{index + 1}",
-                fix=fix,
-            )
-        if not _equal(obs_a, obs_b):
-            return CheckResult(
-                "seeding",
-                CheckStatus.FAIL,
-                f"the same seed and actions gave different observations at step {index + 1}",
-                fix=fix,
-            )
-    if len(first) != len(second):
-        return CheckResult(
-            "seeding",
-            CheckStatus.FAIL,
-            f"the same seed and actions ended the episode after {len(first)} and "
-            f"{len(second)} steps",
-            fix=fix,
-        )
-    return CheckResult(
-        "seeding",
-        CheckStatus.PASS,
-        f"reset(seed={seed}) and {len(first)} equal actions replay the same observations and "
-        "rewards",
-    )
-
-
-# --- PettingZoo parallel environments -----------------------------------------------------------
-
-
-def _parallel_checks(
-    make: Callable[[], Any],
-    env: Any,
-    *,
-    steps: int,
-    seed: int,
-    normalize_observations: bool,
-    slow_step_seconds: float,
-) -> list[CheckResult]:
-    """PettingZoo's own test, then emote's checks per agent group (agents of identical spaces)."""
-    from emote_core.env.multi_agent import agent_groups
-
-    checks = [_pettingzoo_api(make, steps)]
-    try:
-        groups = agent_groups(env)
-    except EmoteError as error:
-        checks.append(
-            CheckResult(
-                "spaces",
-                CheckStatus.FAIL,
-                _describe(error),
-                fix="list every agent in possible_agents, with observation_space(agent) and "
-                "action_space(agent)",
-            )
-        )
-        return checks
-    checks.append(_group_spaces_check(groups))
-    group_of = {agent: group.name for group in groups for agent in group.agents}
-    rollout = _ParallelRollout.play(env, steps=steps, seed=seed, group_of=group_of)
-    return checks + _rollout_checks(
-        rollout,
-        lambda: _parallel_seeding_check(env, seed),
-        normalize_observations,
-        slow_step_seconds,
-    )
-
-
-def _group_spaces_check(groups: list[Any]) -> CheckResult:
-    """Every agent group's spaces are ones emote takes."""
-    described = []
-    for group in groups:
-        problem = _spaces_problem(group.observation_space, group.action_space)
-        if problem is not None:
-            return CheckResult(
-                "spaces", CheckStatus.FAIL, f"group '{group.name}': {problem[0]}", fix=problem[1]
-            )
-        count = len(group.agents)
-        described.append(
-            f"group '{group.name}' ({count} agent{'s' if count > 1 else ''}): observations "
-            f"{_space_text(group.observation_space)}, actions {_space_text(group.action_space)}"
-        )
-    return CheckResult("spaces", CheckStatus.PASS, "; ".join(described))
-
-
-def _parallel_step_problem(result: Any) -> str | None:
-    """What is wrong with a Parallel ``step`` result: five dicts keyed by agent."""
-    if not isinstance(result, tuple):
-        return f"step returned a {type(result).__name__}, not a tuple of 5 dicts"
-    if len(result) != 5:
-        return f"step returned {len(result)} values; PettingZoo's Parallel API returns 5 dicts"
-    names = ("observations", "rewards", "terminations", "truncations", "infos")
-    for name, value in zip(names, result, strict=True):
-        if not isinstance(value, dict):
-            return f"{name} is a {type(value).__name__}, not a dict keyed by agent"
-    for agent, reward in result[1].items():
-        if isinstance(reward, np.ndarray) and reward.size == 1:
-            reward = reward.item()
-        if isinstance(reward, bool) or not isinstance(reward, _REWARD_TYPES):
-            return f"agent '{agent}''s reward is a {type(reward).__name__}, not a number"
-    return None
-
-
-class _ParallelRollout(_Rollout):
-    """A random-action rollout of a PettingZoo ParallelEnv, statistics kept per agent group."""
-
-    returned: ClassVar[str] = "dicts of observations, rewards, terminations, truncations, infos"
-    fix_returned: ClassVar[str] = (
-        "return (observations, infos) from reset and (observations, rewards, terminations, "
-        "truncations, infos) from step, dicts keyed by agent"
-    )
-
-    group_of: dict[str, str]
-
-    @classmethod
-    def play(  # type: ignore[override]
-        cls, env: Any, *, steps: int, seed: int, group_of: dict[str, str]
-    ) -> _ParallelRollout:
-        rollout = cls()
-        rollout.group_of = group_of
-        with _quiet_warnings():
-            rollout._play(env, steps, seed)
-        return rollout
-
-    def _play(self, env: Any, steps: int, seed: int) -> None:
-        if not self._reset(env, seed, None):
-            return
-        for offset, agent in enumerate(self.group_of):
-            env.action_space(agent).seed(seed + offset)
-        length = 0
-        clock = time.perf_counter
-        for index in range(steps):
-            actions = {
-                agent: _sample(env.action_space(agent), self.last.get(agent))
-                for agent in env.agents
-            }
-            started = clock()
-            try:
-                result = env.step(actions)
-            except Exception as error:  # the user's step: report it
-                self.step_problem = f"step {index + 1} raised {_describe(error)}"
-                self.raised = True
-                return
-            self.step_seconds += clock() - started
-            self.steps_played += 1
-            length += 1
-            problem = _parallel_step_problem(result)
-            if problem is not None:
-                self.step_problem = f"step {index + 1}: {problem}"
-                return
-            self.last = result[0]
-            if not self._observe_agents(env, result[0], f"step {index + 1}"):
-                return
-            for agent, observation in result[0].items():
-                if not (result[2].get(agent) or result[3].get(agent)):
-                    where = f"step {index + 1}, agent '{agent}'"
-                    self._note_mask(env.action_space(agent), observation, where)
-            if not env.agents:
-                self.episode_lengths.append(length)
-                length = 0
-                if index + 1 < steps and not self._reset(env, None, None):
-                    return
-
-    def _reset(self, env: Any, seed: int | None, space: Any) -> bool:
-        try:
-            result = env.reset(seed=seed)
-        except Exception as error:  # the user's reset: report it
-            self.step_problem = f"reset raised {_describe(error)}"
-            self.raised = True
-            return False
-        if not isinstance(result, tuple) or len(result) != 2 or not isinstance(result[0], dict):
-            self.step_problem = "reset must return (observations, infos), two dicts keyed by agent"
-            return False
-        self.last = result[0]
-        for agent, observation in result[0].items():
-            if agent in self.group_of:
-                self._note_mask(env.action_space(agent), observation, f"reset, agent '{agent}'")
-        return self._observe_agents(env, result[0], "reset")
-
-    def _observe_agents(self, env: Any, observations: dict[Any, Any], where: str) -> bool:
-        for agent, observation in observations.items():
-            group = self.group_of.get(agent)
-            if group is None:
-                self.step_problem = f"{where}: agent '{agent}' is not in possible_agents"
-                return False
-            space = env.observation_space(agent)
-            if not self._observe(observation, space, f"{where}, agent '{agent}'", group):
-                return False
-        return True
-
-
-def _parallel_seeding_check(env: Any, seed: int) -> CheckResult:
-    """Two resets with one seed give equal observations; the same actions, equal rewards."""
-    fix = "seed every random draw of reset and step from reset's seed"
-    for offset, agent in enumerate(getattr(env, "possible_agents", ())):
-        env.action_space(agent).seed(seed + offset)
+    api.seed_actions(seed)
     plan: list[dict[Any, Any]] = []
-
-    def replay() -> tuple[Any, list[Any]]:
-        """The first run draws random legal actions into ``plan``; the second replays them."""
-        observations, _ = env.reset(seed=seed)
-        drawing, last, trace = not plan, observations, []
-        for index in range(SEEDING_STEPS if drawing else len(plan)):
-            if not env.agents:
-                break
-            if drawing:
-                plan.append({a: _sample(env.action_space(a), last.get(a)) for a in env.agents})
-            step = env.step(
-                {agent: plan[index][agent] for agent in env.agents if agent in plan[index]}
-            )
-            last = step[0]
-            trace.append((step[0], step[1]))
-        return observations, trace
-
     try:
         with _quiet_warnings():
-            first_start, first = replay()
-            second_start, second = replay()
+            first_start, first = _replay(api, seed, plan)
+            second_start, second = _replay(api, seed, plan)
     except Exception as error:  # the user's reset or step
-        return CheckResult("seeding", CheckStatus.FAIL, _describe(error), fix=fix)
-    if not _equal(first_start, second_start):
-        return CheckResult(
-            "seeding",
-            CheckStatus.FAIL,
-            f"two resets with seed {seed} gave different observations",
-            fix=fix,
-        )
-    for index, ((obs_a, rewards_a), (obs_b, rewards_b)) in enumerate(
-        zip(first, second, strict=False)
-    ):
-        if not (_equal(rewards_a, rewards_b) and _equal(obs_a, obs_b)):
-            return CheckResult(
-                "seeding",
-                CheckStatus.FAIL,
-                f"the same seed and actions gave different rewards or observations at step "
-                f"{index + 1}",
-                fix=fix,
-            )
+        return CheckResult("seeding", CheckStatus.FAIL, _describe(error), fix=api.fix_seeding)
+    problem = _replay_difference(api, (first_start, first), (second_start, second), seed)
+    if problem is not None:
+        return CheckResult("seeding", CheckStatus.FAIL, problem, fix=api.fix_seeding)
     return CheckResult(
         "seeding",
         CheckStatus.PASS,
-        f"reset(seed={seed}) and {len(first)} equal joint actions replay the same observations "
-        "and rewards",
+        f"reset(seed={seed}) and {len(first)} equal {api.actions_text} replay the same "
+        "observations and rewards",
     )
 
 
-def _pettingzoo_api(make: Callable[[], Any], steps: int) -> CheckResult:
-    """PettingZoo's ``parallel_api_test`` on a fresh instance (its asserts: a failure)."""
-    from pettingzoo.test import parallel_api_test
-
-    messages: list[str] = []
-    instance = None
-    try:
-        # The test prints its verdict; stdout belongs to the caller (``--json``).
-        with _quiet_warnings(messages), contextlib.redirect_stdout(io.StringIO()):
-            instance = make()
-            parallel_api_test(instance, num_cycles=min(steps, 1_000))
-    except Exception as error:  # what the test found
-        detail = _describe(error)
-        if isinstance(error, AssertionError):  # its message's first line, then the assert
-            detail = (str(error).strip().splitlines() or ["AssertionError"])[0]
-            frames = traceback.extract_tb(error.__traceback__)
-            line = (frames[-1].line or "").strip() if frames else ""
-            detail = f"{detail} ({line})" if line else detail
-        return CheckResult(
-            "pettingzoo_api",
-            CheckStatus.FAIL,
-            detail,
-            fix="follow PettingZoo's Parallel API (pettingzoo.farama.org/api/parallel)",
-        )
-    finally:
-        if instance is not None:
-            _close(instance)
-    if messages:
-        return CheckResult(
-            "pettingzoo_api",
-            CheckStatus.WARN,
-            f"{len(messages)} warning{'s' if len(messages) > 1 else ''}: {'; '.join(messages)}",
-            fix="follow each of PettingZoo's warnings",
-        )
-    return CheckResult("pettingzoo_api", CheckStatus.PASS, "parallel_api_test found nothing")
+def _replay_difference(
+    api: _Api,
+    first: tuple[dict[Any, Any], list[dict[Any, _Transition]]],
+    second: tuple[dict[Any, Any], list[dict[Any, _Transition]]],
+    seed: int,
+) -> str | None:
+    """The first way two replays of one seed and plan differ, or ``None``."""
+    if not _equal(first[0], second[0]):
+        return f"two resets with seed {seed} gave different observations"
+    same = f"the same seed and {api.actions_text}"
+    for index, (step_a, step_b) in enumerate(zip(first[1], second[1], strict=False)):
+        if set(step_a) != set(step_b):
+            return f"{same} gave different observations at step {index + 1}"
+        for agent, a in step_a.items():
+            b = step_b[agent]
+            where = api.where(f"step {index + 1}", agent)
+            if not _equal(a.reward, b.reward):
+                return f"{same} gave rewards {a.reward!r} and {b.reward!r} at {where}"
+            if not _equal(a.observation, b.observation):
+                return f"{same} gave different observations at {where}"
+    if len(first[1]) != len(second[1]):
+        return f"{same} ended the episode after {len(first[1])} and {len(second[1])} steps"
+    return None
