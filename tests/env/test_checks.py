@@ -384,3 +384,23 @@ def test_an_action_mask_that_allows_nothing_while_the_episode_goes_on_fails() ->
         "step 2: the action_mask allows no action and the episode goes on"
     )
     assert "at least one action legal" in observations.fix
+
+
+def test_a_parallel_env_whose_rewards_ignore_the_seed_fails_naming_the_agent() -> None:
+    class UnseededGrid(Grid):
+        """Rewards drawn from a generator that reset's seed never reaches."""
+
+        action = spaces.Discrete(3)
+
+        def step(self, actions: dict) -> tuple:
+            observations, rewards, *rest = super().step(actions)
+            drawn = np.random.default_rng().uniform(size=len(rewards))
+            return (observations, dict(zip(rewards, drawn.tolist(), strict=True)), *rest)
+
+    report = check_environment(UnseededGrid, env="grid", steps=20, seed=3)
+    seeding = result(report, "seeding")
+    assert seeding.status is CheckStatus.FAIL
+    assert seeding.detail.startswith("the same seed and joint actions gave rewards ")
+    assert seeding.detail.endswith(" at step 1, agent 'walker_0'")
+    assert seeding.fix == "seed every random draw of reset and step from reset's seed"
+    assert statuses(report)["step"] is CheckStatus.PASS and not report.passed
