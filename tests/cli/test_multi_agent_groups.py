@@ -248,3 +248,44 @@ def test_a_refused_run_takes_the_runs_folder_it_made_with_it(
         assert "NaN" in failed.output
     assert not (in_tmp / "runs").exists()  # made by the command, empty again: gone
     assert (in_tmp / "kept").is_dir() and not list((in_tmp / "kept").iterdir())
+
+
+def test_a_group_trains_exactly_as_one_shared_policy_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """simple_spread's one group, trained through the path of several groups, ends with the
+    very weights the one-policy path gives: each group's parts are built as for one policy."""
+    import emote_core.assembly.training as training
+    from emote_core.recipes import load_recipe
+    from emote_core.runs import prepare_run
+
+    recipe = load_recipe(
+        "dqn_simple_spread",
+        ["memory.batch_size=8", "memory.warmup_steps=60", "dqn.hidden_dims=[8, 8]",
+         "eval.episodes=1", "memory.store_episodes=false"],
+    )  # fmt: skip
+
+    def trained(name: str) -> dict[str, torch.Tensor]:
+        run = prepare_run(tmp_path / name, recipe=recipe, command=["test"])
+        torch.manual_seed(recipe.seed)
+        setup = training.build_training(
+            recipe, run=run, device=torch.device("cpu"), bp_steps=30, terminal_log=False
+        )
+        try:
+            setup.trainer.train()
+        finally:
+            setup.env.close()
+        networks = setup.networks
+        acting = networks["agent"].acting if isinstance(networks, dict) else networks.acting
+        return acting.state_dict()
+
+    shared = trained("one_policy")
+    monkeypatch.setattr(
+        training, "group_spaces", lambda env: {g.name: env.group_spaces(g.name) for g in env.groups}
+    )
+    grouped = trained("groups")
+    assert shared.keys() == grouped.keys()
+    for key, value in shared.items():
+        assert torch.equal(value, grouped[key]), key
+    saved = _checkpoint(tmp_path / "groups/checkpoints/checkpoint_30.tar")["callbacks"]
+    assert {"agent/q", "agent/q_target"} <= set(saved) and "q" not in saved
