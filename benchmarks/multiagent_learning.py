@@ -4,7 +4,10 @@ Trains ``RECIPE`` (default ``sac_simple_spread``: mpe2's simple_spread, 3 agents
 policy) for ``--steps`` updates with ``emote train``, evaluates the run with ``emote eval`` over
 ``--episodes`` env episodes (deterministic), and evaluates a uniformly random policy on the same
 env and seeds. Prints, per policy, the mean team return (all agents' returns of an env episode
-summed) with its standard deviation, and the mean return per agent.
+summed) with its standard deviation, and the mean return per agent. For an env of several agent
+groups (``sac_simple_adversary``: one policy per group, competing) also each group's return per
+agent with every group random, with that group's trained policy against random others, and with
+every group trained.
 
 Run: ``python benchmarks/multiagent_learning.py [--recipe sac_simple_spread] [--steps 5000]``.
 """
@@ -20,9 +23,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
-from emote_core.assembly.builders import make_env
+from emote_core.assembly.builders import load_trained_agent, make_env
 from emote_core.assembly.evaluation import evaluate
+from emote_core.env.multi_agent import GroupAgents, random_group_agents, several_groups
 from emote_core.proxies import RandomAgentProxy
 from emote_core.recipes import load_recipe
 
@@ -54,7 +59,10 @@ def main() -> None:
     args = parser.parse_args()
     recipe = load_recipe(args.recipe)
     env = make_env(recipe, num_envs=1)
-    random_agent = RandomAgentProxy(action_space=env.single_action_space, seed=args.seed)
+    if several_groups(env):  # one random agent per group of agents alike
+        random_agent = random_group_agents(env, args.seed)
+    else:
+        random_agent = RandomAgentProxy(action_space=env.single_action_space, seed=args.seed)
     env.close()
     random = evaluate(random_agent, recipe, episodes=args.episodes, seed=args.seed)
     with tempfile.TemporaryDirectory() as folder:
@@ -63,10 +71,28 @@ def main() -> None:
         trained = emote("train", args.recipe, "--steps", str(args.steps), "--run-dir", run)
         seconds = time.perf_counter() - started
         report = emote("eval", run, "--episodes", str(args.episodes), "--seed", str(args.seed))
+        against_random = {}
+        if isinstance(random_agent, GroupAgents):  # each group trained, the others random
+            _, _, trained_agents, _, _ = load_trained_agent(Path(run), device=torch.device("cpu"))
+            for name in trained_agents.agents:
+                mixed = dict(random_agent.agents, **{name: trained_agents.agents[name]})
+                alone = evaluate(
+                    GroupAgents(random_agent.env, mixed), recipe, episodes=args.episodes,
+                    seed=args.seed,
+                )  # fmt: skip
+                against_random[name] = alone["groups"][name]["mean_return"]
     print(f"{args.recipe}: {args.steps} updates in {seconds:.0f} s ({trained['device']})")
     print(f"{'policy':<22} {'team return (mean ± std)':>26} {'per agent':>10}")
     print(line("random", random))
     print(line(f"{args.recipe} {args.steps}", report))
+    if against_random:  # one policy per group: each group's return per agent
+        print(f"{'return per agent':<22} {'all random':>10} {'vs random':>10} {'all trained':>12}")
+        for name, group in report["groups"].items():
+            before = random["groups"][name]["mean_return"]
+            print(
+                f"{name:<22} {before:>10.2f} {against_random[name]:>10.2f} "
+                f"{group['mean_return']:>12.2f}"
+            )
 
 
 if __name__ == "__main__":
