@@ -53,6 +53,14 @@ def test_sac_trains_one_policy_per_group_then_eval_export_and_collect(
     for group in GROUPS:  # every group's losses and memory, under the group's name
         assert {f"{group}/policy", f"{group}/q1", f"{group}/alpha"} <= names
     assert "gym_collector" in names and "policy" not in names
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logs = EventAccumulator(str(in_tmp / "runs/adv/tensorboard"))
+    logs.Reload()
+    tags = set(logs.Tags()["scalars"])
+    for group in GROUPS:  # each group's losses and targets under its own name
+        assert {f"loss_bp_step/{group}/q1", f"training_bp_step/{group}/q_target"} <= tags
+    assert "training_bp_step/q_target" not in tags
 
     evaluated = runner.invoke(app, ["eval", "runs/adv", "--episodes", "2", "--json"])
     assert evaluated.exit_code == 0, evaluated.output

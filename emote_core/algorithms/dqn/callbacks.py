@@ -142,7 +142,7 @@ class QTarget(LoggingMixin, Callback):
             if allowed is not None:  # no allowed action: no future value
                 bootstrap = bootstrap * allowed.any(dim=-1, keepdim=True)
             q_target = self.n_step(rewards, masks if self.use_masks else None, bootstrap)
-        self.log_scalar("training/q_target", q_target.mean())
+        self.log_scalar(f"training/{self.name}", q_target.mean())  # "q_target" unless renamed
         return {self.data_group: {"q_target": q_target}}
 
     def _allowed(

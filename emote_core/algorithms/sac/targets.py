@@ -225,7 +225,7 @@ class QTarget(LoggingMixin, Callback):
             q_next = self.target.minimum(observation, actions)
             soft_value = q_next - self.ln_alpha.exp() * log_probs
             q_target = self.n_step(rewards, masks if self.use_masks else None, soft_value)
-        self.log_scalar("training/q_target", q_target.mean())
+        self.log_scalar(f"training/{self.name}", q_target.mean())  # "q_target" unless renamed
         return {self.data_group: {"q_target": q_target}}
 
     def end_batch(self) -> None:
