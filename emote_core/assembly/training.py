@@ -39,6 +39,7 @@ from emote_core.errors import ConfigurationError, FormatError
 from emote_core.recipes.loading import recipe_to_toml
 from emote_core.recipes.schema import MemoryConfig, Recipe, SamplerKind
 from emote_core.runs import RunDirectory
+from emote_core.spaces import MDPSpace
 from emote_core.trainer import Trainer
 from emote_core.utils.distributed import DistributedContext, rank_seed
 from emote_core.utils.memory_budget import check_memory_fits
@@ -124,13 +125,7 @@ def build_training(
     from emote_core.callbacks.distributed import DataParallel
     from emote_core.callbacks.evaluation import Evaluator
     from emote_core.callbacks.generic import BackPropStepsTerminator
-    from emote_core.memory import (
-        DictObsMemoryTable,
-        DictObsNStepMemoryTable,
-        JointMemoryLoader,
-        MemoryLoader,
-    )
-    from emote_core.memory.priorities import PriorityUpdater
+    from emote_core.memory import JointMemoryLoader
     from emote_core.onnx.exporter import OnnxExporter
     from emote_core.stores.memory_checkpoint import ReplayMemoryCheckpoint
     from emote_core.stores.zarr_store import MemoryStore
@@ -154,9 +149,6 @@ def build_training(
     env_action_space = env.env_action_space  # the env's own bounds, for ONNX metadata
     opened = [MemoryStore(store) for store in stores]
     check_store_use(opened, spaces, recipe, use=StoreUse.TRAIN)
-    table_class = (
-        DictObsNStepMemoryTable if recipe.memory.rollout_length > 1 else DictObsMemoryTable
-    )
     total = bp_steps if bp_steps is not None else recipe.training.bp_steps
     family, _ = plugins(recipe)
     table_spaces = family.table_spaces(recipe.config, spaces)  # GenRL's: latent actions
@@ -165,15 +157,8 @@ def build_training(
             f"'{recipe.algorithm}' stores other actions than the environment's in its memory, so "
             "it trains on what it collects itself; leave out --memory"
         )
-    table = table_class(
-        spaces=table_spaces, maxlen=recipe.memory.maxlen, device=device, seed=recipe.seed,
-        sampler=_sampler(recipe.memory, total),
-    )  # fmt: skip
-    loader = MemoryLoader(
-        table=table, rollout_count=recipe.memory.batch_size,
-        rollout_length=recipe.memory.rollout_length,
-        batches_per_sample=recipe.memory.batches_per_sample,
-    )  # fmt: skip
+    loader = _replay_loader(recipe, table_spaces, device, total)
+    table = loader.table
     follower = None
     if follow:
         from emote_core.stores.follow import StoreFollower
@@ -199,12 +184,7 @@ def build_training(
     check_networks_fit(recipe, spaces, device)
     networks = make_networks(recipe, spaces, device)
     parts = training_parts(recipe, networks, build_context(recipe, spaces, device, table=table))
-    if table.prioritized and not any(isinstance(c, PriorityUpdater) for c in parts.callbacks):
-        raise ConfigurationError(
-            f'memory.sampler = "prioritized" needs the algorithm to feed its TD errors back, '
-            f"and '{recipe.algorithm}' adds no PriorityUpdater to its training callbacks; set "
-            'memory.sampler = "uniform" (or wire its losses with emote_core.memory.priorities)'
-        )
+    _check_priorities(recipe, table, parts)
     callbacks: list[Callback] = [*parts.callbacks, memory, *source_memories]
     checkpointed: list[Callback] = [*parts.callbacks, memory, *source_memories]
     normalization = _input_normalization(recipe, networks, device)
@@ -323,13 +303,7 @@ def _build_group_training(
         describe_groups,
         random_group_agents,
     )
-    from emote_core.memory import (
-        DictObsMemoryTable,
-        DictObsNStepMemoryTable,
-        JointMemoryLoader,
-        MemoryLoader,
-    )
-    from emote_core.memory.priorities import PriorityUpdater
+    from emote_core.memory import JointMemoryLoader
     from emote_core.memory.proxy import MemoryTableProxy
     from emote_core.onnx.exporter import OnnxExporter
 
@@ -352,9 +326,6 @@ def _build_group_training(
             "a run of several agent groups keeps no memory export, so its replay memories cannot "
             "come back: the resumed run starts each group's memory empty and collects again"
         )
-    table_class = (
-        DictObsNStepMemoryTable if recipe.memory.rollout_length > 1 else DictObsMemoryTable
-    )
     total = bp_steps if bp_steps is not None else recipe.training.bp_steps
     family, _ = plugins(recipe)
     loaders, agents, memories = [], {}, {}
@@ -365,28 +336,12 @@ def _build_group_training(
     for group, spaces in groups.items():
         prefix = group_prefix(group)
         table_spaces = family.table_spaces(recipe.config, spaces)
-        table = table_class(
-            spaces=table_spaces, maxlen=recipe.memory.maxlen, device=device, seed=recipe.seed,
-            sampler=_sampler(recipe.memory, total),
-        )  # fmt: skip
-        loaders.append(
-            MemoryLoader(
-                table=table,
-                rollout_count=recipe.memory.batch_size,
-                rollout_length=recipe.memory.rollout_length,
-                batches_per_sample=recipe.memory.batches_per_sample,
-                data_group=group,
-            )
-        )
+        loaders.append(_replay_loader(recipe, table_spaces, device, total, data_group=group))
+        table = loaders[-1].table
         check_networks_fit(recipe, spaces, device)
         networks = networks_of[group] = make_networks(recipe, spaces, device)
         parts = training_parts(recipe, networks, build_context(recipe, spaces, device, table=table))
-        if table.prioritized and not any(isinstance(c, PriorityUpdater) for c in parts.callbacks):
-            raise ConfigurationError(
-                f'memory.sampler = "prioritized" needs the algorithm to feed its TD errors back, '
-                f"and '{recipe.algorithm}' adds no PriorityUpdater; set memory.sampler = "
-                '"uniform"'
-            )
+        _check_priorities(recipe, table, parts)
         own = list(parts.callbacks)
         memory: Any = MemoryTableProxy(table, name=group)
         normalization = _input_normalization(recipe, networks, device)
@@ -669,6 +624,42 @@ def _source_loaders(
         memories.append(memory)
         loaders.append(group_loader)
     return memories, loaders
+
+
+def _replay_loader(
+    recipe: Recipe,
+    spaces: MDPSpace,
+    device: torch.device,
+    updates: int,
+    *,
+    data_group: str = "default",
+) -> Any:
+    """An empty replay table for ``spaces`` (n-step windows when ``memory.rollout_length`` > 1)
+    and the loader that samples the recipe's batches from it into ``data_group``."""
+    from emote_core.memory import DictObsMemoryTable, DictObsNStepMemoryTable, MemoryLoader
+
+    memory = recipe.memory
+    table_class = DictObsNStepMemoryTable if memory.rollout_length > 1 else DictObsMemoryTable
+    table = table_class(
+        spaces=spaces, maxlen=memory.maxlen, device=device, seed=recipe.seed,
+        sampler=_sampler(memory, updates),
+    )  # fmt: skip
+    return MemoryLoader(
+        table=table, rollout_count=memory.batch_size, rollout_length=memory.rollout_length,
+        batches_per_sample=memory.batches_per_sample, data_group=data_group,
+    )  # fmt: skip
+
+
+def _check_priorities(recipe: Recipe, table: Any, parts: TrainingParts) -> None:
+    """Refuses prioritized sampling for an algorithm that feeds no TD errors back."""
+    from emote_core.memory.priorities import PriorityUpdater
+
+    if table.prioritized and not any(isinstance(c, PriorityUpdater) for c in parts.callbacks):
+        raise ConfigurationError(
+            f'memory.sampler = "prioritized" needs the algorithm to feed its TD errors back, '
+            f"and '{recipe.algorithm}' adds no PriorityUpdater to its training callbacks; set "
+            'memory.sampler = "uniform" (or wire its losses with emote_core.memory.priorities)'
+        )
 
 
 def _sampler(memory: MemoryConfig, updates: int) -> Any:
