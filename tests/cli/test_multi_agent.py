@@ -171,3 +171,40 @@ def test_eval_video_of_a_multi_agent_env_is_refused_in_one_line(
     assert len(lines) == 1
     assert lines[0].startswith("error: video_dir (--video) records the episodes of gymnasium")
     assert not (in_tmp / "videos").exists()
+
+
+KNIGHTS_ARCHERS_ZOMBIES = """algorithm = "dqn"
+seed = 0
+[env]
+entry_point = "pettingzoo.butterfly.knights_archers_zombies_v11:parallel_env"
+kwargs = { max_cycles = 400, max_zombies = 20, spawn_delay = 5, line_death = true }
+[memory]
+batch_size = 8
+warmup_steps = 50
+[dqn]
+hidden_dims = [16, 16]
+"""
+
+
+def test_agents_that_die_at_different_steps_of_a_real_game_end_their_own_episodes(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    """PettingZoo's Knights Archers Zombies: each knight and archer dies on its own step
+    (zombies crossing the line end them all later); every life is a TERMINAL episode of its
+    own length, and DQN trains and evaluates on the game."""
+    Path("kaz.toml").write_text(KNIGHTS_ARCHERS_ZOMBIES, encoding="utf-8")
+    collected = runner.invoke(app, ["collect", "kaz.toml", "--out", "k.zarr", "--episodes", "4"])
+    assert collected.exit_code == 0, collected.output
+    inspected = runner.invoke(app, ["memory", "inspect", "k.zarr", "--returns", "--json"])
+    report = json.loads(inspected.stdout)
+    assert report["episodes"] == 4 and report["returns"]["end_states"]["TERMINAL"] == 4
+    lengths = report["episode_length"]
+    assert lengths["min"] < lengths["max"]  # the four lives of one game ended apart
+    (group,) = report["agents"]["main"]["groups"]
+    assert group["agents"] == ["archer_0", "archer_1", "knight_0", "knight_1"]
+
+    trained = runner.invoke(app, ["train", "kaz.toml", "--steps", "3", "--run-dir", "r", *TINY])
+    assert trained.exit_code == 0, trained.output
+    evaluated = runner.invoke(app, ["eval", "r", "--episodes", "1", "--json"])
+    assert evaluated.exit_code == 0, evaluated.output
+    assert len(json.loads(evaluated.stdout)["groups"][group["name"]]["returns"]) == 4
