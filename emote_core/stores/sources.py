@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from emote_core.errors import FormatError
+from emote_core.stores.agents import AGENTS, record_agents, shard_agents
 from emote_core.stores.provenance import Provenance
 from emote_core.stores.stored import ENVIRONMENT, StoredTable
 from emote_core.stores.summary import REWARD_COLUMNS
@@ -195,7 +196,29 @@ def _read_zarr(location: str, options: ReadOptions) -> StoredTable:
     environment = _recorded_environment(store)
     if environment is not None:
         stored.metadata[ENVIRONMENT] = environment
+    agents = _recorded_agents(store)
+    if agents is not None:
+        stored.metadata[AGENTS] = agents
     return stored
+
+
+def _recorded_agents(store: Any) -> dict[str, Any] | None:
+    """The agents and groups of a store collected on a multi-agent env, when every shard records
+    the same (episode ids name their agent by that record, so a copy that keeps the ids keeps
+    the agents); ``None`` for single-agent stores, with a warning where the shards differ."""
+    import json
+
+    records = {
+        json.dumps(shard_agents(dict(shard.group.attrs)), sort_keys=True) for shard in store.shards
+    }
+    if len(records) > 1:
+        log.warning(
+            "store '%s' has shards of different agents (or multi-agent and single-agent ones); "
+            "the copy keeps no agent or group of its episodes",
+            store.url,
+        )
+        return None
+    return json.loads(records.pop()) if records else None
 
 
 def _recorded_environment(store: Any) -> dict[str, Any] | None:
@@ -252,6 +275,8 @@ def _write_zarr(stored: StoredTable, destination: str, options: WriteOptions) ->
     )
     written = 0
     with ShardWriter(destination, provenance=options.provenance) as writer:
+        if stored.metadata.get(AGENTS) is not None:  # read from a multi-agent emote store
+            record_agents(writer.group, stored.metadata[AGENTS])
         for batch in batches(stored.episodes, BATCH_BYTES):
             writer.append(batch)
             written += len(batch)

@@ -202,6 +202,10 @@ def test_agents_that_die_at_different_steps_of_a_real_game_end_their_own_episode
     assert lengths["min"] < lengths["max"]  # the four lives of one game ended apart
     (group,) = report["agents"]["main"]["groups"]
     assert group["agents"] == ["archer_0", "archer_1", "knight_0", "knight_1"]
+    # a copy keeps which agent and group each episode was
+    assert runner.invoke(app, ["memory", "convert", "k.zarr", "copy.zarr"]).exit_code == 0
+    copied = runner.invoke(app, ["memory", "inspect", "copy.zarr", "--json"])
+    assert json.loads(copied.stdout)["agents"] == report["agents"]
 
     trained = runner.invoke(app, ["train", "kaz.toml", "--steps", "3", "--run-dir", "r", *TINY])
     assert trained.exit_code == 0, trained.output
