@@ -168,7 +168,8 @@ def train(
     export, collect --policy and --resume find them again from any directory.
 
     A PettingZoo env whose agents have different spaces trains one policy per agent group (agents
-    of identical spaces share one), live only (no --memory).
+    of identical spaces share one); each --memory store (emote collect's OUT.<group>.zarr) goes to
+    the group it recorded, and --no-live needs a store for every group (no --follow).
 
     Under torchrun --nproc-per-node K -m emote_cli train ... the K processes train one run
     data-parallel: each samples its own batches (and collects its own experience when live),

@@ -221,7 +221,8 @@ def open_source_stores(recipe: Recipe, spaces: MDPSpace) -> list[Any]:
 def check_training_stores(recipe: Recipe, urls: Sequence[str | os.PathLike[str]]) -> None:
     """Checks ``emote train --memory`` stores, and the stores of the recipe's add-on data
     groups, against the recipe's environment before a run directory is written (the
-    environment is built, never stepped, and closed).
+    environment is built, never stepped, and closed). For a multi-agent env of several agent
+    groups each store is checked against its group (:func:`group_training_stores`).
 
     Raises:
         FormatError: If a ``--memory`` store cannot be opened.
@@ -235,17 +236,68 @@ def check_training_stores(recipe: Recipe, urls: Sequence[str | os.PathLike[str]]
     env = make_env(recipe, num_envs=1)
     env.close()
     if group_spaces(env):
-        from emote_core.env.multi_agent import describe_groups
-
-        raise ConfigurationError(
-            f"this multi-agent env has {len(env.groups)} agent groups with different spaces "
-            f"({describe_groups(env.groups)}), one policy each, which learn from live experience "
-            "only: leave out --memory (and add-ons' stores), or give every agent the same spaces "
-            "to train one policy from stores"
-        )
+        group_training_stores(stores, env, recipe)
+        return
     spaces = env.spaces
     check_store_use(stores, spaces, recipe, use=StoreUse.TRAIN)
     open_source_stores(recipe, spaces)
+
+
+def group_training_stores(stores: Sequence[Any], env: Any, recipe: Recipe) -> dict[str, list[Any]]:
+    """Sorts ``--memory`` stores to the agent groups of a multi-agent env with several groups.
+
+    A store goes to the one group whose episodes it holds, as its shards' ``agents`` record
+    says (``emote collect`` writes ``OUT.<group>.zarr`` per group), and must fit that group's
+    spaces.
+
+    Args:
+        stores: Open :class:`~emote_core.stores.zarr_store.MemoryStore` objects.
+        env: The env (a ``ParallelEnvWrapper`` of several agent groups).
+        recipe: The recipe.
+
+    Returns:
+        Group name -> its stores, in the order given (groups without a store are left out).
+
+    Raises:
+        ConfigurationError: One line naming the store and the env's groups, for a store without
+            the record, of no or several groups, of a group the env does not have, or that does
+            not fit its group's spaces.
+    """
+    from emote_core.env.multi_agent import describe_groups
+    from emote_core.stores.agents import store_agents
+
+    described = describe_groups(env.groups)
+    fix = "pass the OUT.<group>.zarr stores that emote collect writes for this env"
+    env_groups = {g.name: list(g.agents) for g in env.groups}
+    sorted_stores: dict[str, list[Any]] = {}
+    for store in stores:
+        where = f"store '{store.url}'"
+        records = store_agents(store) or {}
+        if not records or len(records) < len(store.shards):
+            raise ConfigurationError(
+                f"{where} records no agent group for its episodes, and this multi-agent env "
+                f"trains one policy per group ({described}); {fix}"
+            )
+        held: dict[str, list[str]] = {}
+        for record in records.values():
+            for group in record["groups"]:
+                if group["episodes"]:
+                    held.setdefault(group["name"], list(group["agents"]))
+        if len(held) != 1:
+            what = "no episodes" if not held else f"episodes of groups {', '.join(held)}"
+            raise ConfigurationError(
+                f"{where} holds {what}; each store trains one group's policy of this env "
+                f"({described}) — {fix}"
+            )
+        ((name, agents),) = held.items()
+        if env_groups.get(name) != agents:
+            raise ConfigurationError(
+                f"{where} holds the episodes of group '{name}' ({', '.join(agents)}), which this "
+                f"env does not have (its groups: {described}); {fix}"
+            )
+        check_store_fits(store, env.group_spaces(name), recipe, use=StoreUse.TRAIN)
+        sorted_stores.setdefault(name, []).append(store)
+    return sorted_stores
 
 
 def check_training_mode(recipe: Recipe, *, live: bool) -> None:
@@ -438,6 +490,7 @@ __all__ = [
     "check_store_use",
     "check_training_stores",
     "collect_agent",
+    "group_training_stores",
     "held_by_store",
     "onnx_collect_agent",
     "open_source_stores",

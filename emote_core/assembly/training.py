@@ -30,6 +30,7 @@ from emote_core.assembly.compatibility import (
     StoreUse,
     check_store_use,
     check_training_mode,
+    group_training_stores,
     open_source_stores,
 )
 from emote_core.assembly.monitoring import env_step_counter, monitoring_callbacks
@@ -140,7 +141,8 @@ def build_training(
             return _build_group_training(
                 recipe, several, env=env, run=run, device=device, live=live, stores=stores,
                 resume=resume, bp_steps=bp_steps, terminal_log=terminal_log, progress=progress,
-                follow=follow, distributed=distributed,
+                follow=follow, distributed=distributed, skip_damaged=skip_damaged,
+                allow_nonfinite=allow_nonfinite,
             )  # fmt: skip
         except BaseException:
             env.close()
@@ -283,6 +285,8 @@ def _build_group_training(
     progress: ProgressSink | None,
     follow: bool,
     distributed: DistributedContext | None,
+    skip_damaged: bool,
+    allow_nonfinite: bool,
 ) -> TrainingRun:
     """:func:`build_training` for a multi-agent env whose agents form several groups: each
     group gets the family's own networks, callbacks, replay table and collecting agent, built
@@ -290,9 +294,14 @@ def _build_group_training(
     group ``<group>``. One collector steps every agent, each group's agents acting with its
     agent and their episodes going to its table.
 
+    Each group's table starts from the ``stores`` of its group (:func:`group_training_stores`),
+    its live episodes go to the run's ``memory_export.<group>`` store, and its checkpoint
+    entry ``<group>/replay_memory`` references both, so a resume refills every table exactly.
+
     Raises:
-        ConfigurationError: For what such a run does not take: ``--memory`` stores,
-            ``--follow``, ``--no-live``, ``torchrun``, add-ons' data groups.
+        ConfigurationError: For a store of no group of the env, a group without a batch's
+            worth of stored transitions under ``--no-live``, and what such a run does not take:
+            ``--follow``, ``torchrun``, add-ons' data groups.
     """
     from emote_core.callbacks.checkpointing import CheckpointLoader
     from emote_core.callbacks.generic import BackPropStepsTerminator
@@ -301,17 +310,18 @@ def _build_group_training(
         GroupAgents,
         GroupMemories,
         describe_groups,
+        group_store,
         random_group_agents,
     )
     from emote_core.memory import JointMemoryLoader
     from emote_core.memory.proxy import MemoryTableProxy
     from emote_core.onnx.exporter import OnnxExporter
+    from emote_core.stores.memory_checkpoint import ReplayMemoryCheckpoint
+    from emote_core.stores.zarr_store import MemoryStore
 
     described = f"{len(groups)} agent groups ({describe_groups(env.groups)})"
     refused = [
-        (bool(stores), "--memory stores (give each group's policy its live experience)"),
-        (follow, "--follow"),
-        (not live, "--no-live (it collects its experience live)"),
+        (follow, "--follow (train from the stores as they are, or live)"),
         (distributed is not None, "torchrun"),
         (bool(data_sources(recipe)), "add-ons that train on data groups of their own"),
     ]
@@ -321,11 +331,7 @@ def _build_group_training(
                 f"this multi-agent env has {described}, one policy each; such a run does not "
                 f"take {what} — leave it out, or give every agent the same spaces"
             )
-    if resume:
-        log.warning(
-            "a run of several agent groups keeps no memory export, so its replay memories cannot "
-            "come back: the resumed run starts each group's memory empty and collects again"
-        )
+    stores_of = group_training_stores([MemoryStore(s) for s in stores], env, recipe)
     total = bp_steps if bp_steps is not None else recipe.training.bp_steps
     family, _ = plugins(recipe)
     loaders, agents, memories = [], {}, {}
@@ -338,15 +344,44 @@ def _build_group_training(
         table_spaces = family.table_spaces(recipe.config, spaces)
         loaders.append(_replay_loader(recipe, table_spaces, device, total, data_group=group))
         table = loaders[-1].table
+        opened = stores_of.get(group, [])
+        if opened and table_spaces is not spaces:  # its own actions, even where they look alike
+            raise ConfigurationError(
+                f"'{recipe.algorithm}' stores other actions than the environment's in its "
+                "memory, so it trains on what it collects itself; leave out --memory"
+            )
+        export_store = Path(group_store(str(run.memory_export), group))
+        replay = ReplayMemoryCheckpoint(
+            table=table, sources=[s.url for s in opened], skip_damaged=skip_damaged,
+            export_store=export_store, name=prefix + "replay_memory",
+        )  # fmt: skip
+        if not resume:  # a resumed run's memory is what its checkpoint recorded
+            replay.fill(opened)
+            if not allow_nonfinite:
+                _refuse_nonfinite(table, [s.url for s in opened])
+        if not live and not resume and not loaders[-1].is_ready():
+            raise ConfigurationError(
+                f"group '{group}' of this multi-agent env has {table.size()} stored transitions "
+                f"in {table.episode_count} episodes; a batch needs {recipe.memory.batch_size} "
+                f"windows of {recipe.memory.rollout_length} — pass a --memory store of group "
+                f"'{group}' that holds enough (emote collect writes OUT.{group}.zarr), or train "
+                "live"
+            )
         check_networks_fit(recipe, spaces, device)
         networks = networks_of[group] = make_networks(recipe, spaces, device)
         parts = training_parts(recipe, networks, build_context(recipe, spaces, device, table=table))
         _check_priorities(recipe, table, parts)
         own = list(parts.callbacks)
         memory: Any = MemoryTableProxy(table, name=group)
+        if live and recipe.memory.store_episodes:
+            memory = replay.exporter = _group_exporter(
+                recipe, memory, run, export_store, table_spaces, resume=resume
+            )
         normalization = _input_normalization(recipe, networks, device)
         if normalization is not None:
             own.append(normalization)
+            if not resume:  # the stores' observations, each once; a resume restores them
+                _record_table(normalization, table)
             memory = normalization_statistics(memory, normalization)
         if parts.memory_wrapper is not None:
             memory = parts.memory_wrapper(memory)
@@ -355,21 +390,26 @@ def _build_group_training(
             if callback.data_group == "default":
                 callback.data_group = group
         updates += parts.callbacks
-        callbacks += own
-        checkpointed += own
+        callbacks += [*own, replay]
+        checkpointed += [*own, replay]
         agents[group] = parts.agent
         memories[group] = memory
     loader = JointMemoryLoader(loaders)
-    collector_class = ThreadedGymCollector if recipe.training.threaded else GymCollector
-    collector = collector_class(
-        env=env, agent=GroupAgents(env, agents), memory=GroupMemories(env, memories),
-        warmup_steps=recipe.memory.warmup_steps,
-        inference_steps_per_batch=recipe.training.inference_steps_per_batch,
-        bp_steps_per_inference=recipe.training.bp_steps_per_inference,
-        seed=recipe.seed, warmup_agent=random_group_agents(env, recipe.seed), ready_check=loader,
-    )  # fmt: skip
-    callbacks.append(collector)
-    checkpointed.append(collector)
+    collector = None
+    if live:
+        collector_class = ThreadedGymCollector if recipe.training.threaded else GymCollector
+        collector = collector_class(
+            env=env, agent=GroupAgents(env, agents), memory=GroupMemories(env, memories),
+            warmup_steps=recipe.memory.warmup_steps,
+            inference_steps_per_batch=recipe.training.inference_steps_per_batch,
+            bp_steps_per_inference=recipe.training.bp_steps_per_inference,
+            seed=recipe.seed, warmup_agent=random_group_agents(env, recipe.seed),
+            ready_check=loader,
+        )  # fmt: skip
+        callbacks.append(collector)
+        checkpointed.append(collector)
+    else:  # evaluations make envs of their own; this one only tells agents' groups apart
+        env.close()
     loggables = [c for c in callbacks if hasattr(c, "scalar_logs")]
     if recipe.training.compile != "none":
         from emote_core.callbacks.compiled import compiled_training_callbacks
@@ -391,7 +431,7 @@ def _build_group_training(
         callbacks.append(CheckpointLoader(callbacks=checkpointed, run_dir=run.path))
     trainer = Trainer(callbacks, loader)
     return TrainingRun(
-        trainer, run, loaders[0].table, networks_of, env, collector, total,
+        trainer, run, loaders[0].table, networks_of, env if live else None, collector, total,
         stop=trainer.shutdown_signal,
         exporter=next((c for c in callbacks if isinstance(c, OnnxExporter)), None),
         evaluator=next((c for c in callbacks if _is_evaluator(c)), None),
@@ -723,6 +763,25 @@ def _collector(
         inference_steps_per_batch=recipe.training.inference_steps_per_batch,
         bp_steps_per_inference=recipe.training.bp_steps_per_inference,
         seed=seed, warmup_agent=warmup_agent, ready_check=loader,
+    )  # fmt: skip
+
+
+def _group_exporter(
+    recipe: Recipe, memory: Any, run: RunDirectory, store: Path, spaces: MDPSpace, *, resume: bool
+) -> Any:
+    """``memory`` wrapped to append one agent group's live episodes to ``store`` (a resumed
+    run writes a shard of its own)."""
+    from emote_core.assembly.provenance import session_provenance
+    from emote_core.stores.memory_export import MemoryExporterProxyWrapper
+    from emote_core.stores.provenance import PolicyKind, PolicyRecord
+    from emote_core.stores.zarr_store.layout import DEFAULT_SHARD
+
+    acting = PolicyRecord(PolicyKind.TRAINING, str(run.path.absolute()))
+    return MemoryExporterProxyWrapper(
+        memory, target_memory_name=store.name, inf_steps_per_memory_export=1_000,
+        experiment_root_path=run.path, min_time_per_export=0.0, spaces=spaces.to_json(),
+        provenance=session_provenance(recipe, policy=acting), store=store,
+        shard=_fresh_shard(store) if resume else DEFAULT_SHARD,
     )  # fmt: skip
 
 

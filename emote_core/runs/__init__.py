@@ -10,6 +10,7 @@
       tensorboard/       event files
       exports/           ONNX exports
       memory_export/     live episodes (an emote-memory store; the replay memory a resume reads)
+      memory_export.<group>/  the same per agent group, for a run of several agent groups
       wandb/             the Weights & Biases run, when the recipe logs to W&B
       eval.json          the latest evaluation, and every one before it under "history"
 

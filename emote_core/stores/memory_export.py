@@ -119,6 +119,7 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
             that episodes committed after its checkpoint by the run it continues stay apart).
         spaces: The MDP spaces to record in a store created now (``MDPSpace.to_json()``).
         provenance: Who writes (the run), recorded in the store with the first export.
+        store: The store to write instead of ``<root>/<name>_export``.
 
     Raises:
         ConfigurationError: If the step count is not positive or the time is negative.
@@ -136,6 +137,7 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
         shard: str = DEFAULT_SHARD,
         spaces: dict[str, Any] | None = None,
         provenance: Provenance | None = None,
+        store: str | os.PathLike[str] | None = None,
     ) -> None:
         if (
             isinstance(inf_steps_per_memory_export, bool)
@@ -154,7 +156,9 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
         self.target_memory_name = target_memory_name
         self.inf_steps_per_memory_export = inf_steps_per_memory_export
         self.min_time_per_export = float(min_time_per_export)
-        self.export_path = export_path(experiment_root_path, target_memory_name)
+        self.export_path = (
+            export_path(experiment_root_path, target_memory_name) if store is None else Path(store)
+        )
         self.shard = shard
         self._lock = threading.Lock()  # the collector's thread and checkpoints both export
         self._clock = clock

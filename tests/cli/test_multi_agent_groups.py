@@ -196,7 +196,7 @@ def test_resume_restores_every_group(runner: CliRunner, in_tmp: Path) -> None:
         app, ["train", "--resume", "--run-dir", "runs/r", "--steps", "20", "--json"]
     )
     assert resumed_text.exit_code == 0, resumed_text.output
-    assert "starts each group's memory empty and collects again" in resumed_text.stderr
+    assert "warning" not in resumed_text.stderr  # every group's memory comes back
     resumed = json.loads(resumed_text.stdout)
     assert (resumed["steps"], resumed["updates"]) == (20, 10)
     later = _checkpoint(resumed["checkpoint"])["callbacks"]
@@ -204,20 +204,175 @@ def test_resume_restores_every_group(runner: CliRunner, in_tmp: Path) -> None:
     assert {f"{g}/policy" for g in GROUPS} <= set(later)
 
 
-def test_memory_stores_are_refused_for_several_groups_and_leave_no_run(
+def _stored_episodes(store: Path, limits: dict[str, int]) -> dict[int, float]:
+    """Episode id -> the sum of its rewards, for the first ``limits[shard]`` episodes."""
+    from emote_core.stores.zarr_store import MemoryStore
+
+    episodes = MemoryStore(store).episodes(limits=limits)
+    return {int(k): float(np.sum(data["rewards"], dtype=np.float64)) for k, data, _ in episodes}
+
+
+def _group_tables(setup) -> dict[str, dict[int, float]]:
+    """Each group's replay table of a built run: episode id -> the sum of its rewards."""
+    from emote_core.stores.memory_checkpoint import ReplayMemoryCheckpoint
+
+    tables = {}
+    for callback in setup.trainer.callbacks:
+        if isinstance(callback, ReplayMemoryCheckpoint):
+            group = callback.name.removesuffix("/replay_memory")
+            tables[group] = {
+                int(k): float(np.sum(data["rewards"], dtype=np.float64))
+                for k, data, _ in callback.table.episodes()
+            }
+    return tables
+
+
+def test_a_resumed_group_run_refills_every_groups_memory_exactly(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    from emote_core.assembly.training import build_training
+    from emote_core.callbacks.checkpoint_loading import CheckpointLoader
+    from emote_core.recipes import load_recipe
+    from emote_core.runs import RunDirectory
+    from emote_core.stores.zarr_store import MemoryStore
+
+    recipe = _recipe(in_tmp, "sac", continuous=True)
+    _train(runner, str(recipe), "--run-dir", "runs/k", "--steps", "20")
+    run = in_tmp / "runs/k"
+    at_10 = _checkpoint(run / "checkpoints/checkpoint_10.tar")["callbacks"]
+    (run / "checkpoints/checkpoint_20.tar").unlink()  # as if killed after checkpoint 10
+    expected, counted = {}, {}
+    for group in GROUPS:
+        state = at_10[f"{group}/replay_memory"]
+        counted[group] = state["exported"]["main"]
+        store = run / f"memory_export.{group}"
+        # It went on committing after checkpoint 10; those episodes are not the table's then.
+        assert MemoryStore(store).committed()["main"] > counted[group] > 0
+        expected[group] = _stored_episodes(store, state["exported"])
+        assert len(expected[group]) == state["episodes"]
+
+    setup = build_training(
+        load_recipe(str(recipe)), run=RunDirectory(run), device=torch.device("cpu"),
+        resume=True, terminal_log=False,
+    )  # fmt: skip
+    try:
+        loader = next(c for c in setup.trainer.callbacks if isinstance(c, CheckpointLoader))
+        loader.restore_state()
+        assert _group_tables(setup) == expected  # same episodes, same rewards, none twice
+    finally:
+        setup.env.close()
+
+    resumed = runner.invoke(
+        app, ["train", "--resume", "--run-dir", "runs/k", "--steps", "40", "--json"]
+    )
+    assert resumed.exit_code == 0, resumed.output
+    assert "warning" not in resumed.stderr
+    assert json.loads(resumed.stdout)["steps"] == 40
+    at_40 = _checkpoint(run / "checkpoints/checkpoint_40.tar")["callbacks"]
+    for group in GROUPS:
+        after = MemoryStore(run / f"memory_export.{group}").committed()
+        new = after["resume-1"]  # the resumed run's own shard, beside the first one's
+        assert new > 0
+        state = at_40[f"{group}/replay_memory"]
+        assert state["exported"] == {"main": counted[group], "resume-1": new}
+        assert state["episodes"] == counted[group] + new
+
+
+def test_force_replaces_a_group_runs_memory_stores(runner: CliRunner, in_tmp: Path) -> None:
+    from emote_core.stores.zarr_store import MemoryStore
+
+    recipe = _recipe(in_tmp, "sac", continuous=True)
+    _train(runner, str(recipe), "--run-dir", "runs/f", "--steps", "20")
+    first = {g: MemoryStore(in_tmp / f"runs/f/memory_export.{g}").committed() for g in GROUPS}
+    (in_tmp / "runs/f/memory_export.mine").mkdir()  # not a store: --force keeps its hands off
+    (in_tmp / "runs/f/memory_export.mine/notes.txt").write_text("mine")
+    refused = runner.invoke(app, ["train", str(recipe), "--run-dir", "runs/f", "--force"])
+    assert refused.exit_code == 1
+    assert "memory_export.mine' is not an emote-memory store" in refused.output
+    (in_tmp / "runs/f/memory_export.mine/notes.txt").unlink()
+    (in_tmp / "runs/f/memory_export.mine").rmdir()
+
+    _train(runner, str(recipe), "--run-dir", "runs/f", "--steps", "20", "--force")
+    for group in GROUPS:  # the new run's episodes alone, not appended to the old ones
+        assert MemoryStore(in_tmp / f"runs/f/memory_export.{group}").committed() == first[group]
+
+
+def test_collected_group_stores_train_a_run_without_live_experience(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    from emote_core.stores.zarr_store import MemoryStore
+
+    recipe = "sac_simple_adversary"
+    tiny = ["--set", "memory.batch_size=8", "--set", "sac.hidden_dims=[8, 8]",
+            "--set", "eval.episodes=1"]  # fmt: skip
+    collected = runner.invoke(
+        app, ["collect", recipe, "--out", "c.zarr", "--episodes", "3", "--quiet", "--json"]
+    )
+    assert collected.exit_code == 0, collected.output
+    stores = json.loads(collected.stdout)["stores"]
+    # Given in either order: each store goes to the group its episodes record.
+    memory = ["--memory", stores["agent"], "--memory", stores["adversary"]]
+    summary = _train(runner, recipe, *memory, "--no-live", "--steps", "3", "--run-dir", "runs/s",
+                     *tiny)  # fmt: skip
+    assert summary["steps"] == 3
+    saved = _checkpoint(summary["checkpoint"])["callbacks"]
+    assert "gym_collector" not in saved
+    for group in GROUPS:
+        store = MemoryStore(stores[group])
+        state = saved[f"{group}/replay_memory"]
+        assert [s["url"] for s in state["sources"]] == [stores[group]]
+        assert (state["episodes"], state["transitions"]) == (
+            store.episode_count,
+            store.transition_count,
+        )
+    assert not list((in_tmp / "runs/s").glob("memory_export*"))
+
+    evaluated = runner.invoke(app, ["eval", "runs/s", "--episodes", "1", "--json"])
+    assert evaluated.exit_code == 0, evaluated.output
+    assert set(json.loads(evaluated.stdout)["groups"]) == set(GROUPS)
+
+    resumed = runner.invoke(
+        app, ["train", "--resume", "--run-dir", "runs/s", "--steps", "6", "--quiet", "--json"]
+    )  # the stores and --no-live come from the run
+    assert resumed.exit_code == 0, resumed.output
+    later = _checkpoint(json.loads(resumed.stdout)["checkpoint"])["callbacks"]
+    for group in GROUPS:
+        assert (
+            later[f"{group}/replay_memory"]["episodes"]
+            == saved[f"{group}/replay_memory"]["episodes"]
+        )
+
+
+def test_stores_that_fit_no_group_are_refused_and_leave_no_run(
     runner: CliRunner, in_tmp: Path
 ) -> None:
     recipe = _recipe(in_tmp, "sac", continuous=True)
-    collected = runner.invoke(
-        app, ["collect", str(recipe), "--out", "s.zarr", "--episodes", "3", "--quiet"]
+    for command in (
+        ["collect", str(recipe), "--out", "s.zarr", "--episodes", "1", "--quiet"],
+        ["collect", "sac_hit_the_middle", "--out", "one.zarr", "--episodes", "1", "--quiet"],
+    ):
+        collected = runner.invoke(app, command)
+        assert collected.exit_code == 0, collected.output
+    groups = "adversary: adversary_0; agent: agent_0, agent_1"
+    cases = {
+        "one.zarr": f"error: store 'one.zarr' records no agent group for its episodes, and this "
+        f"multi-agent env trains one policy per group ({groups})",
+        "s.agent.zarr": "error: group 'adversary' of this multi-agent env has 0 stored "
+        "transitions in 0 episodes",
+    }
+    for store, message in cases.items():
+        refused = runner.invoke(
+            app, ["train", str(recipe), "--memory", store, "--no-live", "--run-dir", "runs/m"]
+        )
+        assert refused.exit_code == 1, refused.output
+        assert refused.output.startswith(message), refused.output
+        assert len(refused.output.splitlines()) == 1
+        assert not (in_tmp / "runs").exists()
+    followed = runner.invoke(
+        app, ["train", str(recipe), "--memory", "s.agent.zarr", "--follow", "--run-dir", "runs/m"]
     )
-    assert collected.exit_code == 0, collected.output
-    refused = runner.invoke(
-        app, ["train", str(recipe), "--memory", "s.agent.zarr", "--run-dir", "runs/m"]
-    )
-    assert refused.exit_code == 1
-    assert refused.output.startswith("error: this multi-agent env has 2 agent groups")
-    assert "leave out --memory" in refused.output and len(refused.output.splitlines()) == 1
+    assert followed.exit_code == 1
+    assert "does not take --follow" in followed.output
     assert not (in_tmp / "runs").exists()
 
 
