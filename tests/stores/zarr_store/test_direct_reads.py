@@ -406,18 +406,23 @@ def test_damage_in_any_part_is_found_whichever_thread_checks_it(tmp_path, monkey
 
 def reads_on_both_threads(monkeypatch, fail_on: str | None = None) -> list[str]:
     """Which thread ("main" or "helper") reads each part from now on; the loading thread waits
-    at its first part until the helper has read one, so both read parts whatever the timing.
+    at its first part until the helper has read one, and the helper waits at its second until
+    the loading thread holds one (else, on a busy machine, it could take every part before the
+    loading thread starts), so both read parts whatever the timing.
     ``fail_on``: that thread's first read fails as a vanished chunk file would."""
     import threading
 
     monkeypatch.setattr(bulk.os, "cpu_count", lambda: 2)  # two threads on any machine
-    seen, helper_read = [], threading.Event()
+    seen, helper_read, main_reading = [], threading.Event(), threading.Event()
     real = raw_chunks.RawColumnReader.read_planned
 
     def read_planned(self, calls, out):
         who = "main" if threading.current_thread() is threading.main_thread() else "helper"
         if who == "main" and "main" not in seen:
+            main_reading.set()
             assert helper_read.wait(10), "no part was read on a second thread"
+        elif who == "helper" and "helper" in seen:
+            assert main_reading.wait(10), "the loading thread read no part"
         seen.append(who)
         try:
             if who == fail_on:
