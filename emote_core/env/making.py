@@ -35,6 +35,7 @@ from typing import Any
 import gymnasium
 
 from emote_core.errors import ConfigurationError
+from emote_core.utils.dependencies import EXTRAS, dependency_error
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,9 @@ def import_module(name: str, paths: Sequence[str], *, role: str) -> Any:
         try:
             return importlib.import_module(name)
         except ModuleNotFoundError as error:
+            if error.name is not None and error.name.split(".")[0] in EXTRAS:
+                # a package one of emote's extras installs (pettingzoo, mpe2, mujoco, ...)
+                raise dependency_error(f"{role} module '{name}'", error.name) from error
             if (
                 error.name is not None
                 and name != error.name

@@ -233,3 +233,18 @@ def test_parallel_envs_are_detected_and_gymnasium_envs_never_import_pettingzoo()
     assert is_parallel_env(simple_spread_v3.parallel_env())
     assert not is_parallel_env(simple_spread_v3.env())  # the AEC API is not played
     assert not is_parallel_env(np.zeros(3))
+
+
+def test_an_entry_point_in_a_package_of_an_extra_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from emote_core.utils.dependencies import MissingDependencyError
+
+    for name in ["mpe2", *(m for m in sys.modules if m.startswith("mpe2."))]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if the multiagent extra were missing
+    source = EnvSource(id="Pendulum-v1", entry_point="mpe2.simple_spread_v3:parallel_env")
+    with pytest.raises(MissingDependencyError) as raised:
+        env_factory(source)()
+    text = str(raised.value)
+    assert "needs the optional dependency mpe2" in text and "multiagent" in text
+    assert "\n" not in text
