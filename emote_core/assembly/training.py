@@ -39,7 +39,7 @@ from emote_core.callbacks.progress import ProgressReporter, ProgressSink
 from emote_core.errors import ConfigurationError, FormatError
 from emote_core.recipes.loading import recipe_to_toml
 from emote_core.recipes.schema import MemoryConfig, Recipe, SamplerKind
-from emote_core.runs import RunDirectory
+from emote_core.runs import RunDirectory, claim_entries
 from emote_core.spaces import MDPSpace
 from emote_core.trainer import Trainer
 from emote_core.utils.distributed import DistributedContext, rank_seed
@@ -339,6 +339,8 @@ def _build_group_training(
     updates: list[Callback] = []
     checkpointed: list[Callback] = []
     networks_of: dict[str, Networks] = {}
+    if live and recipe.memory.store_episodes:  # each group's store is the run's, for --force
+        claim_entries(run, [Path(group_store(str(run.memory_export), g)).name for g in groups])
     for group, spaces in groups.items():
         prefix = group_prefix(group)
         table_spaces = family.table_spaces(recipe.config, spaces)

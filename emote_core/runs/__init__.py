@@ -52,6 +52,7 @@ import shutil
 import sys
 import time
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
@@ -64,6 +65,7 @@ from emote_core.errors import ConfigurationError
 from emote_core.recipes.loading import recipe_from_dict, recipe_to_dict, recipe_to_toml
 from emote_core.recipes.schema import Recipe
 from emote_core.runs.ownership import (
+    GROUP_STORES,
     LAYOUT_FOLDERS,
     LAYOUT_NAMES,
     check_replaceable_run,
@@ -367,8 +369,12 @@ def prepare_run(
                 f"run directory '{run.path}' was created by another command just now; choose "
                 "another --run-dir"
             ) from None
-    if resume:
-        claimed = set(read_run_record(run.run_file).get("written", [])) & set(LAYOUT_NAMES)
+    if resume:  # what the run claimed, its groups' stores included
+        claimed = {
+            name
+            for name in read_run_record(run.run_file).get("written", [])
+            if name in LAYOUT_NAMES or GROUP_STORES.fullmatch(name)
+        }
     # The names emote's layout may write that nobody holds yet are this run's from now on.
     claimed |= {name for name in LAYOUT_NAMES if not os.path.lexists(run.path / name)}
     try:
@@ -428,6 +434,31 @@ def _write_run_files(
     _write_atomically(run.run_file, json.dumps(record, indent=2) + "\n")
 
 
+def claim_entries(run: RunDirectory, names: Sequence[str]) -> None:
+    """Adds ``names`` (top-level entries a run writes beyond the fixed layout, such as a group's
+    ``memory_export.<group>`` store) to ``run.json``'s ``written``, so ``--force`` may remove
+    them later. A name already claimed stays; a name that exists unclaimed is someone else's.
+
+    Raises:
+        ConfigurationError: If an unclaimed name is already taken in the run directory.
+    """
+    record = read_run_record(run.run_file)
+    written = list(record.get("written", []))
+    for name in names:
+        if name in written:
+            continue
+        if os.path.lexists(run.path / name):
+            raise ConfigurationError(
+                f"'{run.path / name}' is not among the files '{run.run_file}' records as "
+                "emote's, and this run would write into it; move it away or choose another "
+                "--run-dir"
+            )
+        written.append(name)
+    if written != record.get("written"):
+        record["written"] = written
+        _write_atomically(run.run_file, json.dumps(record, indent=2) + "\n")
+
+
 def _write_atomically(path: Path, text: str) -> None:
     temporary = path.with_name(f".{path.name}.tmp")
     temporary.write_text(text, encoding="utf-8")
@@ -473,6 +504,7 @@ __all__ = [
     "check_replaceable_run",
     "check_resumable_run",
     "check_resume_inputs",
+    "claim_entries",
     "default_run_path",
     "is_run",
     "latest_run_path",

@@ -33,7 +33,8 @@ LAYOUT_FOLDERS = {  # what emote writes inside each folder of the layout, by nam
 LAYOUT_STORES = ("memory_export",)
 GROUP_STORES = re.compile(r"memory_export\.[^/\\]+")
 """The memory export of a run of several agent groups: a store per group,
-``memory_export.<group>``, claimed with ``memory_export``."""
+``memory_export.<group>``, each claimed by its name in ``written`` when the run makes it
+(:func:`emote_core.runs.claim_entries`)."""
 LAYOUT_NAMES = (*LAYOUT_FILES, *LAYOUT_FOLDERS, *LAYOUT_STORES)
 """The names a run may write at its top level; ``run.json``'s ``written`` lists those it claimed."""
 
@@ -133,14 +134,8 @@ def _owned_entries(path: Path, written: set[str]) -> list[Path]:
                 and (item.is_symlink() or item.is_file() or name == "wandb")
             )
     for entry in sorted(path.iterdir()):
-        if not GROUP_STORES.fullmatch(entry.name):
-            continue
-        if "memory_export" not in written:
-            raise ConfigurationError(
-                f"--force: '{entry}' is not among the files '{path / 'run.json'}' records as "
-                "emote's, and a new run would write into it; move it away or choose another "
-                "--run-dir"
-            )
+        if not GROUP_STORES.fullmatch(entry.name) or entry.name not in written:
+            continue  # not a store the run claimed: left alone, as every other name is
         if not entry.is_symlink() and (
             not entry.is_dir() or (any(entry.iterdir()) and not _is_store(entry))
         ):

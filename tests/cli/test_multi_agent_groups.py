@@ -268,6 +268,8 @@ def test_a_resumed_group_run_refills_every_groups_memory_exactly(
     assert resumed.exit_code == 0, resumed.output
     assert "warning" not in resumed.stderr
     assert json.loads(resumed.stdout)["steps"] == 40
+    written = json.loads((in_tmp / "runs/k/run.json").read_text())["written"]
+    assert {f"memory_export.{g}" for g in GROUPS} <= set(written)  # still the run's, for --force
     at_40 = _checkpoint(run / "checkpoints/checkpoint_40.tar")["callbacks"]
     for group in GROUPS:
         after = MemoryStore(run / f"memory_export.{group}").committed()
@@ -279,22 +281,28 @@ def test_a_resumed_group_run_refills_every_groups_memory_exactly(
 
 
 def test_force_replaces_a_group_runs_memory_stores(runner: CliRunner, in_tmp: Path) -> None:
+    import shutil
+
     from emote_core.stores.zarr_store import MemoryStore
 
     recipe = _recipe(in_tmp, "sac", continuous=True)
     _train(runner, str(recipe), "--run-dir", "runs/f", "--steps", "20")
-    first = {g: MemoryStore(in_tmp / f"runs/f/memory_export.{g}").committed() for g in GROUPS}
-    (in_tmp / "runs/f/memory_export.mine").mkdir()  # not a store: --force keeps its hands off
-    (in_tmp / "runs/f/memory_export.mine/notes.txt").write_text("mine")
-    refused = runner.invoke(app, ["train", str(recipe), "--run-dir", "runs/f", "--force"])
-    assert refused.exit_code == 1
-    assert "memory_export.mine' is not an emote-memory store" in refused.output
-    (in_tmp / "runs/f/memory_export.mine/notes.txt").unlink()
-    (in_tmp / "runs/f/memory_export.mine").rmdir()
+    run = in_tmp / "runs/f"
+    written = json.loads((run / "run.json").read_text())["written"]
+    assert {f"memory_export.{g}" for g in GROUPS} <= set(written)
+    first = {g: MemoryStore(run / f"memory_export.{g}").committed() for g in GROUPS}
+    # A user's folder and a user's copy of a store, named like the groups' stores: not claimed
+    (run / "memory_export.mine").mkdir()
+    (run / "memory_export.mine/notes.txt").write_text("mine")
+    shutil.copytree(run / "memory_export.agent", run / "memory_export.backup")
+    (in_tmp / "runs/beside.txt").write_text("mine too")
 
     _train(runner, str(recipe), "--run-dir", "runs/f", "--steps", "20", "--force")
     for group in GROUPS:  # the new run's episodes alone, not appended to the old ones
-        assert MemoryStore(in_tmp / f"runs/f/memory_export.{group}").committed() == first[group]
+        assert MemoryStore(run / f"memory_export.{group}").committed() == first[group]
+    assert (run / "memory_export.mine/notes.txt").read_text() == "mine"
+    assert MemoryStore(run / "memory_export.backup").committed() == first["agent"]
+    assert (in_tmp / "runs/beside.txt").read_text() == "mine too"
 
 
 def test_collected_group_stores_train_a_run_without_live_experience(
