@@ -336,8 +336,8 @@ def collect_to_store(
                     opened.close()
                 env.close()
                 if refused and batches.episodes == 0:
-                    for path in created:  # the empty stores this call made
-                        shutil.rmtree(path, ignore_errors=True)
+                    for path in created:  # the stores this call made, while still empty
+                        _remove_empty_store(path)
     report("end")  # with the returns of the episodes the last cut handed out
     seconds = time.perf_counter() - started
     # The collector counts a step as it returns, before it is recorded, and only recorded steps
@@ -408,6 +408,20 @@ def _group_agents(
             "env is collected with --policy random or a run's policies (RUN or a checkpoint)"
         )
     return collect_agent(policy, recipe, env, device)
+
+
+def _remove_empty_store(path: str) -> None:
+    """Removes the store at ``path`` when no shard of it has committed an episode (another
+    collector may have started on the same new store meanwhile: its episodes stay)."""
+    from emote_core.errors import EmoteError
+    from emote_core.stores.zarr_store import MemoryStore
+
+    try:
+        empty = not any(MemoryStore(path).committed().values())
+    except (EmoteError, OSError):
+        return  # not a store this can read: left as it is
+    if empty:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _summary(

@@ -193,3 +193,41 @@ def test_a_store_write_that_fails_says_how_many_episodes_this_collection_committ
     )
     assert calls == 3  # nothing more was tried after the failure
     assert MemoryStore(store).episode_count == 2
+
+
+@pytest.mark.parametrize("other_commits", [False, True])
+def test_a_refused_collection_removes_its_new_store_only_while_no_shard_holds_an_episode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, other_commits: bool
+) -> None:
+    """The env turns out bad (a ConfigurationError from its step) after this call created the
+    store; meanwhile another collector may have committed to another shard of it: then the
+    store and that collector's episodes stay."""
+    from emote_core.assembly import builders
+
+    make_env = builders.make_env
+    store = tmp_path / "h.zarr"
+    recipe = load_recipe("sac_hit_the_middle")
+    made = 0
+
+    def failing_env(*args: Any, **kwargs: Any) -> Any:
+        nonlocal made
+        made += 1
+        env = make_env(*args, **kwargs)
+        if made > 1:  # the other collector's env: a sound one
+            return env
+
+        def bad_step(*_: Any, **__: Any) -> Any:
+            if other_commits:
+                collect_to_store(recipe, str(store), episodes=1, shard="other")
+            raise ConfigurationError("env 'bad': step() returned an observation with NaN")
+
+        env.env.step = bad_step
+        return env
+
+    monkeypatch.setattr(builders, "make_env", failing_env)
+    with pytest.raises(ConfigurationError, match="NaN"):
+        collect_to_store(recipe, str(store), episodes=2)
+    if other_commits:
+        assert MemoryStore(str(store)).committed()["other"] == 1
+    else:
+        assert not store.exists()
