@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -99,14 +98,15 @@ def run(seed: int, normalize: bool, steps: int, reuse: bool) -> tuple[float, flo
                "OMP_NUM_THREADS": "1"}  # fmt: skip
     seconds = 0.0
     if not (reuse and (run_dir / "checkpoints" / f"checkpoint_{steps}.tar").exists()):
-        shutil.rmtree(run_dir, ignore_errors=True)
         with tempfile.TemporaryDirectory() as directory:
             recipe = Path(directory) / "point_mass.toml"
             text = RECIPE.format(seed=seed, normalize=str(normalize).lower(), steps=steps)
             recipe.write_text(text)
             start = time.perf_counter()
             subprocess.run(
-                ["emote", "train", str(recipe), "--run-dir", str(run_dir), "-q"],
+                # --force replaces an earlier run there, and only what that run wrote
+                ["emote", "train", str(recipe), "--run-dir", str(run_dir), "-q",
+                 *(["--force"] if run_dir.exists() else [])],
                 check=True, env=environ, stdout=subprocess.DEVNULL,
             )  # fmt: skip
             seconds = time.perf_counter() - start
