@@ -234,7 +234,7 @@ class FrameStackMapper(Mapper):
     The column holds each frame channels first (``(C, ...)`` for a frame of shape ``(..., C)``),
     so the gathered frames of a stack lie one after another as the stack's channels: the stack
     comes out as a view of them, shape ``(..., frames * C)``, without moving a pixel (a copy
-    into channels-last order would cost 30-100x the gather). Convolutional encoders turn it back
+    into channels-last order costs many times the gather). Convolutional encoders turn it back
     into channels first for free; ``reshape`` copies where a caller needs a flat row.
 
     Args:

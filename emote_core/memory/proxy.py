@@ -413,7 +413,7 @@ class MemoryTableProxy:
 
 
 def _stack(key: str, values: list[Any]) -> np.ndarray:
-    """One array of an episode's per-step values (``np.array`` is twice as fast as ``np.stack``)."""
+    """One array of an episode's per-step values (``np.array``: faster than ``np.stack``)."""
     try:
         array = np.array(values)
     except ValueError:  # values of different shapes

@@ -76,8 +76,8 @@ def inference_mode_of(network: nn.Module) -> Iterator[None]:
     Each module's previous train/eval mode is restored afterwards, so a proxy may act with the
     very network a loss is training. A network already in eval mode is used as it is. The
     switch sets the modules' flags directly (``nn.Module.train`` walks the tree through
-    ``__setattr__`` and cost ~75 µs per act for a 256x256 policy, nearly a forward pass); a
-    tree with a module of its own ``train`` goes through ``train`` as before.
+    ``__setattr__``, costing nearly a forward pass per act); a tree with a module of its own
+    ``train`` goes through ``train``.
     """
     if not network.training:
         with torch.no_grad():

@@ -199,11 +199,9 @@ def joined(
 def stop(*, wait_for_others: bool = False) -> None:
     """Leaves the process group, if this process is in one, and collects the garbage at once.
 
-    Two gloo ranks that had trained, saved and left the group were measured aborting at
-    interpreter exit now and then ("terminate called without an active exception", exit -6):
-    3 runs in 77. Whatever still held the group's tensors was freed during the interpreter's
-    teardown. Collecting right after leaving frees it while the interpreter is whole: none in
-    120 runs since.
+    Collecting right after leaving frees whatever still holds the group's tensors while the
+    interpreter is whole; freed in its teardown instead, gloo ranks sometimes abort at exit
+    ("terminate called without an active exception").
 
     Args:
         wait_for_others: First wait until every rank is leaving too (a normal end); a rank

@@ -38,10 +38,9 @@ def confusion_reward(unmirrored: Tensor, mirrored: Tensor) -> Tensor:
     reversed (``D(x) = -1``, ``D(m x) = 1``): for pairs that look like the *mirror images* of
     the policy's own. The "reference" of this discriminator is the policy's mirror, which moves
     with it, so that reward sends the policy after its mirror image and past the symmetric
-    point, swinging from one asymmetry to the opposite one. Measured on HitTheMiddle (mean of 3
-    seeds, 2,000 updates, batch-centred), it raised the symmetry error from 0.036 without it to
-    0.055 at weight 1 and 0.336 at weight 5. Upstream's is also always positive, paying for
-    every step lived.
+    point, swinging from one asymmetry to the opposite one (it raised the symmetry error on
+    HitTheMiddle: benchmarks/RESULTS.md). Upstream's is also always positive, paying for every
+    step lived.
 
     Args:
         unmirrored: ``D(x)`` of the batch's pairs (trained towards +1).
