@@ -1,31 +1,10 @@
 """How algorithm families and add-ons plug in: their interfaces and the registry of names.
 
-An **algorithm family** (SAC, DQN, ...) is everything a recipe's ``algorithm = "<name>"`` needs:
-
-- its recipe table ``[<name>]``, a typed dataclass (:attr:`AlgorithmFamily.config_class`; field
-  docstrings document it, defaults fill what a recipe leaves out);
-- its networks (:meth:`AlgorithmFamily.make_networks`), returned as a :class:`Networks` whose
-  :attr:`~Networks.acting` network is what agents act with;
-- its training callbacks and the agent that collects while it trains
-  (:meth:`AlgorithmFamily.training_parts`);
-- the agent that acts with a trained network (:meth:`AlgorithmFamily.acting_agent`: ``emote
-  eval``, ``emote collect --policy``) and the ONNX graph of it
-  (:meth:`AlgorithmFamily.policy_graph`: ``emote export onnx``).
-
-An **add-on** combines with an algorithm (a different critic head, an imitation reward, a
-representation loss, a dynamics model): a recipe names it in ``addons = ["<name>"]`` and
-configures it in its own table ``[<name>]``. It may change the networks before the algorithm's
-callbacks are built (:meth:`AddOn.adapt_networks`), adds callbacks of its own
-(:meth:`AddOn.callbacks`) and may train on data groups of its own, each sampled from an
-emote-memory store (:meth:`AddOn.data_sources`: demonstrations, say).
-
-Both register by name (:func:`register_algorithm`, :func:`register_addon`). emote's own
-families register when :mod:`emote_core.algorithms` is imported; other packages register theirs
-on import too, and are found by the command line through the ``emote.algorithms`` /
-``emote.addons`` entry-point groups (``[project.entry-points."emote.algorithms"]
-mine = "my_package.my_algorithm"``): a lookup of a name nobody registered imports the entry points
-not imported yet. The assembly code (``emote train``, ``eval``, ``collect``, ``export``) only ever
-asks this registry; it has no per-algorithm branch.
+An :class:`AlgorithmFamily` is what a recipe's ``algorithm = "<name>"`` needs (its recipe table,
+networks, training callbacks, acting agent and ONNX graph); an :class:`AddOn` is what
+``addons = ["<name>"]`` adds to it. Both register by name (:func:`register_algorithm`,
+:func:`register_addon`); a name nobody registered is looked up in the ``emote.algorithms`` /
+``emote.addons`` entry-point groups. The assembly code asks only this registry.
 """
 
 from __future__ import annotations

@@ -1,31 +1,11 @@
 """The sequence builder: collates per-agent steps into whole episodes for a memory table.
 
-An environment (or a collector in front of it) reports, every step, one
-:class:`~emote_core.typing.DictObservation` per agent and gets back one
-:class:`~emote_core.typing.DictResponse` per agent that acts. :class:`MemoryTableProxy` keeps one
-open :class:`Episode` per agent and hands each finished episode to an
-:class:`~emote_core.memory.table.ArrayMemoryTable` in one ``add_sequence`` call.
-
-The rules (DESIGN.md, "Episode semantics"):
-
-* ``INITIAL`` and ``RUNNING`` observations come with the response (action) taken at them.
-* ``RUNNING`` and final (``TERMINAL`` / ``INTERRUPTED``) observations carry the reward of the
-  previous action in ``rewards["reward"]``; the reward on observation ``t + 1`` belongs to action
-  ``t``.
-* An episode of ``N`` transitions holds ``N + 1`` observations, ``N`` actions and ``N`` rewards.
-* A final observation closes the agent's episode and adds it to the table with that end state;
-  the agent's id may then start a new episode.
-* A second ``INITIAL`` for an agent with an open episode is an error; a final observation for an
-  agent with no open episode is logged and skipped.
-* A ``RUNNING`` observation for an agent with no open episode starts a new episode there (with a
-  warning): the observation is a valid state to start from, but its reward belongs to an action
-  this proxy never saw, so that reward is discarded. This is what happens when collection is
-  attached to environments that are already running.
-
-A collector that records whole episodes itself (``GymCollector`` over a vector environment, with
-a batched agent) hands each finished one over at once with :meth:`MemoryTableProxy.add_episode`,
-which stores exactly what the same steps through :meth:`~MemoryTableProxy.add` would have stored.
-A proxy (or wrapper) says it takes whole episodes with ``accepts_episodes``.
+:class:`MemoryTableProxy` keeps one open :class:`Episode` per agent and adds each finished one
+to its table in one ``add_sequence`` call, by DESIGN.md's "Episode semantics": the reward on
+observation ``t + 1`` belongs to action ``t``; a second ``INITIAL`` for an open episode is an
+error; a final observation for no open episode is skipped; a ``RUNNING`` one starts an episode
+(its reward discarded, with a warning). :meth:`MemoryTableProxy.add_episode` takes a whole
+episode at once and stores exactly what the same steps through ``add`` would.
 """
 
 from __future__ import annotations

@@ -1,44 +1,10 @@
-"""Run directories: where a training run keeps its recipe, checkpoints, logs and results.
+"""Run directories: creating, resuming and replacing the folder a training run keeps its recipe,
+``run.json``, checkpoints, logs, exports and ``eval.json`` in.
 
-::
-
-    <run_dir>/
-      recipe.toml        the resolved recipe (loads back with `emote train <run_dir>/recipe.toml`)
-      run.json           the exact command, the seed used, package versions, start times,
-                         and how the env was made (``env``)
-      checkpoints/       checkpoint_<bp_step>.tar, and best.tar (the best evaluation's)
-      tensorboard/       event files
-      exports/           ONNX exports
-      memory_export/     live episodes (an emote-memory store; the replay memory a resume reads)
-      memory_export.<group>/  the same per agent group, for a run of several agent groups
-      wandb/             the Weights & Biases run, when the recipe logs to W&B
-      eval.json          the latest evaluation, and every one before it under "history"
-
-``eval.json`` holds the latest evaluation's report at the top level (``mean_return``,
-``std_return``, ``lowest_return``, ``highest_return``, ``episodes``, ``returns``, ``threshold``,
-``passed``, ``source``: ``"training"`` for the one at the end of training, ``"emote eval"`` for
-the command's, ...) and a ``history`` list of every report written to it, oldest first, the
-latest included. Evaluations append to it; none overwrites an earlier one.
-
-A run directory is never overwritten: a second run into it needs ``resume`` (continue from its
-latest checkpoint) or ``force`` (delete the run's own files and start over).
-
-``run.json``'s ``written`` lists the names above that the run claimed (those absent when it
-started). ``force`` deletes only those, and inside them only what emote's layout names (checkpoint
-files, event files, ONNX exports, W&B runs, an emote-memory store): never the directory itself, a
-file it did not claim, nor an input of the command inside the run.
-
-``recipe.toml`` is written once, when the run starts. Each start appends an entry to ``run.json``'s
-``starts`` (command, seed, ``memory`` stores, ``live``); a resume's entry also holds the settings
-it changed as ``changes: {key: [old, new]}`` (only :data:`RESUMABLE_SETTINGS`), and
-:func:`run_recipe` is ``recipe.toml`` with those changes applied in order.
-
-``run.json``'s ``env`` is :func:`emote_core.env.making.env_record` of the env the run began with
-(id or entry point, kwargs, the user's module files with their sha256); :func:`run_recipe` checks
-it against the files now and looks for the modules where it says, from any current directory.
-
-The run's files are read in :mod:`emote_core.runs.record`; the layout, and what ``force`` may
-remove of it, is :mod:`emote_core.runs.ownership`.
+A run directory is never overwritten: a second run into it needs ``resume`` or ``force``, and
+``force`` deletes only the files the run recorded writing (``run.json``'s ``written``). The
+files are read in :mod:`emote_core.runs.record`; the layout and what ``force`` may remove of it
+are in :mod:`emote_core.runs.ownership`.
 """
 
 from __future__ import annotations
