@@ -1,8 +1,8 @@
-"""Pieces the algorithm callbacks share: batch windows, n-step targets, target-network updates."""
+"""The base of every algorithm family's callbacks: batch windows, n-step targets, target
+networks, TD errors for prioritized replay."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from emote_core.errors import ConfigurationError
 from emote_core.memory.priorities import td_error_outputs
+from emote_core.utils.checks import finite_number, positive_int
 from emote_core.utils.gamma_matrix import discount, make_gamma_matrix
 
 
@@ -41,34 +42,6 @@ def load_target_states(state_dict: Mapping[str, Any], targets: Mapping[str, nn.M
         key = f"{name}_state_dict"
         if key in state_dict:
             network.load_state_dict(state_dict[key])
-
-
-def check_number(owner: str, what: str, value: Any, low: float, high: float) -> float:
-    """``value`` as a float if it is a finite number in ``[low, high]``; else a clear error."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigurationError(f"{owner}: {what} must be a finite number; got {value!r}")
-    if not low <= value <= high:
-        raise ConfigurationError(f"{owner}: {what} must be in [{low}, {high}]; got {value!r}")
-    return float(value)
-
-
-def check_weight(owner: str, what: str, value: Any) -> float:
-    """``value`` as a float if it is a finite number >= 0 (a loss or reward weight); else a
-    clear error."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not (math.isfinite(value) and value >= 0.0)
-    ):
-        raise ConfigurationError(f"{owner}: {what} must be finite and >= 0; got {value!r}")
-    return float(value)
-
-
-def check_positive_int(owner: str, what: str, value: Any) -> int:
-    """``value`` if it is a positive integer; else a clear error."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{owner}: {what} must be a positive integer; got {value!r}")
-    return value
 
 
 def check_distinct_networks(owner: str, target: nn.Module, online: nn.Module) -> None:
@@ -191,9 +164,9 @@ class NStepTarget:
 
     def __init__(self, owner: str, gamma: float, rollout_length: int, reward_scale: float) -> None:
         self.owner = owner
-        self.gamma = check_number(owner, "gamma", gamma, 0.0, 1.0)
-        self.rollout_length = check_positive_int(owner, "rollout_length", rollout_length)
-        self.reward_scale = check_number(owner, "reward_scale", reward_scale, -math.inf, math.inf)
+        self.gamma = finite_number(owner, "gamma", gamma, 0.0, 1.0)
+        self.rollout_length = positive_int(owner, "rollout_length", rollout_length)
+        self.reward_scale = finite_number(owner, "reward_scale", reward_scale)
         self._gamma_matrix = make_gamma_matrix(self.gamma, self.rollout_length)
 
     def __call__(self, rewards: Tensor, masks: Tensor | None, bootstrap: Tensor) -> Tensor:
@@ -277,7 +250,7 @@ def soft_update_from_to(source: nn.Module, target: nn.Module, tau: float) -> Non
         ConfigurationError: If ``tau`` is outside ``[0, 1]`` or the two networks do not have the
             same parameters and buffers.
     """
-    tau = check_number("soft_update_from_to", "tau", tau, 0.0, 1.0)
+    tau = finite_number("soft_update_from_to", "tau", tau, 0.0, 1.0)
     TargetFollower(target, source).polyak_(tau)
 
 
@@ -318,13 +291,17 @@ def frozen(parameters: Sequence[Tensor]) -> Iterator[None]:
 __all__ = [
     "NStepTarget",
     "TargetFollower",
+    "TdErrorPublisher",
     "check_distinct_networks",
-    "check_number",
-    "check_positive_int",
     "frozen",
+    "importance_weighted_mean",
+    "key_list",
+    "load_target_states",
     "prepare_target",
     "priority_feedback",
     "sample_policy",
+    "soft_update_from_to",
+    "target_states",
     "window_count",
     "window_ends",
     "window_starts",

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from emote_core.algorithms._common import (
+from emote_core.algorithms.base import (
     TdErrorPublisher,
     importance_weighted_mean,
     key_list,

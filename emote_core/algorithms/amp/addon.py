@@ -8,7 +8,6 @@ from typing import ClassVar
 
 import torch
 
-from emote_core.algorithms._common import check_weight
 from emote_core.algorithms.amp.losses import REFERENCE_GROUP, AMPReward, DiscriminatorLoss
 from emote_core.algorithms.registry import (
     AddOn,
@@ -24,6 +23,7 @@ from emote_core.errors import ConfigurationError
 from emote_core.nn.discriminator import Discriminator
 from emote_core.nn.inputs import observation_dim
 from emote_core.spaces import MDPSpace
+from emote_core.utils.checks import non_negative_number
 
 
 @dataclass
@@ -66,7 +66,7 @@ class AdversarialMotionPrior(AddOn):
                 "one with: emote collect RECIPE --policy RUN --out expert.zarr"
             )
         for key in ("style_reward_weight", "task_reward_weight", "gradient_penalty_weight"):
-            check_weight(source, f"'amp.{key}'", getattr(config, key))
+            non_negative_number(source, f"'amp.{key}'", getattr(config, key))
         if config.style_reward_weight == 0.0 and config.task_reward_weight == 0.0:
             raise ConfigurationError(
                 f"{source}: 'amp.style_reward_weight' and 'amp.task_reward_weight' are both 0, "

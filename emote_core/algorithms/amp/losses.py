@@ -14,13 +14,13 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from emote_core.algorithms._common import check_weight
 from emote_core.callback import Callback, Order
 from emote_core.callbacks.logging_mixin import LoggingMixin
 from emote_core.callbacks.loss import LossCallback
 from emote_core.errors import ConfigurationError
 from emote_core.nn.discriminator import Discriminator
 from emote_core.nn.inputs import flatten_observation
+from emote_core.utils.checks import non_negative_number
 
 StateMap = Callable[[Tensor], Tensor]
 """Maps flattened observations ``(B, D)`` to the discriminator's features of one state."""
@@ -165,7 +165,7 @@ class DiscriminatorLoss(LossCallback):
             name=name, network=discriminator, optimizer=optimizer, lr_schedule=lr_schedule,
             max_grad_norm=max_grad_norm, data_group=None,
         )  # fmt: skip
-        check_weight(name, "grad_loss_weight", grad_loss_weight)
+        non_negative_number(name, "grad_loss_weight", grad_loss_weight)
         self.discriminator = discriminator
         self.imitation_state_map_fn = imitation_state_map_fn
         self.policy_state_map_fn = policy_state_map_fn
@@ -245,8 +245,8 @@ class AMPReward(LoggingMixin, Callback):
         name: str = "amp_reward",
     ) -> None:
         super().__init__(name=name, data_group=data_group)
-        check_weight(name, "style_reward_weight", style_reward_weight)
-        check_weight(name, "task_reward_weight", task_reward_weight)
+        non_negative_number(name, "style_reward_weight", style_reward_weight)
+        non_negative_number(name, "task_reward_weight", task_reward_weight)
         self.discriminator = discriminator
         self.style_reward_weight = style_reward_weight
         self.task_reward_weight = task_reward_weight

@@ -6,7 +6,6 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from emote_core.algorithms._common import check_number, check_positive_int
 from emote_core.algorithms.registry import (
     AddOn,
     AlgorithmFamily,
@@ -20,6 +19,7 @@ from emote_core.errors import ConfigurationError
 from emote_core.nn.augmentation import ImageAugmentor
 from emote_core.nn.curl import CurlLoss
 from emote_core.spaces import MDPSpace
+from emote_core.utils.checks import finite_number, positive_int
 
 
 @dataclass
@@ -66,13 +66,13 @@ class CurlAddOn(AddOn):
     def validate(self, config: CurlConfig, *, source: str) -> None:
         for key, high in (("learning_rate", math.inf), ("tau", 1.0), ("temperature", math.inf),
                           ("max_grad_norm", math.inf)):  # fmt: skip
-            value = check_number(source, f"'curl.{key}'", getattr(config, key), 0.0, high)
+            value = finite_number(source, f"'curl.{key}'", getattr(config, key), 0.0, high)
             if value == 0.0:
                 raise ConfigurationError(f"{source}: 'curl.{key}' must be above 0; got {value}")
         for key in ("projection_dim", "image_log_interval"):
             value = getattr(config, key)
             if value is not None:
-                check_positive_int(source, f"'curl.{key}'", value)
+                positive_int(source, f"'curl.{key}'", value)
         try:
             self._augmentor(config, seed=0, device="cpu")
         except ConfigurationError as error:

@@ -10,12 +10,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from emote_core.algorithms._common import (
+from emote_core.algorithms.base import (
     NStepTarget,
     TargetFollower,
     TdErrorPublisher,
-    check_number,
-    check_positive_int,
     importance_weighted_mean,
     key_list,
     load_target_states,
@@ -31,6 +29,7 @@ from emote_core.callbacks.logging_mixin import LoggingMixin
 from emote_core.callbacks.loss import LossCallback
 from emote_core.errors import ConfigurationError
 from emote_core.nn.inputs import flatten_observation
+from emote_core.utils.checks import finite_number, positive_int
 
 
 class QTarget(LoggingMixin, Callback):
@@ -100,9 +99,9 @@ class QTarget(LoggingMixin, Callback):
                 f"{target_update_interval!r} and tau={tau!r}"
             )
         if target_update_interval is not None:
-            check_positive_int(name, "target_update_interval", target_update_interval)
+            positive_int(name, "target_update_interval", target_update_interval)
         if tau is not None:
-            tau = check_number(name, "tau", tau, 0.0, 1.0)
+            tau = finite_number(name, "tau", tau, 0.0, 1.0)
             if tau == 0.0:
                 raise ConfigurationError(f"{name}: tau=0 never updates the target; use (0, 1]")
         self.n_step = NStepTarget(name, gamma, rollout_length, reward_scale)

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from emote_core.algorithms._common import priority_feedback
+from emote_core.algorithms.base import priority_feedback
 from emote_core.algorithms.dqn.callbacks import HLGaussQLoss, QLoss, QTarget
 from emote_core.algorithms.hlgauss import HL_GAUSS_CRITIC, HLGaussConfig, QNet
 from emote_core.algorithms.registry import (

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from emote_core.algorithms._common import key_list
+from emote_core.algorithms.base import key_list
 from emote_core.algorithms.genrl.vae import VaeLossTerms, VariationalAutoencoder, standard_normal
 from emote_core.callbacks.loss import LossCallback
 from emote_core.errors import ConfigurationError

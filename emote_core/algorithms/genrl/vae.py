@@ -26,9 +26,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from emote_core.algorithms._common import check_positive_int, check_weight
 from emote_core.errors import ConfigurationError
 from emote_core.nn.encoders import Activation, MlpEncoder
+from emote_core.utils.checks import non_negative_number, positive_int
 
 LOG_VAR_MIN = -20.0
 """The encoder's log-variance is clamped below to this (a standard deviation of ``4.5e-5``)."""
@@ -97,7 +97,7 @@ def vae_loss(
     Raises:
         ConfigurationError: If ``beta`` is negative or not finite.
     """
-    beta = check_weight("vae_loss", "beta", beta)
+    beta = non_negative_number("vae_loss", "beta", beta)
     reconstruction_error = F.mse_loss(reconstruction, actions)
     kl = gaussian_kl(mean, log_var).mean()
     return VaeLossTerms(reconstruction_error + beta * kl, reconstruction_error, kl)
@@ -168,9 +168,9 @@ class MlpActionEncoder(nn.Module):
     ) -> None:
         super().__init__()
         owner = type(self).__name__
-        self.action_dim = check_positive_int(owner, "action_dim", action_dim)
-        self.observation_dim = check_positive_int(owner, "observation_dim", observation_dim)
-        self.latent_dim = check_positive_int(owner, "latent_dim", latent_dim)
+        self.action_dim = positive_int(owner, "action_dim", action_dim)
+        self.observation_dim = positive_int(owner, "observation_dim", observation_dim)
+        self.latent_dim = positive_int(owner, "latent_dim", latent_dim)
         self.body = MlpEncoder(
             input_dim=action_dim + observation_dim, hidden_dims=hidden_dims, activation=activation
         )
@@ -213,9 +213,9 @@ class MlpActionDecoder(nn.Module):
     ) -> None:
         super().__init__()
         owner = type(self).__name__
-        self.latent_dim = check_positive_int(owner, "latent_dim", latent_dim)
-        self.observation_dim = check_positive_int(owner, "observation_dim", observation_dim)
-        self.action_dim = check_positive_int(owner, "action_dim", action_dim)
+        self.latent_dim = positive_int(owner, "latent_dim", latent_dim)
+        self.observation_dim = positive_int(owner, "observation_dim", observation_dim)
+        self.action_dim = positive_int(owner, "action_dim", action_dim)
         self.squash = bool(squash)
         self.body = MlpEncoder(
             input_dim=latent_dim + observation_dim, hidden_dims=hidden_dims, activation=activation
@@ -279,8 +279,8 @@ class VariationalAutoencoder(nn.Module):
     ) -> None:
         super().__init__()
         owner = type(self).__name__
-        self.latent_dim = check_positive_int(owner, "latent_dim", latent_dim)
-        self.beta = check_weight(owner, "beta", beta)
+        self.latent_dim = positive_int(owner, "latent_dim", latent_dim)
+        self.beta = non_negative_number(owner, "beta", beta)
         for part, module in (("encoder", encoder), ("decoder", decoder)):
             declared = declared_width(module, "latent_dim")
             if declared is not None and declared != latent_dim:

@@ -9,7 +9,7 @@ then, in this order, a :class:`QLoss` per Q network, :class:`PolicyLoss` and
 
 from __future__ import annotations
 
-from emote_core.algorithms._common import soft_update_from_to
+from emote_core.algorithms.base import soft_update_from_to
 from emote_core.algorithms.sac.family import SacConfig, SacNetworks, SoftActorCritic
 from emote_core.algorithms.sac.losses import (
     POLICY_LOG_PROBS_KEY,

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from emote_core.algorithms import hlgauss
-from emote_core.algorithms._common import priority_feedback
+from emote_core.algorithms.base import priority_feedback
 from emote_core.algorithms.hlgauss import HL_GAUSS_CRITIC, HLGaussConfig, QNet
 from emote_core.algorithms.pixels import ConvEncoderConfig, ObservationEncoder, build_image_encoder
 from emote_core.algorithms.registry import (

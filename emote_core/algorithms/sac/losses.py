@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from emote_core.algorithms._common import (
+from emote_core.algorithms.base import (
     TdErrorPublisher,
     frozen,
     importance_weighted_mean,

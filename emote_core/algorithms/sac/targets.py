@@ -8,10 +8,9 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from emote_core.algorithms._common import (
+from emote_core.algorithms.base import (
     NStepTarget,
     TargetFollower,
-    check_number,
     key_list,
     load_target_states,
     prepare_target,
@@ -24,6 +23,7 @@ from emote_core.callback import Callback, Order
 from emote_core.callbacks.logging_mixin import LoggingMixin
 from emote_core.errors import ConfigurationError
 from emote_core.nn.inputs import flatten_observation
+from emote_core.utils.checks import finite_number
 
 
 def check_ln_alpha(owner: str, ln_alpha: Any) -> Tensor:
@@ -165,7 +165,7 @@ class QTarget(LoggingMixin, Callback):
     ) -> None:
         super().__init__(name=name, data_group=data_group)
         self.ln_alpha = check_ln_alpha(name, ln_alpha)
-        self.target_q_tau = check_number(name, "target_q_tau", target_q_tau, 0.0, 1.0)
+        self.target_q_tau = finite_number(name, "target_q_tau", target_q_tau, 0.0, 1.0)
         if self.target_q_tau == 0.0:
             raise ConfigurationError(
                 f"{name}: target_q_tau=0 would never update the target networks; use a value in "

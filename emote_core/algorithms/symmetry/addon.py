@@ -9,7 +9,6 @@ from typing import ClassVar
 
 import torch
 
-from emote_core.algorithms._common import check_weight
 from emote_core.algorithms.registry import (
     AddOn,
     AlgorithmFamily,
@@ -28,6 +27,7 @@ from emote_core.errors import ConfigurationError
 from emote_core.nn.discriminator import Discriminator
 from emote_core.nn.inputs import observation_dim
 from emote_core.spaces import DiscreteSpace, MDPSpace
+from emote_core.utils.checks import non_negative_number
 
 
 @dataclass
@@ -96,7 +96,7 @@ class ActionSymmetry(AddOn):
         except ConfigurationError as error:
             raise ConfigurationError(f"{source}: {error}") from None
         for key in ("confusion_reward_weight", "gradient_penalty_weight"):
-            check_weight(source, f"'symmetry.{key}'", getattr(config, key))
+            non_negative_number(source, f"'symmetry.{key}'", getattr(config, key))
         if not config.max_grad_norm > 0.0:
             raise ConfigurationError(
                 f"{source}: 'symmetry.max_grad_norm' must be above 0; got {config.max_grad_norm}"

@@ -19,7 +19,6 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from emote_core.algorithms._common import check_weight
 from emote_core.algorithms.amp.losses import gradient_loss_function
 from emote_core.algorithms.symmetry.mirror import MirrorMap
 from emote_core.callback import Callback, Order
@@ -27,6 +26,7 @@ from emote_core.callbacks.logging_mixin import LoggingMixin
 from emote_core.callbacks.loss import LossCallback
 from emote_core.errors import ConfigurationError
 from emote_core.nn.inputs import flatten_observation
+from emote_core.utils.checks import non_negative_number
 
 
 def confusion_reward(unmirrored: Tensor, mirrored: Tensor) -> Tensor:
@@ -204,7 +204,7 @@ class ActionSymmetryDiscriminatorLoss(LossCallback):
             name=name, network=discriminator, optimizer=optimizer, lr_schedule=lr_schedule,
             max_grad_norm=max_grad_norm, data_group=data_group,
         )  # fmt: skip
-        check_weight(name, "grad_loss_weight", grad_loss_weight)
+        non_negative_number(name, "grad_loss_weight", grad_loss_weight)
         self.discriminator = discriminator
         self.policy_actions = policy_actions
         self.grad_loss_weight = grad_loss_weight
@@ -292,7 +292,7 @@ class ActionSymmetryAMPReward(LoggingMixin, Callback):
         name: str = "symmetry_reward",
     ) -> None:
         super().__init__(name=name, data_group=data_group)
-        check_weight(name, "confusion_reward_weight", confusion_reward_weight)
+        non_negative_number(name, "confusion_reward_weight", confusion_reward_weight)
         self.discriminator = discriminator
         self.confusion_reward_weight = confusion_reward_weight
         self.center_on_batch = center_on_batch
