@@ -1,22 +1,10 @@
 """HL-Gauss classification critics (Imani & White 2018; Farebrother et al. 2024, "Stop Regressing").
 
-A critic of this kind predicts a histogram over ``num_bins`` equal bins spanning
-``[min_value, max_value]`` instead of one number. Its value is the histogram's mean over the bin
-centres. It learns by cross-entropy against a target histogram: the Gaussian
-``N(q_target, sigma^2)`` integrated over each bin (differences of its CDF at the bin edges),
-renormalised over the support. ``sigma`` is ``smoothing_ratio`` bin widths (0.75 by default, as
-in the paper).
-
-- :class:`HLGaussLoss`: targets to histograms (:meth:`~HLGaussLoss.transform_to_probs`) and the
-  cross-entropy;
-- :class:`LogitNet`: what a network producing the histogram's logits looks like;
-- :class:`QNet`: wraps a logit network so that calling it gives expected values, which is all
-  SAC's :class:`~emote_core.algorithms.sac.QTarget` and
-  :class:`~emote_core.algorithms.sac.PolicyLoss` (and DQN's target and agents) need;
-- :class:`QLoss`: SAC's Q loss with the cross-entropy in place of the squared error.
-
-Targets outside the support are clipped to it before they become histograms; the loss callbacks
-log the share of such targets as ``training/<name>_targets_clipped``.
+The critic predicts a histogram over ``num_bins`` equal bins of ``[min_value, max_value]``; its
+value is the histogram's mean. It learns by cross-entropy against ``N(q_target, sigma^2)``
+integrated over each bin (:class:`HLGaussLoss`, ``sigma`` = ``smoothing_ratio`` bin widths);
+targets outside the support are clipped to it. :class:`QNet` gives expected values for SAC's and
+DQN's targets and agents; :class:`QLoss` is SAC's Q loss with the cross-entropy.
 """
 
 from __future__ import annotations

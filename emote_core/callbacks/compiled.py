@@ -1,25 +1,11 @@
 """Compiled training steps: ``torch.compile`` of the losses, and the whole update in a CUDA graph.
 
-Small networks leave a GPU idle: a 256x256 SAC update is a few hundred tiny kernels, and the
-time goes to launching them from Python, not to the arithmetic. Two remedies, chosen by a
-recipe's ``training.compile``:
-
-- ``"compile"``: each callback's ``compiled_methods`` (a loss's ``loss``, SAC's target) go
-  through ``torch.compile``, which fuses their element-wise work into fewer kernels. Works on
-  the CPU too.
-- ``"cuda_graphs"``: :class:`CapturedUpdate` runs the update callbacks' ``begin_batch``,
-  ``backward`` and ``end_batch`` eagerly for a few warm-up batches, then records one whole
-  update (targets, every loss's forward and backward pass, clipping, the optimizer steps, the
-  target networks' averaging) as a CUDA graph and replays it for every later batch, after
-  copying the batch into the graph's input tensors. The Python of the callbacks then runs once.
-- ``"compile+cuda_graphs"``: both.
-
-A replayed graph repeats exactly what was recorded, so only callbacks whose update is the same
-every step may be captured: a callback says so with ``graph_safe = True`` and, where it depends
-on its configuration, :meth:`~emote_core.callback.Callback.capture_blocker`. Learning-rate
-schedules, per-step Python decisions and host synchronisation (``.item()``) are what rule a
-callback out. Optimizers are switched to their ``capturable`` form, whose step counters live on
-the GPU; their checkpoints load into eager runs as usual.
+A recipe's ``training.compile`` chooses: ``"compile"`` passes each callback's
+``compiled_methods`` through ``torch.compile``; ``"cuda_graphs"`` (:class:`CapturedUpdate`)
+records one whole update after a few eager warm-up batches and replays it for every later
+batch; ``"compile+cuda_graphs"`` does both. Only callbacks with ``graph_safe = True`` (and no
+:meth:`~emote_core.callback.Callback.capture_blocker`) are captured: a replay repeats exactly
+what was recorded.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """Data-parallel training for any algorithm: every loss's gradients averaged across ranks.
 
-:class:`DataParallel` joins an ordinary training run (the same callbacks on every rank) to the
-other ranks of a ``torchrun`` launch, without a branch per algorithm:
-
-- every :class:`~emote_core.callbacks.loss.LossCallback` averages its gradients across the ranks
-  after back-propagation and before clipping (its ``gradient_hook``), one collective per optimiser
-  step, as ``DistributedDataParallel`` does for a module; every loss of every family and add-on
-  steps through ``LossCallback``, so all are covered, and target networks that follow their online
-  networks by Polyak averaging stay identical because their inputs are;
-- after a checkpoint is restored (``restore_state``), rank 0's parameters and buffers of every
-  network are broadcast, so all ranks start from the same weights even where initialisation is
-  not bit-for-bit reproducible;
-- ranks other than 0 reseed every random generator of the run (the replay tables' sampling, the
-  collecting agents, augmentations, the global torch generator) with seeds of their own, derived
-  from the recipe's seed, the rank and the update the run starts at, so each rank draws its own
-  batches and actions; rank 0 keeps the draws of a one-process run;
-- a request to stop (:attr:`DataParallel.stop_request`, set by Ctrl-C on any rank) is shared at
-  the end of every update, so all ranks stop after the same update and rank 0's final
-  checkpoint holds what every rank holds.
+:class:`DataParallel` joins a run to the other ranks of a ``torchrun`` launch: each
+:class:`~emote_core.callbacks.loss.LossCallback` averages its gradients before clipping; rank
+0's weights are broadcast after a restore; other ranks reseed every random generator from the
+recipe's seed, their rank and the starting update; and a stop request on any rank stops all
+after the same update.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """OnnxAgentProxy: acting with an exported policy file through onnxruntime, without torch models.
 
-The proxy reads what it needs from the file's metadata (observation keys and shapes, the action
-space; see :mod:`emote_core.onnx.format`) and maps observations to actions exactly as the
-torch proxies do: one float32 batch per observation key, ``epsilon`` zeros for deterministic
-acting or standard-normal noise for stochastic acting, and the ``actions`` output handed to the
-environment wrapper as it is (SAC actions in ``[-1, 1]``, which ``DictGymWrapper`` rescales to the
-environment's bounds; DQN action indices of shape ``(1,)``). A policy that takes ``action_masks``
-is fed the observation its metadata names (``action_mask_key``), as 0/1 floats.
-
-An ``ml-agents`` profile export (``emote export onnx --profile ml-agents``) is recognised by its
-``profile`` metadata and fed as Unity would feed it (``obs_i``, images NCHW in ``[0, 1]``,
-all-ones ``action_masks`` where the env gives no mask); the agent acts with its
-``deterministic_*`` output, or when stochastic with ``continuous_actions`` / ``discrete_actions``.
-
-Stochastic noise comes from a numpy generator, so a stochastic ONNX agent and a stochastic torch
-agent with the same seed draw different noise; deterministic agents act identically.
+The proxy reads the file's metadata (:mod:`emote_core.onnx.format`) and maps observations to
+actions as the torch proxies do (``epsilon`` zeros when deterministic, standard-normal noise
+from a numpy generator when stochastic); an ``ml-agents`` profile export is fed as Unity would
+feed it. Deterministic agents act exactly as the torch ones; stochastic ones draw other noise.
 """
 
 from __future__ import annotations

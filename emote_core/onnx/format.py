@@ -1,27 +1,10 @@
 """The emote ONNX policy format: tensor names, metadata keys and the metadata an export carries.
 
-An exported policy is one self-contained ``.onnx`` file (no external-data sidecar):
-
-* inputs: one float32 tensor per observation key, named after the key, of shape
-  ``[batch, *key_shape]``; SAC policies also take ``epsilon`` of shape ``[batch, action_dim]``
-  (zeros act deterministically, standard-normal noise samples the policy); DQN policies of an
-  environment with an ``action_mask`` observation take it as ``action_masks`` instead, float32
-  ``[batch, num_actions]``, 1 where an action is allowed (format version 2, whose metadata names
-  the observation that feeds it in ``action_mask_key``);
-* outputs: ``actions``. For SAC, ``tanh(mean + std * epsilon)`` in ``[-1, 1]``: what emote's agent
-  proxies hand the environment wrapper, which maps ``[-1, 1]`` linearly onto the environment's
-  action bounds (``action_bounds`` in the metadata says how); for DQN, the greedy action index
-  (int64, ``[batch, 1]``) followed by ``q_values`` (``[batch, num_actions]``);
-* axis 0 of every input and output is the dynamic ``batch`` axis;
-* metadata props (all strings, JSON where structured) described by :class:`MetadataKey`.
-
-The ``ml-agents`` profile (:class:`ExportProfile`) writes the same policy behind the tensor names
-Unity's ML-Agents runtime loads (:class:`MlAgentsTensor`, :func:`ml_agents_observation`; the
-graph is built in :mod:`emote_core.onnx.ml_agents`) with the same metadata, plus ``profile`` and
-``observation_keys`` (format version 3).
-
-This module reads and writes the metadata; it imports neither torch nor onnx, so code that only
-runs exported policies stays light.
+An exported policy is one self-contained ``.onnx`` file: one float32 input per observation key
+(plus ``epsilon`` for SAC, ``action_masks`` for masked DQN), the ``actions`` output (and
+``q_values`` for DQN), a dynamic batch axis 0, and string metadata props (:class:`MetadataKey`).
+The ``ml-agents`` profile (:class:`ExportProfile`) writes the same policy behind Unity's tensor
+names (:class:`MlAgentsTensor`). This module imports neither torch nor onnx.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """The ``ml-agents`` export profile: an emote policy graph behind the tensor contract that Unity's
 ML-Agents runtime (Sentis) checks when it loads a model.
 
-:func:`ml_agents_graph` wraps the module of any :class:`~emote_core.onnx.graph.PolicyGraph` (so
-whatever a family or the observation normaliser put inside it comes along) in
-:class:`MlAgentsPolicy`:
-
-* inputs ``obs_0 .. obs_{n-1}``, one per observation key the graph reads, in its order (images
-  ``NCHW``, ``uint8`` ones as Unity's ``[0, 1]`` floats); ``epsilon`` (standard-normal noise,
-  which Unity's runtime fills) when the policy samples with it; ``action_masks`` (floats, 1 =
-  allowed) for discrete actions;
-* outputs ``version_number`` (3) and ``memory_size`` (0), then for continuous actions
-  ``continuous_actions`` (with the noise), ``continuous_action_output_shape`` and
-  ``deterministic_continuous_actions`` (zero noise), for discrete ones ``discrete_actions``,
-  ``discrete_action_output_shape`` and ``deterministic_discrete_actions`` (both the greedy action
-  among the allowed ones).
-
-The names are :class:`~emote_core.onnx.format.MlAgentsTensor`; the layout is documented in
-``docs/unity.md``.
+:func:`ml_agents_graph` wraps the module of any :class:`~emote_core.onnx.graph.PolicyGraph` in
+:class:`MlAgentsPolicy`: inputs ``obs_0 .. obs_{n-1}`` (images NCHW in ``[0, 1]``),
+``epsilon`` and ``action_masks``; outputs ``version_number``, ``memory_size`` and the
+continuous or discrete actions. The names are :class:`~emote_core.onnx.format.MlAgentsTensor`;
+the layout is documented in ``docs/unity.md``.
 """
 
 from __future__ import annotations

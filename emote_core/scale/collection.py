@@ -1,23 +1,10 @@
 """The driver of ``emote collect --workers N``: N Ray actors, one shard each, one store.
 
-The budget is split across the workers (:func:`~emote_core.scale.workers.split_budget`); each
-worker gets its own seed (:func:`~emote_core.scale.workers.worker_seed`) and a new shard
-(``<session>-w0``, ``<session>-w1``, ...: the session is random per command, so a store that
-other commands wrote or write never hands a worker a shard with episodes of theirs). The driver
-never gives one shard to two runs, and the shard lease refuses a second writer anyway.
-
-A worker that dies (its actor killed, its process SIGKILLed, its node lost) loses only what it
-had not committed. As RLlib does with failed env runners, the driver restarts it after
-``restart_delay`` seconds, on a new shard (``<session>-w0-r1``: the dead run's shard is left as it
-committed it) with a new seed and the rest of its budget, counted in what its earlier runs
-committed (so a restarted worker collects again what was lost). It acts with the current policy:
-the same file, or with ``follow_policy`` the newest published one, given before it steps.
-Each worker is restarted at most ``max_restarts`` times; a worker that dies once more, or whose
-run fails with an error, is lost for good, and the others go on.
-
-With ``follow_policy`` the driver alone reads the learner's run directory (the workers may run
-on machines that cannot see it): it waits for a first published policy before it starts any
-worker, then relays every newly published one through Ray (:mod:`emote_core.scale.policy_relay`).
+Each worker gets a share of the budget, its own seed and a new shard named after this command's
+random session (``<session>-w0``). A worker that dies loses only what it had not committed and
+is restarted, up to ``max_restarts`` times, on a new shard (``<session>-w0-r1``) with a new seed
+and the rest of its budget. With ``follow_policy`` the driver alone reads the learner's run
+directory and relays each newly published policy (:mod:`emote_core.scale.policy_relay`).
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """Where stores live: local paths and fsspec URLs (``s3://``, ``gs://``, ``az://``, ``memory://``).
 
-Every URL emote opens goes through :func:`filesystem` (or :func:`storage_options` where Zarr
-opens it): the URL's scheme must have an installed fsspec backend (else a one-line error naming
-the package to install), and the errors an object store raises (no credentials, no bucket, an
-endpoint that does not answer) become one-line :class:`~emote_core.errors.StorageError`\\ s that
-name the URL.
-
-Listings are never cached (``use_listings_cache=False`` for the backends that cache them):
-other processes add shards and commits, and a reader must see them. Configuration is the
-backend's own: for S3, the AWS variables (``AWS_ACCESS_KEY_ID``,
-``AWS_SECRET_ACCESS_KEY``, ``AWS_PROFILE``, ``AWS_ENDPOINT_URL`` for S3-compatible servers);
-for any backend, fsspec's configuration (``FSSPEC_<PROTOCOL>_<KWARG>`` variables or
-``~/.config/fsspec/*.json``). emote adds defaults for S3: botocore makes at most 3 attempts
-at a request in its ``standard`` retry mode (AWS's default for its SDKs; botocore's own
-``legacy`` mode makes 5, with longer waits) and waits 3 s for a connection, so an endpoint that
-does not answer is reported within seconds. ``AWS_MAX_ATTEMPTS`` / ``AWS_RETRY_MODE`` replace
-the retry default, fsspec's ``config_kwargs`` for ``s3`` both.
+Every URL emote opens goes through :func:`filesystem` (or :func:`storage_options` for Zarr): a
+scheme without an installed fsspec backend, and an object store's errors, become one-line
+:class:`~emote_core.errors.StorageError`\\ s naming the URL. Listings are never cached (other
+processes add shards). Configuration is the backend's own (AWS and ``FSSPEC_*`` variables); for
+S3 emote defaults to 3 attempts in the ``standard`` retry mode and a 3 s connect timeout.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """The one place emote unpickles: a restricted unpickler with an allowlist of globals.
 
-A pickle is a program: loading one can call any function it names. Files from other tools
-(upstream emote's Legacy zips, old ``.pickle`` dumps) are therefore read with
-:class:`RestrictedUnpickler`, which resolves only
-
-- numpy's array, dtype and scalar reconstruction functions and its scalar types,
-- the few builtins and ``collections`` containers that pickles of plain data need, and
-- the classes upstream emote (``emote.memory.*``) pickled, mapped to inert stand-ins
-  (:class:`UpstreamObject`, :class:`UpstreamStorage`) that only hold attributes and items, and
-- the few objects peers' replay files carry (Stable-Baselines3's replay buffers, the gymnasium
-  spaces inside them, the numpy random generators those spaces hold, ``torch.device``), mapped
-  to :class:`PeerObject` stand-ins that likewise only hold what was pickled.
-
-Every other global (``os.system``, ``builtins.eval``, ``subprocess.Popen``, unknown modules)
-raises :class:`~emote_core.errors.UnsafePickleError` as soon as the pickle names it, before
-anything runs. Only ``trust=True`` (the CLI's ``--trust-pickle``) uses plain :mod:`pickle`.
+A pickle is a program, so files from other tools are read with :class:`RestrictedUnpickler`: it
+resolves only numpy's reconstruction functions and scalar types, the builtins and containers of
+plain data, and the classes upstream emote and peers' replay files pickled, mapped to inert
+stand-ins (:class:`UpstreamObject`, :class:`UpstreamStorage`, :class:`PeerObject`). Any other
+global raises :class:`~emote_core.errors.UnsafePickleError` before anything runs; only
+``trust=True`` uses plain :mod:`pickle`.
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """The one latent scaling convention of GenRL: between the policy's actions and the VAE's latents.
 
-SAC's policy acts in ``[-1, 1]`` (a tanh-squashed Gaussian); the VAE's latents are shaped by a
-standard normal prior, so most demonstrated actions have latents within a few units of 0. The two
-spaces are related by one positive number, ``latent_scale``:
-
-* **policy space -> latent space** (decoding what the policy chose):
-  ``latent = latent_scale * policy_action`` (:func:`policy_to_latent`);
-* **latent space -> policy space** (labelling what an agent did, for the replay memory):
-  ``policy_action = clamp(latent / latent_scale, -1, 1)`` (:func:`latent_to_policy`).
-
-The clamp is the only loss in the round trip: the policy cannot output beyond ``[-1, 1]``, so a
-latent beyond ``latent_scale`` is stored as the nearest latent the policy can reach. With the
-prior ``N(0, I)``, ``latent_scale = 3`` reaches 99.7% of it per dimension.
-
-:class:`~emote_core.algorithms.genrl.wrappers.PolicyWrapper` (acting),
-:class:`~emote_core.algorithms.genrl.memory.MemoryProxyWithEncoder` (storing) and
-:class:`~emote_core.algorithms.genrl.export.LatentPolicyActing` (exporting, through the policy
-wrapper) all go through these two functions, each with the ``latent_scale`` it is given: give all
-of them the same one.
+``latent = latent_scale * policy_action`` (:func:`policy_to_latent`) and
+``policy_action = clamp(latent / latent_scale, -1, 1)`` (:func:`latent_to_policy`); the clamp
+is the only loss in the round trip. Acting, storing and exporting all go through these two
+functions: give them the same ``latent_scale``.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """One writer per shard: the lease a :class:`~.writer.ShardWriter` holds while it appends.
 
-**Local paths.** ``<store>/leases/<shard>.lock`` is a file the writer holds an exclusive
-``flock`` on for as long as it writes, and in which it records who it is (host, pid, since).
-The kernel drops the lock when the process ends, however it ends (SIGKILL included), so the
-lease of a dead writer is free at once and the next writer takes it over (and repairs the torn
-tail the dead one may have left). Guaranteed: two processes on one machine never hold the lease
-of one shard at once; on a network file system this holds only where it implements ``flock``.
-
-**fsspec URLs** (``s3://``, ``gs://``, ``memory://``). Object stores have no locks and no rename,
-so a lease is a numbered file, ``<store>/leases/<shard>/<generation>.json``, made only with the
-file system's exclusive create (``open(..., "xb")``: a conditional PUT on S3), naming its holder
-and a random token. The holder of the newest generation holds the shard. A writer takes the
-shard by creating the generation after the newest one: the first generation when there is
-none, the next one when the newest holder's ``heartbeat`` is older than ``timeout`` seconds
-(it stalled or died); of two writers racing for one generation exactly one creates it. The
-holder refreshes its heartbeat at every commit and checks, before each commit, that the newest
-generation is still its own, so a holder that was taken over commits nothing more. Guaranteed
-where the backend's exclusive create is atomic (S3 conditional writes, GCS generation
-preconditions, local and memory file systems); where it is not, give parallel writers their
-own shards.
+Local paths: an exclusive ``flock`` on ``<store>/leases/<shard>.lock``, which the kernel drops
+when the writer's process ends however it ends. fsspec URLs: numbered files
+``<store>/leases/<shard>/<generation>.json`` made by exclusive create; the newest generation
+holds the shard, a writer takes over when its holder's heartbeat is older than ``timeout``, and
+a holder that was taken over commits nothing more. Either holds only where the file system's
+``flock`` / exclusive create is atomic; otherwise give parallel writers their own shards.
 """
 
 from __future__ import annotations
