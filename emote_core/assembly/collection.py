@@ -1,17 +1,10 @@
 """One collector: a recipe's vector environment played by a policy, its episodes committed to
 one shard of a store.
 
-:func:`collect_to_store` is what ``emote collect`` runs in its own process and what each Ray
-worker of ``emote collect --workers N`` runs (:mod:`emote_core.scale`). Finished episodes are
-committed in batches (about :data:`FLUSH_BYTES`, or every :data:`FLUSH_SECONDS`), so a collector
-that is stopped or killed loses at most its uncommitted tail; the steps of episodes still
-running at the end are never committed (a store keeps whole episodes).
-
-With ``follow_policy`` the policy is the one the run ``policy`` publishes
-(:class:`~emote_core.assembly.published_policy.PublishedPolicy`). The collector switches to a
-newly published one at a vector step boundary, once at least one episode has finished since the
-last switch: never during a forward pass, and the slots whose episodes are still running carry
-on under the new policy.
+:func:`collect_to_store` is what ``emote collect`` and each of its Ray workers run. Finished
+episodes are committed in batches (:data:`FLUSH_BYTES`, :data:`FLUSH_SECONDS`); episodes still
+running at the end are never committed. With ``follow_policy`` it switches to a newly published
+policy at a vector step boundary, once an episode has finished since the last switch.
 """
 
 from __future__ import annotations

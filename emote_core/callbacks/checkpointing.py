@@ -1,18 +1,10 @@
 """Checkpoints: periodic, atomic snapshots of every restoree's state, and resuming from them.
 
-A checkpoint is ``<run_dir>/checkpoints/checkpoint_<bp_step>.tar``, written with ``torch.save`` to
-a temporary name and renamed into place (the file layout and the readers are in
-:mod:`emote_core.callbacks.checkpoint_files`). What goes in is the ``state_dict()`` of each
-:class:`Restoree`, usually the training callbacks.
-
-``checkpoints/best.tar`` (:data:`BEST_CHECKPOINT_NAME`), written by the evaluation callback, is a
-checkpoint of the same layout taken at the best evaluation so far. It is never one of a run's
-numbered checkpoints: :func:`list_checkpoints`, the latest checkpoint and resuming ignore it.
-
-Upstream emote's arguments are accepted under their names with their meaning (``restorees``,
-``run_root``, ``checkpoint_index``, ``storage_subdirectory``, ``load_weights``,
-``load_optimizers``); files are still named by update (``checkpoint_<bp_step>.tar``), and each
-numbered checkpoint records its ``checkpoint_index`` so a loader finds it by index.
+A checkpoint is ``<run_dir>/checkpoints/checkpoint_<bp_step>.tar``, the ``state_dict()`` of each
+:class:`Restoree` written to a temporary name and renamed into place (layout and readers:
+:mod:`emote_core.callbacks.checkpoint_files`). ``best.tar`` (:data:`BEST_CHECKPOINT_NAME`) has
+the same layout but is never one of the numbered checkpoints. Upstream emote's argument names
+are accepted; each checkpoint records its ``checkpoint_index``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """DictGymWrapper: gymnasium vector environments as per-agent dict observations.
 
-Each slot of a vector environment plays one episode at a time; every episode is an agent of its
-own with a fresh :data:`~emote_core.typing.AgentId` from a counter. When a slot's episode ends, the
-same step reports the finished agent's final observation (``TERMINAL`` or ``INTERRUPTED``, with
-its reward and the true final observation) and the next episode's ``INITIAL`` observation under a
-new id, so a memory proxy sees every episode whole.
-
-Autoreset: the wrapper needs vector environments in gymnasium's ``AutoresetMode.SAME_STEP``. In
-that mode a finished slot resets inside the step that ended it: the step returns the new episode's
-first observation and puts the final one in ``infos["final_obs"]``, so no action is ever sent to a
-slot that is between episodes. gymnasium's default, ``NEXT_STEP``, would need a step whose action
-is ignored; :func:`make_vector_env` creates environments in the right mode, and the wrapper
-rejects others with an error that says how to create them.
+Every episode of a slot is an agent with a fresh :data:`~emote_core.typing.AgentId`; the step
+that ends one reports its final observation and the next episode's ``INITIAL`` one under a new
+id. The wrapper needs gymnasium's ``AutoresetMode.SAME_STEP`` (so no action goes to a slot
+between episodes); :func:`make_vector_env` creates environments in that mode.
 """
 
 from __future__ import annotations

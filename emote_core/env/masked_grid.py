@@ -1,17 +1,10 @@
 """MaskedGrid: a small grid walk whose legal moves come as an action mask.
 
-An agent starts in the top-left corner of a ``size x size`` grid and walks (up, down, left,
-right) to the bottom-right corner. Each episode scatters walls over the grid at random. The
-observation is a dict: ``obs``, the agent's ``(row, column) / (size - 1)`` as float32, and
-``action_mask``, one int8 per move, 1 where the move stays on the grid and enters no wall
-(PettingZoo's and gymnasium's convention). Every step costs 0.02; reaching the goal pays 1 and
-ends the episode; a masked move forfeits it (reward -1, terminated). The way back is always
-open, so some move is always allowed.
-
-The walls are not in ``obs``: the mask is the only way to know them, so an agent that ignores it
-walks into walls where its preferred move is blocked, and one that honours it does not.
-
-Importing this module registers the environment as ``emote/MaskedGrid-v0``.
+The agent walks (up, down, left, right) from the top-left to the bottom-right corner of a
+``size x size`` grid with random walls. Observations: ``obs``, the position scaled to ``[0, 1]``,
+and ``action_mask``, 1 per move that stays on the grid and enters no wall (the walls are in the
+mask only). Each step costs 0.02, the goal pays 1, a masked move ends the episode with -1.
+Importing this module registers ``emote/MaskedGrid-v0``.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """Pixel environments: a tiny pixel Pendulum and CarRacing in 84x84 frames, both frame-stacked.
 
-A single frame shows where things are but not how fast they move, so both environments stack the
-last ``frame_stack`` frames along the channel axis with :class:`~emote_core.env.frames.FrameStack`
-(oldest first; after a reset the stack is the first frame repeated). The registered ids keep
-observations ``uint8``: a table stores one byte per pixel and the network scales them.
-
-- ``emote/PixelPendulum-v0``: gymnasium's Pendulum (dynamics, reward, 200-step limit) seen as a
-  small grayscale image of the rod, drawn with numpy. Small enough for a pixel SAC agent to learn
-  on a CPU.
-- ``emote/PixelCarRacing-v0``: gymnasium's CarRacing (needs ``gymnasium[box2d]``) in 84x84 RGB
-  frames; :func:`make_vision_box2d_env` builds the same chain for any registered id, seeded per
-  rank, for code that makes its own vector environments.
-
-Importing this module registers both ids.
+Both stack the last ``frame_stack`` ``uint8`` frames along the channel axis
+(:class:`~emote_core.env.frames.FrameStack`). ``emote/PixelPendulum-v0`` is gymnasium's
+Pendulum drawn as a small grayscale image; ``emote/PixelCarRacing-v0`` is CarRacing (needs
+``gymnasium[box2d]``) in 84x84 RGB; :func:`make_vision_box2d_env` builds the same chain for any
+registered id. Importing this module registers both ids.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Adaptors: transformations applied, in order, to every batch a memory table samples.
 
-An adaptor is any callable ``adaptor(batch, count, sequence_length) -> batch`` (see
-:class:`Adaptor`). ``count`` is the number of sampled windows and ``sequence_length`` the
-transitions per window, so per-step entries have ``count * sequence_length`` rows and per-window
-entries ``count`` rows. Adaptors only use torch operations on the batch's own tensors: a batch
-sampled on a GPU stays there, and no adaptor copies data to the host.
-
-The tables built by :mod:`emote_core.memory.builders` apply, in this order: the
-:class:`TerminalAdaptor` (tables with a terminal column), any extra adaptors given by the user
-(they see the flat column names, ``"rewards"``, ``"image"``, ``"next_image"``), the
-:class:`DictObsAdaptor` (which produces the nested batch layout of DESIGN.md), and last the
-user's preprocessor, for instance a :class:`SamplePreprocessor` running a :class:`RandomShift`
-augmentation over image observations.
+An adaptor is any callable ``adaptor(batch, count, sequence_length) -> batch``
+(:class:`Adaptor`) using only torch operations on the batch's tensors, so a GPU batch stays on
+the GPU. The tables of :mod:`emote_core.memory.builders` apply :class:`TerminalAdaptor`, the
+user's adaptors (on flat column names), :class:`DictObsAdaptor` and the user's preprocessor
+(a :class:`SamplePreprocessor`, say), in this order.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """ModelEnv: a vector of model-simulated environments, started from real observations.
 
-MBPO-style training branches short rollouts off states the real environment visited: a batch of
-observations sampled from memory starts ``B`` rollouts, a learned dynamics model predicts each
-step, and the simulated transitions go to a memory of their own for the policy to learn from.
-
-:class:`ModelEnv` offers two faces over one state:
-
-* tensors — :meth:`ModelEnv.reset` and :meth:`ModelEnv.step`, for code that drives the model
-  directly;
-* the agent-proxy format — :meth:`ModelEnv.dict_reset` and :meth:`ModelEnv.dict_step`, so agent
-  proxies and :class:`~emote_core.memory.proxy.MemoryTableProxy` work on simulated rollouts
-  unchanged, and :meth:`ModelEnv.rollout`, which plays the whole loop into a memory.
-
-A rollout ends TERMINAL when the termination function says so (do not bootstrap), INTERRUPTED
-when it reaches ``rollout_length`` steps (bootstrap), and takes no further steps either way.
+:class:`ModelEnv` steps ``B`` rollouts with a learned dynamics model, as tensors
+(:meth:`ModelEnv.reset`, :meth:`ModelEnv.step`) or in the agent-proxy format
+(:meth:`ModelEnv.dict_reset`, :meth:`ModelEnv.dict_step`, :meth:`ModelEnv.rollout`). A rollout
+ends TERMINAL when the termination function says so and INTERRUPTED after ``rollout_length``
+steps.
 """
 
 from __future__ import annotations

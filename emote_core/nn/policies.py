@@ -1,18 +1,9 @@
 """Tanh-squashed Gaussian policies for continuous actions (as SAC trains them).
 
-Actions lie in ``[-1, 1]``; rescaling them to an environment's bounds is the environment
-wrapper's job. A policy has two ways to act:
-
-* :meth:`GaussianPolicy.sample` (what ``forward`` does in train mode): a reparameterised sample
-  ``a = tanh(mean + std * epsilon)`` with ``epsilon ~ N(0, I)`` and its log-probability, corrected
-  for the tanh squashing, of shape ``(B, 1)``. Losses call this.
-* :meth:`GaussianPolicy.act` (what ``forward(obs, epsilon)`` does in eval mode): only
-  ``tanh(mean + std * epsilon)``, with the noise given from outside. ``epsilon = 0`` is the
-  deterministic action; standard normal noise samples the policy. This is the signature an ONNX
-  export traces, so exported policies are deterministic functions of their inputs.
-
-Both methods work in either mode, so code that shares one policy between a training thread and a
-collecting thread can call them directly instead of switching the module's mode.
+Actions lie in ``[-1, 1]``. :meth:`GaussianPolicy.sample` (``forward`` in train mode) draws a
+reparameterised action and its tanh-corrected log-probability, for losses;
+:meth:`GaussianPolicy.act` (``forward(obs, epsilon)`` in eval mode, what ONNX export traces)
+gives ``tanh(mean + std * epsilon)`` for noise given from outside. Both work in either mode.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Writing ONNX policy files: checked, parity-tested, renamed into place when complete.
 
-Every export (:func:`write_policy`) traces a :class:`~emote_core.onnx.graph.PolicyGraph`,
-verifies that the file holds the requested default-domain opset, runs ``onnx.checker`` with
-``full_check``, records the metadata, and runs onnxruntime against the torch module on random
-inputs at batch sizes 1, 7 and 256; a difference beyond ``atol + rtol * |torch|`` fails the export
-and removes the file. :func:`export_policy` writes next to the destination and renames into
-place. :mod:`emote_core.onnx.exporter` builds on these: ``emote export onnx`` and the
-``OnnxExporter`` callback.
-
-Opsets: :data:`SUPPORTED_OPSETS`. Up to :data:`LEGACY_MAX_OPSET` the TorchScript exporter writes
-them as asked (the dynamo exporter silently raises anything below 18 to 18); from 18 the dynamo
-exporter writes them, as one file without an external-data sidecar. The default, 15, is what
-both onnxruntime and Unity's inference engine load.
+:func:`write_policy` traces a :class:`~emote_core.onnx.graph.PolicyGraph`, checks the opset and
+``onnx.checker``, records the metadata and compares onnxruntime with torch at batch sizes 1, 7
+and 256, removing the file on a mismatch; :func:`export_policy` renames it into place. Opsets up
+to :data:`LEGACY_MAX_OPSET` go through the TorchScript exporter (the dynamo one raises them to
+18), later ones through dynamo.
 """
 
 from __future__ import annotations

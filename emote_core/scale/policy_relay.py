@@ -1,18 +1,9 @@
 """Published policies from the learner to Ray workers that cannot see its run directory.
 
-The driver of ``emote collect --workers N --follow-policy`` is the one process that reads the
-learner's run directory. Its :class:`PolicyRelay` watches ``RUN_DIR/exports/latest.onnx``
-there (a :class:`~emote_core.assembly.published_policy.PublishedFile`: the file's ``stat`` at
-most once a second), reads each newly published file once and checks that it loads as an emote
-ONNX policy that fits the environment; a file that does not is logged once and the policy in use
-kept. The driver puts the bytes in Ray's object store and offers them to every running worker
-(:meth:`~emote_core.scale.workers.CollectorWorker.offer_policy`); a worker it starts, a restart
-included, gets the newest in its constructor, before it steps.
-
-A worker writes what it is offered into its :class:`PolicyMirror`, a run directory of its own
-in its machine's temporary folder, replaced atomically, and its collector follows that run as
-it would the learner's: it switches between episodes and refuses (logging once) a policy that
-does not fit its environment.
+The driver's :class:`PolicyRelay` watches ``RUN_DIR/exports/latest.onnx``, checks each newly
+published file once, and offers its bytes through Ray to every worker (a started one gets the
+newest before it steps). A worker writes them into its :class:`PolicyMirror`, a run directory of
+its own that its collector follows as it would the learner's.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Who made a store: the provenance record of one writing session, and where stores keep it.
 
-A store's root keeps what all its shards share: the environment id it was made on (``env_id``,
-from the writer that created it). Each shard keeps a list of :class:`Provenance` records under its
-``provenance`` attribute, one per writing session (a ``collect``, a training run's export, a
-conversion), each with ``first_episode``: how many episodes the shard held when the session
-began, so the records split the shard's episodes between them.
-
-Both attributes are optional: stores written before them, and stores written by library code
-that passes no record, lack them, and every reader takes their absence as "unknown". Adding them
-needed no new format version (:class:`~emote_core.stores.zarr_store.layout.StoreVersion`): older
-readers ignore attributes they do not know.
-
-The record is filled by whoever runs the session (the command line or the training assembly);
-this module only holds, hashes and (de)serialises it.
+A store's root keeps ``env_id``; each shard keeps a ``provenance`` list of :class:`Provenance`
+records, one per writing session, each with ``first_episode`` (the shard's episode count when
+the session began). Both attributes are optional: readers take their absence as "unknown".
+This module holds, hashes and (de)serialises the records; the caller fills them.
 """
 
 from __future__ import annotations

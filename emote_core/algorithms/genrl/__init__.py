@@ -1,18 +1,10 @@
 """GenRL's library pieces: a conditional VAE that turns demonstrated actions into a latent action
 space, and the wrappers that let SAC learn and act in it.
 
-* :mod:`.vae`: the VAE (:class:`VariationalAutoencoder`, :func:`make_vae`), its loss terms and
-  the KL to the prior;
-* :mod:`.losses`: :class:`VAELoss`, which trains the VAE on a data group of demonstrations;
-* :mod:`.scaling`: the one convention between the policy's ``[-1, 1]`` actions and latents,
-  ``latent = latent_scale * policy_action``;
-* :mod:`.wrappers`: the encoder for labelling, the frozen decoder, and the policy that acts
-  through it (:class:`PolicyWrapper`);
-* :mod:`.memory`: :class:`MemoryProxyWithEncoder`, which stores latent actions in the replay
-  memory;
-* :mod:`.export`: the acting module (latent policy and decoder, one network) and its ONNX graph;
-* :mod:`.family`: the registered families ``genrl_vae`` (the VAE, trained offline on a store of
-  demonstrations) and ``genrl_sac`` (SAC in the latent space of a ``genrl_vae`` run).
+Modules: :mod:`.vae` (the VAE), :mod:`.losses` (:class:`VAELoss`), :mod:`.scaling` (policy
+actions to latents), :mod:`.wrappers` (:class:`PolicyWrapper`), :mod:`.memory`
+(:class:`MemoryProxyWithEncoder`), :mod:`.export` (the acting module) and :mod:`.family` (the
+``genrl_vae`` and ``genrl_sac`` families).
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """A conditional variational autoencoder over actions: the latent action space of GenRL.
 
-The encoder reads an action and the (flattened) observation it was taken in and gives a
-diagonal Gaussian over latents, ``q(z | a, s) = N(mean, exp(log_var))``; the decoder turns a
-latent and the observation back into an action. Trained on demonstrations with the loss::
-
-    loss = mean_{b,j} (decoder(z_b, s_b)_j - a_bj)^2 + beta * mean_b KL(q(z | a_b, s_b) || N(0, I))
-
-the latents of demonstrated actions stay near the standard normal prior, so a policy that acts in
-latent space (:class:`~emote_core.algorithms.genrl.wrappers.PolicyWrapper`) decodes into actions
-that look like the demonstrations'.
-
-The two terms have different units: the reconstruction is a mean over action dimensions, the KL
-a sum over latent dimensions in nats. ``beta = 1`` therefore prices one nat of information in
-the latent like a squared error of 1 on actions in ``[-1, 1]``, which drives most of the latent
-to the prior; values around ``1e-3`` to ``1e-2`` keep the latent informative (see
-:data:`DEFAULT_BETA`).
+The encoder gives ``q(z | a, s) = N(mean, exp(log_var))``; the decoder turns a latent and the
+observation back into an action. The loss is the mean squared reconstruction error plus
+``beta`` times the KL to ``N(0, I)`` (summed over latent dimensions, in nats), so small
+``beta`` (:data:`DEFAULT_BETA`) keeps the latent informative.
 """
 
 from __future__ import annotations
