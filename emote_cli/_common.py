@@ -1,19 +1,8 @@
 """Plumbing shared by every ``emote`` command: exit codes, standard options, errors, output.
 
-A command body looks like this::
-
-    def command(json_output: JsonOption = False, quiet: QuietOption = False,
-                debug: DebugOption = False) -> None:
-        setup_logging(quiet=quiet, debug=debug)
-        with handle_errors(debug=debug, json_output=json_output):
-            result = do_the_work()
-            if json_output:
-                emit_json(result)
-            else:
-                stdout_console().print(...)
-
-Only the standard library and Typer are imported here at module level (Rich and emote_core are
-imported when first needed) so that ``emote --help`` stays fast.
+A command calls :func:`setup_logging`, does its work inside :func:`handle_errors` and prints
+with :func:`emit_json` or :func:`stdout_console`. Only the standard library and Typer are
+imported at module level, so that ``emote --help`` stays fast.
 """
 
 from __future__ import annotations

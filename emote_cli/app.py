@@ -1,18 +1,10 @@
 """The root ``emote`` Typer app and the console entry point :func:`main`.
 
-Every command lives in its own module and is registered below in one line:
-
-- a command: write ``emote_cli/<name>.py`` with a function whose docstring is its help, then
-  ``app.command("<name>")(<module>.<function>)``. Typer 0.29 (rich markup mode) reflows only the
-  first paragraph of a help text; later paragraphs keep their line breaks, so keep each of them
-  on one line. Text after a line holding only ``\\f`` is not shown;
-- a group: write a subpackage ``emote_cli/<group>/`` whose ``__init__.py`` holds
-  ``app = typer.Typer(...)`` with one module per subcommand, then
-  ``app.add_typer(<group>.app, name="<group>")``.
-
-Only commands that work are registered. Every command module is imported whenever ``emote`` starts,
-so none may import torch, numpy, gymnasium, zarr, onnx, onnxruntime or tensorboard at module level:
-``emote --help`` has to answer in well under a second (tests/cli/test_app.py checks this).
+Every command lives in its own module (a group in a subpackage with its own ``typer.Typer``) and
+is registered below in one line; its function's docstring is its help. Typer's rich markup
+reflows only a help text's first paragraph, so keep each later paragraph on one line. Every
+command module is imported when ``emote`` starts, so none may import torch, numpy, gymnasium,
+zarr, onnx, onnxruntime or tensorboard at module level.
 """
 
 from __future__ import annotations

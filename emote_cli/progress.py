@@ -1,17 +1,9 @@
 """Progress of long commands on stderr: a live Rich display on a terminal, plain lines otherwise.
 
-``train``, ``collect``, ``eval`` and ``memory convert`` show done / total, rates, an ETA and the
-few metrics that matter through one :class:`ProgressDisplay`:
-
-- stderr is a terminal: two live lines (spinner, bar, count, elapsed time, ETA and rates; then
-  the metrics), cut to the terminal's width and redrawn ten times a second, from the command's
-  first moment (:meth:`ProgressDisplay.status`); log lines print above them;
-- stderr is a file or a pipe (CI logs): a plain ``key=value`` line at the start, every
-  ``plain_interval`` seconds and at the end, each at most :data:`LINE_WIDTH` characters;
-- ``--quiet``: nothing.
-
-Only the standard library is imported at module level; Rich and emote_core are imported when a
-display starts, so that ``emote --help`` stays fast.
+``train``, ``collect``, ``eval`` and ``memory convert`` show done / total, rates, an ETA and a
+few metrics through one :class:`ProgressDisplay`: two live lines on a terminal, a plain
+``key=value`` line every ``plain_interval`` seconds (at most :data:`LINE_WIDTH` characters) on a
+file or pipe, nothing with ``--quiet``. Rich and emote_core are imported when a display starts.
 """
 
 from __future__ import annotations
