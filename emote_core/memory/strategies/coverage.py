@@ -121,8 +121,8 @@ class CoverageBasedEjectionStrategy(UniformEjectionStrategy):
     sampling, is chosen with probability proportional to ``N_e * (d_e + 1) ** -alpha``, so
     episodes that training has drawn often tend to stay. The draw counts are those of
     ``sampler``, a :class:`CoverageBasedSampleStrategy` of the same table. Without one every
-    count is 0 and ejection is :class:`UniformEjectionStrategy`'s, which is what upstream's
-    ejector, whose counts only its own (never called) sampling raised, did in practice.
+    count is 0 and ejection is :class:`UniformEjectionStrategy`'s (what upstream's ejector does,
+    since only its own, never called, sampling raised its counts).
 
     Args:
         alpha: How strongly draws protect an episode (0 ejects as the uniform strategy).

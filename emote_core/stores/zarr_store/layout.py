@@ -41,8 +41,8 @@ COLUMNS = "columns"
 EPISODES = "episodes"
 DEFAULT_SHARD = "main"
 CHUNK_BYTES = 1 << 20
-"""Target bytes per chunk along the row axis (about 1 MB, NOTES.md: fewer, larger chunks read
-fastest; the last chunk of a column stays partial between appends)."""
+"""Target bytes per chunk along the row axis (about 1 MB: fewer, larger chunks load faster, see
+benchmarks/RESULTS.md; the last chunk of a column stays partial between appends)."""
 
 EPISODE_FIELDS: dict[str, tuple[np.dtype[Any], tuple[int, ...]]] = {
     "id": (np.dtype(np.int64), ()),
