@@ -1,4 +1,4 @@
-"""Episode memory against its peers, side by side, on the issue's workload.
+"""Episode memory against its peers, side by side, on a 1M-transition workload.
 
 Workload: 1,000,000 transitions in 1,000-step episodes; float32 obs[32], actions[2], rewards[1].
 Peers: Stable-Baselines3's ``ReplayBuffer`` (``pip install -e ".[bench]"``) and a raw numpy
