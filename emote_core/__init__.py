@@ -1,11 +1,40 @@
-"""emote: episode memory, a callback training engine and a CLI for reinforcement learning."""
+"""emote: episode memory, a callback training engine and a CLI for reinforcement learning.
+
+The names a library user starts from are importable from here (``from emote_core import
+Trainer``): the training engine, the memory table and proxy, the emote-memory store, the
+algorithm registry and emote's families. Each loads on first use, so ``import emote_core``
+imports neither torch nor zarr; the rest of the library lives in its subpackages.
+"""
 
 from __future__ import annotations
 
+import importlib
 import json
 from importlib.metadata import PackageNotFoundError, distribution, version
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
+
+if TYPE_CHECKING:  # the names of the lazy table below, for type checkers and the API reference
+    from emote_core.algorithms.dqn.family import DoubleDQN, DqnConfig
+    from emote_core.algorithms.registry import (
+        AddOn,
+        AlgorithmFamily,
+        get_algorithm,
+        register_addon,
+        register_algorithm,
+    )
+    from emote_core.algorithms.sac.family import SacConfig, SoftActorCritic
+    from emote_core.callback import Callback, Order
+    from emote_core.errors import EmoteError
+    from emote_core.memory.builders import DictObsMemoryTable
+    from emote_core.memory.loaders import MemoryLoader
+    from emote_core.memory.proxy import MemoryTableProxy
+    from emote_core.memory.table import ArrayMemoryTable
+    from emote_core.stores.zarr_store.reader import MemoryStore
+    from emote_core.stores.zarr_store.tables import load_table, save_table
+    from emote_core.stores.zarr_store.writer import ShardWriter, create_store
+    from emote_core.trainer import StateDict, Trainer
 
 DISTRIBUTION = "emote-toolkit"
 """The name emote is installed under (``pip install emote-toolkit``). The name ``emote`` on the
@@ -67,4 +96,73 @@ def _local_source(direct_url: str) -> tuple[str, bool] | None:
     return unquote(url.path), editable
 
 
-__all__ = ["DISTRIBUTION", "__version__", "install_command"]
+# The public face: each name and the module it lives in, imported on first use (PEP 562).
+# Modules inside emote_core never import these names from here (tests/test_architecture.py).
+_EXPORTS: dict[str, str] = {
+    "AddOn": "emote_core.algorithms.registry",
+    "AlgorithmFamily": "emote_core.algorithms.registry",
+    "ArrayMemoryTable": "emote_core.memory.table",
+    "Callback": "emote_core.callback",
+    "DictObsMemoryTable": "emote_core.memory.builders",
+    "DoubleDQN": "emote_core.algorithms.dqn.family",
+    "DqnConfig": "emote_core.algorithms.dqn.family",
+    "EmoteError": "emote_core.errors",
+    "MemoryLoader": "emote_core.memory.loaders",
+    "MemoryStore": "emote_core.stores.zarr_store.reader",
+    "MemoryTableProxy": "emote_core.memory.proxy",
+    "Order": "emote_core.callback",
+    "SacConfig": "emote_core.algorithms.sac.family",
+    "ShardWriter": "emote_core.stores.zarr_store.writer",
+    "SoftActorCritic": "emote_core.algorithms.sac.family",
+    "StateDict": "emote_core.trainer",
+    "Trainer": "emote_core.trainer",
+    "create_store": "emote_core.stores.zarr_store.writer",
+    "get_algorithm": "emote_core.algorithms.registry",
+    "load_table": "emote_core.stores.zarr_store.tables",
+    "register_addon": "emote_core.algorithms.registry",
+    "register_algorithm": "emote_core.algorithms.registry",
+    "save_table": "emote_core.stores.zarr_store.tables",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'emote_core' has no attribute '{name}'")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+__all__ = [
+    "DISTRIBUTION",
+    "AddOn",
+    "AlgorithmFamily",
+    "ArrayMemoryTable",
+    "Callback",
+    "DictObsMemoryTable",
+    "DoubleDQN",
+    "DqnConfig",
+    "EmoteError",
+    "MemoryLoader",
+    "MemoryStore",
+    "MemoryTableProxy",
+    "Order",
+    "SacConfig",
+    "ShardWriter",
+    "SoftActorCritic",
+    "StateDict",
+    "Trainer",
+    "__version__",
+    "create_store",
+    "get_algorithm",
+    "install_command",
+    "load_table",
+    "register_addon",
+    "register_algorithm",
+    "save_table",
+]

@@ -16,7 +16,7 @@ CORE = ROOT / "emote_core"
 # Ranks from the bottom up, as docs/architecture.md lists the layers. A module may import from
 # its own package or from a lower rank; packages of one rank never import each other.
 RANKS: dict[str, int] = {
-    "emote_core": 0,  # the package's face: __version__
+    "emote_core": 0,  # the package's own names: __version__, install_command
     "errors": 0,
     "typing": 1,
     "spaces": 1,
@@ -84,7 +84,15 @@ def test_every_package_has_a_layer() -> None:
         assert f"`{name}" in documented, f"docs/architecture.md does not mention {name}"
 
 
-@pytest.mark.parametrize("path", sorted(CORE.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+# The public face: its lazy table names every layer, so it is exempt from the layers and no
+# module of emote_core may import those names from it (test_no_module_imports_the_public_face).
+FACE = CORE / "__init__.py"
+FACE_OWN_NAMES = {"DISTRIBUTION", "__version__", "install_command"}  # defined there, at layer 0
+
+
+@pytest.mark.parametrize(
+    "path", sorted(set(CORE.rglob("*.py")) - {FACE}), ids=lambda p: str(p.relative_to(ROOT))
+)
 def test_imports_go_down_the_layers(path: Path) -> None:
     here = unit(module_name(path))
     upward = sorted(
@@ -99,6 +107,21 @@ def test_the_library_never_imports_the_command_line_or_the_tests() -> None:
     for path in CORE.rglob("*.py"):
         text = path.read_text(encoding="utf-8")
         assert not re.search(r"^\s*(from|import) (emote_cli|tests)\b", text, re.M), path
+
+
+def test_no_module_imports_the_public_face() -> None:
+    found = []
+    for path in sorted(CORE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == "emote_core" and not node.level:
+                names = sorted({alias.name for alias in node.names} - FACE_OWN_NAMES)
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names if alias.name == "emote_core"]
+            else:
+                continue
+            if names:
+                found.append(f"{module_name(path)} line {node.lineno}: {names}")
+    assert not found, f"import these from their own modules, not from emote_core: {found}"
 
 
 # Where algorithms must not be named: everything that works for any registered algorithm.
