@@ -1,12 +1,10 @@
 """EpisodeBatch: many finished episodes held joined, column by column, ready for one append.
 
-A collector of short episodes (a random CartPole episode is ~20 steps) that handed them out one
-by one paid for a dict and a few arrays per episode, then again when the store joined them for
-an append. An :class:`EpisodeBatch` is the joined form both ends share: each column's rows, episode
-after episode, with the episodes' identities, lengths and end states beside them.
-:meth:`~emote_core.stores.zarr_store.writer.ShardWriter.append_batch` writes it without looking at
-an episode on its own; :meth:`EpisodeBatch.episodes` gives the ``(identity, sequence, end_state)``
-records any other consumer takes, as views of the joined rows.
+An :class:`EpisodeBatch` holds each column's rows episode after episode, with the episodes'
+identities, lengths and end states beside them, so a collector of short episodes pays per batch,
+not per episode. :meth:`~emote_core.stores.zarr_store.writer.ShardWriter.append_batch` writes it
+whole; :meth:`EpisodeBatch.episodes` gives ``(identity, sequence, end_state)`` records as views
+of the joined rows.
 """
 
 from __future__ import annotations

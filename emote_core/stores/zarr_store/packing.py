@@ -1,13 +1,11 @@
 """Episodes packed for one append to a shard: each column's rows joined, and the episode table's
 fields (lengths, end states, returns, per-episode checksums) computed for the whole batch.
 
-Collectors hand over many short episodes (a random CartPole episode is ~20 steps), so the work
-per episode is kept to a few attribute checks: an array that already has its column's dtype and
-rows is taken as it is, the checksums are computed over slices of the joined columns, and the
-returns with one ``np.add.reduceat``. Anything else goes through :func:`conform`, which says
-exactly what does not fit. An :class:`~emote_core.stores.episode_batch.EpisodeBatch`, whose
-columns a collector has already joined, is checked column by column instead
-(:meth:`PackedBatch.joined`).
+Collectors hand over many short episodes, so the work per episode is a few attribute checks: an
+array that already has its column's dtype and rows is taken as it is, checksums and returns are
+computed over the joined columns, and anything else goes through :func:`conform`, which says
+what does not fit. An :class:`~emote_core.stores.episode_batch.EpisodeBatch` is checked column
+by column instead (:meth:`PackedBatch.joined`).
 """
 
 from __future__ import annotations
