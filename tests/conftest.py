@@ -35,7 +35,7 @@ def one_torch_thread(restore_torch_threads: None) -> None:
     torch.set_num_threads(1)
 
 
-UPSTREAM_V1 = Path(__file__).parent / "stores" / "upstream" / "data" / "emote-export-v1.zip"
+UPSTREAM_V1 = Path(__file__).parent / "integrations" / "upstream" / "data" / "emote-export-v1.zip"
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """``emote memory convert``: any memory source into a Zarr store or another format, atomically.
 
-The library (:func:`emote_core.stores.convert.convert`) writes the target under a
+The library (:func:`emote_core.integrations.convert.convert`) writes the target under a
 temporary name next to DST and renames it into place when complete; this module parses the
 command line, shows progress on stderr and prints the summary.
 """
@@ -76,7 +76,7 @@ def convert(
     """
     setup_logging(quiet=quiet, debug=debug)
     with handle_errors(debug=debug, json_output=json_output):
-        from emote_core.stores.convert import convert as convert_memory
+        from emote_core.integrations.convert import convert as convert_memory
 
         if trust_pickle:
             trust_pickle_warning(source)

@@ -1,7 +1,7 @@
 """``emote memory inspect``: what a memory holds, for a Zarr store and every other format.
 
 Read-only. A store's report reads only its episode tables (fast on any size); other formats are
-read whole. The formats are those of :mod:`emote_core.stores.sources`.
+read whole. The formats are those of :mod:`emote_core.integrations.formats`.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def inspect(
     """
     setup_logging(quiet=quiet, debug=debug)
     with handle_errors(debug=debug, json_output=json_output):
-        from emote_core.stores.inspect import inspect_source
+        from emote_core.integrations.inspect import inspect_source
 
         if trust_pickle:
             trust_pickle_warning(source)

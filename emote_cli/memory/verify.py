@@ -52,7 +52,7 @@ def verify(
     setup_logging(quiet=quiet, debug=debug)
     with handle_errors(debug=debug, json_output=json_output):
         from emote_core.errors import FormatError
-        from emote_core.stores.sources import detect_format
+        from emote_core.integrations.formats import detect_format
         from emote_core.stores.zarr_store.verify import verify_store
 
         try:

@@ -23,16 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from emote_core.errors import FormatError, StorageError
+from emote_core.integrations.formats import lookup_format, read_source
 from emote_core.stores.locations import is_url
 from emote_core.stores.provenance import Provenance
-from emote_core.stores.sources import (
-    Progress,
-    WriteOptions,
-    _lookup,
-    check_finite,
-    length_key,
-    read_source,
-)
+from emote_core.stores.sources import Progress, WriteOptions, check_finite, length_key
 from emote_core.stores.stored import StoredTable
 from emote_core.stores.zarr_store.lease import process_running
 from emote_core.stores.zarr_store.writer import is_store
@@ -70,11 +64,11 @@ def _local_path(location: str, name: str) -> str:
     """Where a source lies on this machine: a Minari dataset id resolves under Minari's root, a
     tmrl dataset folder to its ``data.pkl`` (so the folder and the file hash the same)."""
     if name == "minari" and not Path(location).exists():
-        from emote_core.stores.peers.minari_io import datasets_root
+        from emote_core.integrations.minari.datasets import datasets_root
 
         return str(datasets_root() / location)
     if name == "tmrl-dataset" and Path(location).is_dir():
-        from emote_core.stores.peers.tmrl import dataset_file
+        from emote_core.integrations.tmrl.dataset import dataset_file
 
         return str(dataset_file(location))
     return location
@@ -133,7 +127,7 @@ def convert(
     """
     started = time.perf_counter()
     source_text, target_text = os.fspath(source), os.fspath(destination)
-    target = _lookup(target_format, "target")
+    target = lookup_format(target_format, "target")
     if target.target != "dataset":
         _check_destination(source_text, target_text, force, target.name)
     name, stored = read_source(
@@ -194,7 +188,7 @@ def write_target(
             episode does not fit the target.
         StorageError: If the destination cannot be written.
     """
-    target = _lookup(target_format, "target")
+    target = lookup_format(target_format, "target")
     text = os.fspath(destination)
     write = target.write
     if write is None:  # pragma: no cover - _lookup returns only formats with a writer

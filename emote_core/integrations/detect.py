@@ -1,4 +1,4 @@
-"""Telling the peers' files apart without loading them.
+"""Telling the peers' files (SB3, skrl, tmrl) apart without loading them, and reading one.
 
 Nothing here unpickles: pickles are inspected opcode by opcode (:func:`pickletools.genops` only
 parses), zips by their member names, ``.npy`` members not at all, ``.csv`` files by their header.
@@ -12,9 +12,19 @@ import pickletools
 import zipfile
 from pathlib import Path
 
-from emote_core.stores.peers.sb3 import SB3_FORMAT
-from emote_core.stores.peers.skrl import FLAG_TENSORS, PRIMARY_OBSERVATIONS, SKRL_FORMAT
-from emote_core.stores.peers.tmrl import DATASET_FILE, TMRL_FORMAT
+from emote_core.errors import FormatError
+from emote_core.integrations.sb3.replay_buffer import SB3_FORMAT, read_sb3_replay_buffer
+from emote_core.integrations.skrl.reader import (
+    FLAG_TENSORS,
+    PRIMARY_OBSERVATIONS,
+    SKRL_FORMAT,
+    read_skrl_memory,
+)
+from emote_core.integrations.tmrl.dataset import DATASET_FILE, TMRL_FORMAT, read_tmrl_dataset
+from emote_core.stores.stored import StoredTable
+
+PEER_FORMATS = (SB3_FORMAT, SKRL_FORMAT, TMRL_FORMAT)
+"""The peer formats :func:`detect_peer_format` tells apart."""
 
 _SB3_MODULE = "stable_baselines3.common.buffers"
 _PEEK_OPCODES = 200
@@ -129,4 +139,28 @@ def detect_peer_format(path: str | os.PathLike[str]) -> str | None:
     return _csv_format(head)
 
 
-__all__ = ["detect_peer_format"]
+def read_peer_file(
+    path: str | os.PathLike[str], format: str | None = None, *, trust_pickle: bool = False
+) -> StoredTable:
+    """Reads a peer's file with the reader for ``format`` (detected when ``None``).
+
+    Raises:
+        FormatError: If the format is unknown or cannot be detected, or the file is damaged.
+        UnsafePickleError: If a pickle names a global outside the allowlist; nothing ran.
+    """
+    chosen = format or detect_peer_format(path)
+    if chosen == SB3_FORMAT:
+        return read_sb3_replay_buffer(path, trust_pickle=trust_pickle)
+    if chosen == SKRL_FORMAT:
+        return read_skrl_memory(path, trust_pickle=trust_pickle)
+    if chosen == TMRL_FORMAT:
+        return read_tmrl_dataset(path, trust_pickle=trust_pickle)
+    if format is not None:
+        raise FormatError(f"unknown peer format {format!r}; choose one of {list(PEER_FORMATS)}")
+    raise FormatError(
+        f"'{path}' is not a file emote recognises as one of {list(PEER_FORMATS)} (missing, empty, "
+        "or another kind of file); name its format with --from"
+    )
+
+
+__all__ = ["PEER_FORMATS", "detect_peer_format", "read_peer_file"]

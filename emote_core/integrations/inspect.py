@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from emote_core.stores.agents import store_agents
-from emote_core.stores.provenance import ENV_ID, FIRST_EPISODE, shard_sessions
-from emote_core.stores.sources import FORMATS, detect_format, length_key, read_source
+from emote_core.integrations.formats import FORMATS, detect_format, read_source
+from emote_core.stores.inspect import store_report
+from emote_core.stores.sources import length_key
 from emote_core.stores.summary import (
     bytes_on_disk,
     episode_returns,
     return_distribution,
     summarize_stored,
 )
-
-if TYPE_CHECKING:
-    from emote_core.stores.zarr_store import MemoryStore
 
 
 def inspect_source(
@@ -45,10 +42,9 @@ def inspect_source(
         A JSON-compatible dict with at least ``format``, ``format_version``, ``location``,
         ``episodes``, ``transitions``, ``columns`` (name -> ``{dtype, shape, kind}``),
         ``episode_length`` and ``episode_return`` (``{min, mean, max}``), ``end_states``,
-        ``spaces``, ``shards``, ``bytes_on_disk``, ``producer`` and ``provenance`` (stores:
-        :func:`store_provenance`; other sources: ``None``); stores also ``agents``
-        (:func:`~emote_core.stores.agents.store_agents`: the agents and groups of multi-agent
-        shards, ``None`` for none).
+        ``spaces``, ``shards``, ``bytes_on_disk``, ``producer`` and ``provenance`` (``None`` but
+        for stores); stores also ``agents`` (see
+        :func:`~emote_core.stores.inspect.store_report`).
 
     Raises:
         FormatError: As :func:`read_source`.
@@ -57,20 +53,7 @@ def inspect_source(
     text = os.fspath(location)
     name = source_format or detect_format(text)
     if name == "zarr":
-        from emote_core.stores.zarr_store import MemoryStore
-
-        store = MemoryStore(text)
-        report = store.info()
-        report["location"] = report.pop("store", text)
-        report["provenance"] = store_provenance(store)
-        report["agents"] = store_agents(store)
-        if returns:
-            tables = [shard.table for shard in store.shards]
-            report["returns"] = return_distribution(
-                np.concatenate([t["return"] for t in tables] or [np.zeros(0)]),
-                np.concatenate([t["end_state"] for t in tables] or [np.zeros(0)]),
-            )
-        return report
+        return store_report(text, returns=returns)
     name, stored = read_source(text, source_format=name, trust_pickle=trust_pickle)
     key = length_key(stored)
     report = summarize_stored(stored, key)
@@ -96,26 +79,4 @@ def inspect_source(
     }
 
 
-def store_provenance(store: MemoryStore) -> dict[str, Any]:
-    """Who made a store: ``{"env_id", "shards": {shard: [session, ...]}}``.
-
-    ``env_id`` is the root's (``None``: unknown); each session is its provenance record with
-    ``first_episode`` and ``episodes`` (how many of the shard's committed episodes it wrote).
-    Shards written before provenance was recorded have no sessions.
-
-    Raises:
-        FormatError: If a shard's provenance attribute is malformed.
-    """
-    shards: dict[str, list[dict[str, Any]]] = {}
-    for shard in store.shards:
-        where = f"store '{store.url}' shard '{shard.name}'"
-        sessions = shard_sessions(dict(shard.group.attrs), where=where)
-        ends = [first for first, _ in sessions[1:]] + [shard.episodes] * bool(sessions)
-        shards[shard.name] = [
-            {**record.to_attrs(), FIRST_EPISODE: first, "episodes": max(0, end - first)}
-            for (first, record), end in zip(sessions, ends, strict=True)
-        ]
-    return {"env_id": store.attributes.get(ENV_ID), "shards": shards}
-
-
-__all__ = ["inspect_source", "store_provenance"]
+__all__ = ["inspect_source"]

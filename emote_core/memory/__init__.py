@@ -2,9 +2,9 @@
 
 The pieces most users need are importable from here; each lives in a module of its own role.
 Names load on first use, so importing one submodule (the column schema, say) does not import
-torch and the rest. Files and stores of episodes are :mod:`emote_core.stores`, which builds on
-this package (``store_table``/``restore_table``, ``MemoryExporterProxyWrapper``,
-``MemoryImporterCallback``).
+torch and the rest. Files and stores of episodes are :mod:`emote_core.stores`, and other
+libraries' memory interfaces (``SkrlMemory``, ``TmrlEpisodeMemory``) are
+:mod:`emote_core.integrations`; both build on this package.
 """
 
 from __future__ import annotations
@@ -39,12 +39,10 @@ _EXPORTS: dict[str, str] = {
     "OnlyLastMapper": "emote_core.memory.mappers",
     "PrioritizedSampleStrategy": "emote_core.memory.strategies",
     "SamplePreprocessor": "emote_core.memory.adaptors",
-    "SkrlMemory": "emote_core.memory.skrl_memory",
     "SyntheticDones": "emote_core.memory.mappers",
     "SyntheticMasks": "emote_core.memory.mappers",
     "TagColumn": "emote_core.memory.columns",
     "TerminalAdaptor": "emote_core.memory.adaptors",
-    "TmrlEpisodeMemory": "emote_core.memory.tmrl_memory",
     "UniformEjectionStrategy": "emote_core.memory.strategies",
     "UniformSampleStrategy": "emote_core.memory.strategies",
     "VirtualColumn": "emote_core.memory.columns",
@@ -91,12 +89,10 @@ __all__ = [
     "OnlyLastMapper",
     "PrioritizedSampleStrategy",
     "SamplePreprocessor",
-    "SkrlMemory",
     "SyntheticDones",
     "SyntheticMasks",
     "TagColumn",
     "TerminalAdaptor",
-    "TmrlEpisodeMemory",
     "UniformEjectionStrategy",
     "UniformSampleStrategy",
     "VirtualColumn",

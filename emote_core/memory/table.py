@@ -352,8 +352,8 @@ class ArrayMemoryTable(TableSampling, TableBulkFill):
         """
         raise MemoryTableError(
             f"table.store({path!r}) is upstream emote's table method; emote writes tables with "
-            "emote_core.stores.upstream.store_table(table, path) (note: it writes the exact name "
-            "given, where upstream appended '.zip') or into an emote-memory Zarr store"
+            "emote_core.integrations.upstream.store_table(table, path) (note: it writes the "
+            "exact name given, where upstream appended '.zip') or into an emote-memory Zarr store"
         )
 
     def restore(self, path: Any) -> None:
@@ -364,7 +364,7 @@ class ArrayMemoryTable(TableSampling, TableBulkFill):
         """
         raise MemoryTableError(
             f"table.restore({path!r}) is upstream emote's table method; emote reads tables with "
-            "emote_core.stores.upstream.restore_table(table, path), which accepts the path "
+            "emote_core.integrations.upstream.restore_table(table, path), which accepts the path "
             "with or without '.zip'"
         )
 

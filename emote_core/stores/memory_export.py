@@ -1,5 +1,5 @@
-"""Run memory on disk: a proxy wrapper that appends live episodes to a store, and the callback
-that reads such an export (or an upstream memory zip) back into a table before training."""
+"""Run memory on disk: a proxy wrapper that appends live episodes to a store (read back by
+:class:`~emote_core.integrations.upstream.importer.MemoryImporterCallback`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from emote_core.callback import Callback, Order
-from emote_core.errors import CheckpointError, ConfigurationError
+from emote_core.errors import ConfigurationError
 from emote_core.memory.proxy import REWARDS_COLUMN, MemoryProxy
 from emote_core.memory.wrappers import MemoryTableProxyWrapper, agent_steps
 from emote_core.stores.zarr_store.layout import DEFAULT_SHARD
@@ -20,7 +19,6 @@ from emote_core.typing import AgentId, DictObservation, DictResponse, EpisodeSta
 from emote_core.utils import BlockTimers
 
 if TYPE_CHECKING:
-    from emote_core.memory.table import ArrayMemoryTable
     from emote_core.stores.provenance import Provenance
     from emote_core.stores.zarr_store.tables import StoreAppender
 
@@ -32,72 +30,6 @@ def export_path(directory: str | os.PathLike[str], target_memory_name: str) -> P
     return Path(directory) / f"{target_memory_name}_export"
 
 
-class MemoryImporterCallback(Callback):
-    """Fills a table from an earlier run's export before training starts (``restore_state``).
-
-    Reads ``<experiment_load_dir>/<target_memory_name>_export`` (or ``load_fname_override``): an
-    emote-memory store (the newest episodes that fit the table) or an upstream V1/Legacy zip;
-    either replaces whatever the table held.
-
-    Args:
-        memory: The table to fill.
-        target_memory_name: The memory's name, as given to the exporter.
-        experiment_load_dir: The directory of the earlier run's export.
-        load_fname_override: A file name (inside ``experiment_load_dir``) or path to read instead.
-        name: The callback's name.
-    """
-
-    order = Order.DATA
-
-    def __init__(
-        self,
-        *,
-        memory: ArrayMemoryTable,
-        target_memory_name: str,
-        experiment_load_dir: str | os.PathLike[str],
-        load_fname_override: str | os.PathLike[str] | None = None,
-        name: str = "memory_importer",
-    ) -> None:
-        super().__init__(name=name)
-        self.memory = memory
-        self.target_memory_name = target_memory_name
-        if load_fname_override is None:
-            self.path = export_path(experiment_load_dir, target_memory_name)
-        else:
-            self.path = Path(experiment_load_dir) / load_fname_override
-
-    def restore_state(self) -> None:
-        """Restores the table from the export.
-
-        Raises:
-            CheckpointError: If the export is missing.
-            FormatError: If it is damaged or its columns differ from the table's.
-        """
-        candidates = (self.path, self.path.with_name(self.path.name + ".zip"))
-        if self.path.is_dir():  # an emote-memory store, as MemoryExporterProxyWrapper writes
-            from emote_core.stores.zarr_store.tables import load_table
-
-            load_table(self.memory, [self.path])
-            log.info("loaded memory '%s' from store %s", self.target_memory_name, self.path)
-            return
-        if not any(path.exists() for path in candidates):
-            raise CheckpointError(
-                f"memory importer '{self.name}' found no export of memory "
-                f"'{self.target_memory_name}' at {self.path} (or {candidates[1].name}); check "
-                "experiment_load_dir and target_memory_name, or pass load_fname_override"
-            )
-        from emote_core.stores.upstream import restore_table
-
-        restore_table(self.memory, self.path)
-        log.info(
-            "restored memory '%s' from %s: %d episodes, %d transitions",
-            self.target_memory_name,
-            self.path,
-            self.memory.episode_count,
-            self.memory.size(),
-        )
-
-
 class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
     """Appends completed episodes to the store ``<root>/<name>_export`` now and then.
 
@@ -106,7 +38,7 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
     than ``min_time_per_export`` seconds after the previous export, the episodes completed since
     the last export are appended and committed (never a full rewrite), from the thread that calls
     :meth:`add`. An existing store there is appended to (a resumed run). A later run reads it
-    back with :class:`~emote_core.stores.memory_export.MemoryImporterCallback`.
+    back with :class:`~emote_core.integrations.upstream.importer.MemoryImporterCallback`.
 
     Args:
         inner: The wrapped proxy.
@@ -263,4 +195,4 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
             return len(pending)
 
 
-__all__ = ["MemoryExporterProxyWrapper", "MemoryImporterCallback", "export_path"]
+__all__ = ["MemoryExporterProxyWrapper", "export_path"]

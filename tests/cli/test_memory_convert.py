@@ -22,12 +22,12 @@ from emote_cli._common import ExitCode
 from emote_cli.app import app
 from emote_cli.memory.convert import TargetFormat
 from emote_cli.memory.inspect import SourceFormat
-from emote_core.stores.sources import read_source, source_formats, target_formats
+from emote_core.integrations.formats import read_source, source_formats, target_formats
 from emote_core.stores.zarr_store import MemoryStore
 
 ROOT = Path(__file__).parents[2]
 LEGACY_ZIPS = sorted(
-    (ROOT / "tests" / "stores" / "upstream" / "data").glob("emote-rl-23-legacy-*.zip")
+    (ROOT / "tests" / "integrations" / "upstream" / "data").glob("emote-rl-23-legacy-*.zip")
 )
 
 
@@ -264,7 +264,7 @@ def test_malicious_pickles_are_refused_by_name_and_never_run(runner, tmp_path, p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["memory.pickle"]
 
 
-PEER_DATA = ROOT / "tests" / "stores" / "peers" / "data"
+PEER_DATA = ROOT / "tests" / "integrations" / "data"
 
 
 @pytest.mark.parametrize(

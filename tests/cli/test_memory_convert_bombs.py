@@ -21,12 +21,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from emote_core.integrations.upstream.v1 import write_v1_stored
 from emote_core.stores.stored import ColumnSchema, StoredTable
-from emote_core.stores.upstream.v1 import write_v1_stored
 from emote_core.typing import EpisodeState
 
 ROOT = Path(__file__).parents[2]
-PENDULUM = ROOT / "tests" / "stores" / "peers" / "minari_data" / "pendulum" / "random-v0"
+PENDULUM = ROOT / "tests" / "integrations" / "minari" / "data" / "pendulum" / "random-v0"
 HEADROOM = 2 << 30  # under the 3 GiB and more each file declares
 
 DRIVER = f"""
@@ -34,8 +34,9 @@ import json, resource, sys
 import h5py, minari, torch, zarr
 from typer.testing import CliRunner
 from emote_cli.app import app
-import emote_core.stores.convert, emote_core.stores.inspect, emote_core.stores.peers
-import emote_core.stores.peers.minari_io, emote_core.stores.upstream
+import emote_core.integrations.convert, emote_core.integrations.inspect
+import emote_core.integrations.detect, emote_core.integrations.minari.datasets
+import emote_core.integrations.upstream
 
 def vm_bytes():
     with open("/proc/self/status") as status:

@@ -15,7 +15,7 @@ from emote_cli._common import ExitCode
 from emote_cli.app import app
 from emote_core.stores.zarr_store import MemoryStore
 
-TMRL_FILE = Path(__file__).parents[1] / "stores" / "peers" / "data" / "tmrl_cartpole_mixed.data.pkl"
+TMRL_FILE = Path(__file__).parents[1] / "integrations" / "data" / "tmrl_cartpole_mixed.data.pkl"
 
 
 @pytest.fixture

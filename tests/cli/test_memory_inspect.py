@@ -15,13 +15,13 @@ from typer.testing import CliRunner
 
 from emote_cli._common import ExitCode
 from emote_cli.app import app
-from emote_core.stores.convert import convert, write_target
+from emote_core.integrations.convert import convert, write_target
 from emote_core.stores.stored import ColumnSchema, StoredTable
 from emote_core.typing import EpisodeState
 
 ROOT = Path(__file__).parents[2]
 LEGACY_ZIPS = sorted(
-    (ROOT / "tests" / "stores" / "upstream" / "data").glob("emote-rl-23-legacy-*.zip")
+    (ROOT / "tests" / "integrations" / "upstream" / "data").glob("emote-rl-23-legacy-*.zip")
 )
 
 
@@ -73,8 +73,8 @@ def test_the_real_legacy_zips_report_their_four_episodes(runner, path):
     assert report["columns"]["terminal"]["kind"] == "TagColumn"
 
 
-PEER_DATA = ROOT / "tests" / "stores" / "peers" / "data"
-MINARI_DATA = ROOT / "tests" / "stores" / "peers" / "minari_data"
+PEER_DATA = ROOT / "tests" / "integrations" / "data"
+MINARI_DATA = ROOT / "tests" / "integrations" / "minari" / "data"
 # (format, episodes, transitions, TERMINAL, INTERRUPTED); where the peer's buffer kept every step
 # these are the counts of the env recording beside each file (see that folder's README).
 PEER_COUNTS = {

@@ -12,12 +12,12 @@ from typer.testing import CliRunner
 
 from emote_cli._common import ExitCode
 from emote_cli.app import app
-from emote_core.stores.convert import source_sha256, write_target
+from emote_core.integrations.convert import source_sha256, write_target
 from emote_core.stores.stored import ColumnSchema, StoredTable
 
 ROOT = Path(__file__).parents[2]
 LEGACY_ZIP = sorted(
-    (ROOT / "tests" / "stores" / "upstream" / "data").glob("emote-rl-23-legacy-*.zip")
+    (ROOT / "tests" / "integrations" / "upstream" / "data").glob("emote-rl-23-legacy-*.zip")
 )[0]
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from emote_cli._common import ExitCode
 from emote_cli.app import app
-from emote_core.stores.convert import write_target
+from emote_core.integrations.convert import write_target
 from emote_core.stores.zarr_store import MemoryStore
 
 

@@ -120,7 +120,7 @@ def bomb(path: Path, declared_mib: int = 256) -> Path:
     """A valid upstream V1 memory zip whose 'obs.npy' inflates from ~0.3 MB to ``declared_mib``."""
     import zipfile
 
-    from emote_core.stores.convert import convert as convert_memory
+    from emote_core.integrations.convert import convert as convert_memory
 
     honest = path.with_name("honest.zip")
     convert_memory(make_store(path.with_name("b.zarr")), honest, target_format="emote-v1")

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from emote_core.integrations.convert import convert
+from emote_core.integrations.formats import read_source
 from emote_core.memory.builders import DictObsMemoryTable
 from emote_core.memory.frame_stacks import FRAME_PREFIX, stack_frames, unstack_frames
 from emote_core.spaces import BoxSpace, DictSpace, MDPSpace
-from emote_core.stores.convert import convert
-from emote_core.stores.sources import read_source
 from emote_core.stores.zarr_store.tables import save_table
 from emote_core.typing import EpisodeState
 

@@ -10,12 +10,13 @@ import pytest
 
 from emote_core.callback import Order
 from emote_core.errors import CheckpointError, ConfigurationError
+from emote_core.integrations.upstream import store_table
+from emote_core.integrations.upstream.importer import MemoryImporterCallback
 from emote_core.memory.builders import DictObsMemoryTable
 from emote_core.memory.proxy import MemoryTableProxy
 from emote_core.memory.wrappers import MemoryTableProxyWrapper
 from emote_core.spaces import BoxSpace, DictSpace, MDPSpace
-from emote_core.stores.memory_export import MemoryExporterProxyWrapper, MemoryImporterCallback
-from emote_core.stores.upstream import store_table
+from emote_core.stores.memory_export import MemoryExporterProxyWrapper
 from emote_core.stores.zarr_store import MemoryStore
 from emote_core.trainer import Trainer
 from emote_core.typing import DictObservation, DictResponse, EpisodeState

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from emote_core.errors import FormatError
-from emote_core.stores.convert import convert, source_sha256
-from emote_core.stores.inspect import inspect_source, store_provenance
+from emote_core.integrations.convert import convert, source_sha256
+from emote_core.integrations.inspect import inspect_source
+from emote_core.stores.inspect import store_provenance
 from emote_core.stores.provenance import (
     PolicyKind,
     PolicyRecord,

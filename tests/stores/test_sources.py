@@ -15,23 +15,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from emote_core.errors import FormatError, SchemaError, StorageError, UnsafePickleError
-from emote_core.stores import sources as sources_module
-from emote_core.stores.convert import convert, source_sha256, write_target
-from emote_core.stores.inspect import inspect_source
-from emote_core.stores.sources import (
+from emote_core.integrations.convert import convert, source_sha256, write_target
+from emote_core.integrations.formats import (
     FORMATS,
-    check_episodes,
     detect_format,
     read_source,
     source_formats,
     target_formats,
 )
+from emote_core.integrations.inspect import inspect_source
+from emote_core.stores import sources as sources_module
+from emote_core.stores.sources import check_episodes
 from emote_core.stores.stored import ColumnSchema, StoredTable
-from emote_core.stores.upstream import restore_table
 from emote_core.stores.zarr_store import MemoryStore
 from emote_core.typing import EpisodeState
 
-DATA = Path(__file__).parent / "upstream" / "data"
+DATA = Path(__file__).parents[1] / "integrations" / "upstream" / "data"
 LEGACY_ZIPS = sorted(DATA.glob("emote-rl-23-legacy-*.zip"))
 ENDS = (EpisodeState.TERMINAL, EpisodeState.INTERRUPTED)
 
@@ -206,18 +205,6 @@ def test_a_directory_hash_depends_on_content_and_names_not_location(tmp_path, up
     assert source_sha256("memory://somewhere")[0] is None
 
 
-def test_a_converted_v1_zip_restores_into_an_emote_table(tmp_path, upstream_v1, fixture_table):
-    convert(upstream_v1, tmp_path / "a.zarr")
-    convert(tmp_path / "a.zarr", tmp_path / "back.zip", target_format="emote-v1")
-    table = fixture_table()
-    restore_table(table, tmp_path / "back.zip")
-
-    assert table.episode_count == 100 and table.size() == 400
-    configuration = json.loads(zipfile.ZipFile(tmp_path / "back.zip").read("configuration.json"))
-    assert configuration["source"]["format"] == "zarr"
-    assert configuration["ejector_type"] == "FifoEjectionStrategy"
-
-
 def test_an_existing_destination_is_refused_without_force_and_kept(tmp_path, upstream_v1):
     for target, destination in (("zarr", tmp_path / "a.zarr"), ("emote-v1", tmp_path / "a.zip")):
         convert(upstream_v1, destination, target_format=target)
@@ -344,17 +331,17 @@ def test_the_registry_lists_sources_and_targets_with_readers_and_writers():
         write_target(_stored([]), "x", "emote-legacy")
 
 
-PEER_DATA = Path(__file__).parent / "peers" / "data"
+PEER_DATA = Path(__file__).parents[1] / "integrations" / "data"
 PEER_FILES = sorted(
     p
     for p in PEER_DATA.glob("*")
     if p.suffix in (".pkl", ".pt", ".npz", ".csv")
     and not p.name.endswith(".record.npz")
-    # skrl's PPO exports hold no final observations: refused (tests/stores/peers/).
+    # skrl's PPO exports hold no final observations: refused (tests/integrations/skrl/).
     and not p.name.startswith("skrl2_ppo_")
 )
 PEER_FAMILIES = {"sb3": "sb3-replay-buffer", "skrl1": "skrl-memory", "skrl2": "skrl-memory"}
-MINARI_DATA = Path(__file__).parent / "peers" / "minari_data"
+MINARI_DATA = Path(__file__).parents[1] / "integrations" / "minari" / "data"
 
 
 @pytest.mark.parametrize("path", PEER_FILES, ids=lambda p: p.name)

@@ -1,21 +1,10 @@
-"""Minari datasets as a source and a target of emote's memory formats (optional extra).
+"""Minari datasets as a source and a target of emote's memory formats (the ``minari`` extra).
 
-A Minari dataset is a directory ``<root>/<dataset id>/data/`` holding ``metadata.json`` (spaces,
-environment spec, counts) and the episodes in HDF5 or Arrow files. An episode of ``N`` steps has
-``N + 1`` observations and ``N`` actions, rewards, terminations and truncations: emote's layout.
-
-Reading gives a ``Box`` observation the column ``obs`` and a ``Dict`` of ``Box`` observations one
-column per key; actions become ``actions`` (a ``Box`` as it is, ``Discrete`` as int64 of shape
-``(1,)``) and rewards ``rewards`` (float32 of shape ``(1,)``, as emote's tables hold them). An
-episode whose last step terminated is TERMINAL; otherwise (truncated, or cut without a flag) it is
-INTERRUPTED.
-
-Writing stores the observation columns (one as a ``Box``, several as a ``Dict``), the actions and
-the rewards in their own dtypes without JPEG re-encoding, and records emote's schema, spaces and
-episode ids (:class:`MinariRecordVersion`), so reading the dataset back gives the same table.
-
-``minari`` is imported inside the functions only; it comes with emote's ``minari`` extra
-(:data:`INSTALL_HINT` is the pip command for this install).
+Reading gives a ``Box`` observation the column ``obs`` (a ``Dict`` of ``Box`` one column per
+key), ``actions`` (``Discrete`` as int64 ``(1,)``) and ``rewards`` (float32 ``(1,)``); an episode
+whose last step terminated is TERMINAL, any other INTERRUPTED. Writing records emote's schema,
+spaces and episode ids (:class:`MinariRecordVersion`), so reading back gives the same table.
+``minari`` is imported inside the functions only.
 """
 
 from __future__ import annotations
@@ -36,8 +25,7 @@ from typing import Any
 
 from emote_core import install_command
 from emote_core.errors import ConfigurationError, EmoteError, FormatError, StorageError
-from emote_core.stores.budget import AllocationBudget
-from emote_core.stores.peers.minari_layout import (
+from emote_core.integrations.minari.layout import (
     ACTIONS_KEY,
     METADATA,
     RECORD_KEY,
@@ -46,6 +34,7 @@ from emote_core.stores.peers.minari_layout import (
     foreign_layout,
     plan_write,
 )
+from emote_core.stores.budget import AllocationBudget
 from emote_core.stores.stored import ENVIRONMENT, EpisodeRecord, StoredTable
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""How Minari datasets map onto emote columns and spaces (used by :mod:`.minari_io`).
+"""How Minari datasets map onto emote columns and spaces (used by :mod:`.datasets`).
 
 Minari's observations, actions and rewards become emote columns: a ``Box`` observation ``obs``,
 a flat ``Dict`` observation one column per key, ``actions`` (``Discrete`` as int64 ``(1,)``) and

@@ -1,33 +1,11 @@
-"""Stable-Baselines3 replay buffers as ``model.save_replay_buffer(path)`` writes them.
+"""Stable-Baselines3 replay buffers, as ``model.save_replay_buffer(path)`` pickles them.
 
-SB3 2.x pickles its ``ReplayBuffer`` (or ``DictReplayBuffer``, or ``NStepReplayBuffer``, which
-stores single steps the same way and sums n-step returns only when sampling) object as it is,
-uncompressed
-(``save_util.save_to_pkl``, protocol 5). The pickle names the buffer class, the gymnasium spaces
-inside it, the numpy generators those spaces hold and a ``torch.device``; the restricted
-unpickler maps all of them to inert stand-ins, so SB3 need not be installed and nothing runs.
-
-The buffer is a ring of ``buffer_size`` rows per env: ``observations`` and ``next_observations``
-``(buffer_size, n_envs, *obs_shape)`` (dicts of those for dict observations), ``actions``
-``(buffer_size, n_envs, action_dim)``, ``rewards``, ``dones`` and ``timeouts``
-``(buffer_size, n_envs)``, with the write position ``pos`` and ``full``. When full, the oldest
-row is at ``pos``. Each env's rows in time order are split into episodes at ``dones``: a done
-whose ``timeouts`` flag is set (SB3's ``handle_timeout_termination``) is INTERRUPTED, any other
-done TERMINAL, and the rows after the last done form an unfinished INTERRUPTED episode whose
-final observation is its last ``next_observations`` row.
-
-Caveats a user should know:
-
-- When the ring has wrapped, each env's first episode may start mid-episode (its beginning was
-  overwritten); it is kept, and ``metadata["first_episode_may_be_partial"]`` says so.
-- SB3's off-policy algorithms store Box actions rescaled to ``[-1, 1]`` (``policy.scale_action``);
-  they are kept as stored, ``spaces`` describes them as a ``[-1, 1]`` box and
-  ``metadata["env_action_low"/"env_action_high"]`` hold the env's bounds to undo the scaling.
-- With ``optimize_memory_usage`` SB3 keeps no ``next_observations``: the next observation of row
-  ``t`` is ``observations[t + 1]``. The row at ``pos`` of a full buffer is then invalid (SB3 never
-  samples it) and is dropped, and an episode ending in a done has lost its final observation
-  (SB3 overwrote it with the next episode's first one, which is what the file holds);
-  ``metadata["final_observations_recorded"]`` is then false.
+The pickle is read by the restricted unpickler (SB3 need not be installed; nothing runs). Each
+env's rows of the ring, oldest first, are split into episodes at ``dones``: TERMINAL, or
+INTERRUPTED where ``timeouts`` is set; the rows after the last done form an INTERRUPTED episode.
+Box actions stay as SB3 stored them, scaled to ``[-1, 1]`` (``metadata["env_action_low"/
+"env_action_high"]`` hold the env's bounds). ``metadata`` also says when a wrapped ring's first
+episode may be partial and, with ``optimize_memory_usage``, that final observations are lost.
 """
 
 from __future__ import annotations
@@ -39,9 +17,7 @@ from typing import Any
 import numpy as np
 
 from emote_core.errors import ConfigurationError, FormatError
-from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, MDPSpace
-from emote_core.stores.budget import AllocationBudget
-from emote_core.stores.peers.streams import (
+from emote_core.integrations.streams import (
     ACTIONS_KEY,
     OBS_KEY,
     REWARDS_KEY,
@@ -53,6 +29,8 @@ from emote_core.stores.peers.streams import (
     rewards_column,
     rows_flat,
 )
+from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, MDPSpace
+from emote_core.stores.budget import AllocationBudget
 from emote_core.stores.safe_pickle import safe_loads, upstream_name
 from emote_core.stores.stored import StoredTable
 

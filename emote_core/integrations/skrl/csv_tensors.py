@@ -19,7 +19,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from emote_core.errors import FormatError
-from emote_core.stores.peers.streams import rows_flat
+from emote_core.integrations.streams import rows_flat
 
 CHUNK_ROWS = 65_536
 """Rows converted at a time, so memory stays near the size of the arrays themselves."""

@@ -1,15 +1,8 @@
 """Loading the tensors of a skrl ``Memory.save`` export: ``.pt``, ``.npz`` or ``.csv``.
 
-skrl (and rofunc's fork of its memory) save every memory tensor, sorted by name:
-
-- ``.pt``: ``torch.save`` of ``{name: tensor}``, each ``(memory_size, num_envs, size)`` (or
-  ``(memory_size, num_envs, *shape)`` for tensors created with ``keep_dimensions``). Read with
-  ``torch.load(weights_only=True)``, which builds tensors and nothing else.
-- ``.npz``: ``np.savez`` of the same arrays. Read member by member without unpickling.
-- ``.csv``: a header ``name.0,name.1,...`` per tensor component, then one line per written row of
-  the flattened ``(memory_size * num_envs, size)`` view (step-major: row ``r`` is step
-  ``r // num_envs`` of env ``r % num_envs``); see :mod:`.skrl_csv`. The env count and the
-  tensors' dtypes and shapes are not recorded.
+``.pt`` files are read with ``torch.load(weights_only=True)``, ``.npz`` members without
+unpickling, ``.csv`` files by :mod:`~emote_core.integrations.skrl.csv_tensors` (which records
+neither the env count nor dtypes and shapes).
 """
 
 from __future__ import annotations
@@ -23,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from emote_core.errors import FormatError
+from emote_core.integrations.skrl.csv_tensors import read_csv_tensors
 from emote_core.stores.budget import AllocationBudget
-from emote_core.stores.peers.skrl_csv import read_csv_tensors
 from emote_core.stores.safe_pickle import read_npy
 from emote_core.stores.stored import read_member
 

@@ -1,28 +1,12 @@
 """SkrlMemory: skrl's memory interface over an emote episode table.
 
-skrl's agents (SAC, TD3, DQN, PPO, ...) talk to a ``skrl.memories.torch.Memory``: they create
-named tensors, add one row per env per step and sample rows by flat index from a
-``(memory_size, num_envs)`` ring. :class:`SkrlMemory` answers the same calls, but the rows live
-in an :class:`~emote_core.memory.table.ArrayMemoryTable` as whole episodes: each env's rows are
-staged until its episode ends (see :mod:`.skrl_streams`), then added with their end state
-(TERMINAL or INTERRUPTED) and, where the agent stores ``X``/``next_X`` pairs, with the final
-observation as the episode's ``N + 1``-th ``X`` row; ``next_X`` is derived at sampling time.
-The same episodes can therefore be written to an emote store (``store_table(memory.table, ...)``
-then ``emote memory convert``).
-
-A ring of ``memory_size * num_envs`` slots maps skrl's flat indexes to ``(episode, step)``;
-``len()``, ``memory_index``, ``env_index`` and ``filled`` follow skrl exactly. Where this memory
-differs from skrl's ``RandomMemory``:
-
-- the table holds up to ``2 * memory_size * num_envs`` transitions and ejects whole episodes,
-  oldest first: the episodes the ring points at (per env, at most ``memory_size`` rows in the
-  ring plus the overwritten part of its oldest episode) always fit, and episodes whose rows the
-  ring has overwritten stay in the table, for export, until room is needed. Staged and table
-  rows together take two to three times the RAM of skrl's ``RandomMemory``;
-- an open episode that reaches ``memory_size`` rows is added as an INTERRUPTED segment and
-  continues as a new episode (the table never holds an episode longer than itself);
-- ``get_tensor_by_name`` returns a copy; write back with ``set_tensor_by_name``;
-- sampling draws from its own seeded generator, not torch's global one.
+:class:`SkrlMemory` answers the calls skrl's agents make of a ``skrl.memories.torch.Memory``
+(named tensors, one row per env per step, sampling by flat ring index), but keeps the rows as
+whole episodes in an :class:`~emote_core.memory.table.ArrayMemoryTable`: each env's rows are
+staged until its episode ends, then added with their end state. Unlike skrl's ``RandomMemory``,
+the table ejects whole episodes (it holds up to twice the ring), an episode reaching
+``memory_size`` rows is cut (INTERRUPTED), ``get_tensor_by_name`` returns a copy, and sampling
+uses its own seeded generator.
 """
 
 from __future__ import annotations
@@ -36,16 +20,16 @@ import numpy as np
 import torch
 
 from emote_core.errors import ConfigurationError
-from emote_core.memory.columns import Column, VirtualColumn
-from emote_core.memory.mappers import NextElementMapper
-from emote_core.memory.skrl_memory_files import EXPORT_FORMATS, load_memory, save_memory
-from emote_core.memory.skrl_memory_reads import SkrlMemoryReads
-from emote_core.memory.skrl_streams import (
+from emote_core.integrations.skrl.memory_files import EXPORT_FORMATS, load_memory, save_memory
+from emote_core.integrations.skrl.memory_reads import SkrlMemoryReads
+from emote_core.integrations.skrl.memory_streams import (
     OpenEpisodes,
     TensorSpec,
     occupied_size,
     register_with_skrl,
 )
+from emote_core.memory.columns import Column, VirtualColumn
+from emote_core.memory.mappers import NextElementMapper
 from emote_core.memory.strategies import FifoEjectionStrategy, UniformSampleStrategy
 from emote_core.memory.table import ArrayMemoryTable
 from emote_core.typing import EpisodeState
@@ -375,7 +359,7 @@ class SkrlMemory(SkrlMemoryReads):
     # Files.
 
     def save(self, directory: str = "", *, format: str = "pt") -> str:
-        """Writes every tensor as skrl's ``Memory.save`` does; see :mod:`.skrl_memory_files`.
+        """Writes every tensor as skrl's ``Memory.save`` does; see :mod:`.memory_files`.
 
         Returns:
             The written file's path.
@@ -384,7 +368,7 @@ class SkrlMemory(SkrlMemoryReads):
 
     def load(self, path: str) -> None:
         """Replaces the content with a ``.pt``/``.npz``/``.csv`` skrl export's rows, re-added in
-        ring order so episodes are rebuilt; see :mod:`.skrl_memory_files`."""
+        ring order so episodes are rebuilt; see :mod:`.memory_files`."""
         load_memory(self, path)
 
 

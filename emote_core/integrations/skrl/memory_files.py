@@ -1,19 +1,9 @@
-"""Saving and loading a :class:`~emote_core.memory.skrl_memory.SkrlMemory` as skrl's files.
+"""Saving and loading a :class:`~emote_core.integrations.skrl.memory.SkrlMemory` as skrl's files.
 
-The files are what skrl's ``Memory.save`` writes, so skrl (and emote's skrl reader,
-``emote memory convert``) read them:
-
-- ``.pt``: ``torch.save`` of ``{name: (memory_size, num_envs, *shape)}``, names sorted;
-- ``.npz``: ``numpy.savez`` of the same arrays;
-- ``.csv``: a header ``name.0,name.1,...`` per tensor (names sorted), then one line per valid
-  row (``len(memory)``) of the flattened ``(memory_size * num_envs, size)`` view.
-
-They go to ``<directory>/memories/<timestamp>_memory_<id>.<format>``, as skrl names them.
-Loading replaces the memory's content: the file's rows are added again in ring order, so its
-episodes are rebuilt from the flags and observation continuity as they were when collected.
-A file records neither ``memory_index`` nor (``.csv``) the env count and dtypes: a memory saved
-after its ring wrapped reads back in storage order, and a ``.csv`` is read with this memory's
-``num_envs`` and its tensors' dtypes (create them first: the agent's ``init()`` does).
+The files are what skrl's ``Memory.save`` writes (``.pt``, ``.npz``, ``.csv``, under
+``<directory>/memories/``), so skrl and ``emote memory convert`` read them. Loading replaces the
+memory's content, rebuilding its episodes from the rows in ring order; a ``.csv`` is read with
+this memory's ``num_envs`` and its tensors' dtypes.
 """
 
 from __future__ import annotations
@@ -29,11 +19,11 @@ import numpy as np
 import torch
 
 from emote_core.errors import ConfigurationError, FormatError
-from emote_core.memory.skrl_streams import TensorSpec
+from emote_core.integrations.skrl.memory_streams import TensorSpec
 
 
 class SkrlLikeMemory(Protocol):
-    """What saving and loading use of a :class:`~emote_core.memory.skrl_memory.SkrlMemory`."""
+    """What saving and loading use of a :class:`~emote_core.integrations.skrl.memory.SkrlMemory`."""
 
     memory_size: int
     num_envs: int

@@ -1,4 +1,4 @@
-"""The reads of :class:`~emote_core.memory.skrl_memory.SkrlMemory`: skrl's sampling calls and
+"""The reads of :class:`~emote_core.integrations.skrl.memory.SkrlMemory`: skrl's sampling calls and
 whole-tensor access, answered from the ring's slot map, the emote table and the open episodes.
 
 A ring slot holds ``(episode identity, step)`` or ``-1`` (never written, or its episode was
@@ -14,14 +14,14 @@ import numpy as np
 import torch
 
 from emote_core.errors import SamplingError
-from emote_core.memory.skrl_streams import OpenEpisodes, TensorSpec
+from emote_core.integrations.skrl.memory_streams import OpenEpisodes, TensorSpec
 
 if TYPE_CHECKING:
     from emote_core.memory.table import ArrayMemoryTable
 
 
 class SkrlMemoryReads:
-    """Sampling and tensor access for :class:`~emote_core.memory.skrl_memory.SkrlMemory`."""
+    """Sampling and tensor access for :class:`~emote_core.integrations.skrl.memory.SkrlMemory`."""
 
     memory_size: int
     num_envs: int

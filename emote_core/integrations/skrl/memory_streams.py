@@ -1,14 +1,9 @@
 """The open episodes of a skrl-interface memory: per env, the rows since its last episode end.
 
-skrl's agents add one row per env per step and say nothing about where episodes start; skrl
-2.x's SAC does not even pass ``truncated``. :class:`OpenEpisodes` keeps each env's rows until
-its episode ends (a ``terminated``/``dones`` flag: TERMINAL; ``truncated``: INTERRUPTED; or a row
-whose observation is not the previous row's next observation: an unflagged reset, INTERRUPTED),
-then hands the whole episode over to be added to an emote table. Rows are staged in tensors on
-the memory's device, grown by doubling up to ``max_rows`` per env.
-
-Also here: :func:`occupied_size` (a tensor's row size from an int, a shape or a gymnasium space,
-as skrl counts it) and :func:`register_with_skrl` (the only place that imports skrl, lazily).
+:class:`OpenEpisodes` stages each env's rows on the memory's device until its episode ends
+(``terminated``/``dones``: TERMINAL; ``truncated`` or an unflagged reset: INTERRUPTED). Also
+:func:`occupied_size` (a tensor's row size, as skrl counts it) and :func:`register_with_skrl`
+(the only place that imports skrl, lazily).
 """
 
 from __future__ import annotations

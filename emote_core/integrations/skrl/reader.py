@@ -1,35 +1,12 @@
-"""skrl (and rofunc) ``Memory.save`` exports as episodes.
+"""skrl (and rofunc) ``Memory.save`` exports read as episodes.
 
-A skrl memory holds one tensor per name, ``(memory_size, num_envs, ...)``; the names come from
-the agent that created them. Off-policy agents store what emote needs:
-
-- skrl 1.x and rofunc: ``states``, ``next_states``, ``actions``, ``rewards``, ``terminated``,
-  ``truncated``;
-- skrl 2.x: ``observations``, ``next_observations`` (plus ``states``/``next_states`` for an
-  env's privileged state, when it has one), ``actions``, ``rewards``, ``terminated`` and no
-  ``truncated``.
-
-The primary observation (``observations``, else ``states``) becomes column ``obs``; any other
-``X``/``next_X`` pair becomes an observation column ``X``; tensors that are neither pairs nor
-flags become per-transition columns under their own names. On-policy rollout memories (PPO's:
-observations and flags but no ``next_*`` tensors) are recognised as skrl's and refused: they
-lack each episode's final observation, which no other row holds.
-
-Each env's rows are a stream in storage order, split into episodes at ``terminated`` (TERMINAL)
-and ``truncated`` (INTERRUPTED); the rows after the last flag form an unfinished INTERRUPTED
-episode. Because skrl 2.x records no ``truncated``, a row whose next observation differs from
-the following row's observation also ends an episode (INTERRUPTED: a time limit or reset the
-file did not flag); ``metadata["inferred_cuts"]`` counts them. Rows skrl never wrote (its float
-tensors start as NaN, the others as zero) are left out at the end of each stream.
-
-Limits a user should know: the files do not record ``memory_index``, so a memory saved after its
-ring wrapped reads in storage order (skrl's automatic export happens exactly when it fills, which
-reads correctly); ``.csv`` files record neither the env count (inferred from which rows continue
-which, unless given) nor shapes (tensors come back flat) nor exact dtypes (``True``/``False`` ->
-bool, integers -> int64, other numbers -> float32 when every value is a float32, else float64).
-Vectorised gymnasium envs that autoreset on the *next* step make skrl store one extra row after
-each episode end (observation = the old episode's final one); such rows are counted in
-``metadata["suspected_autoreset_steps"]`` and dropped with ``drop_autoreset_steps=True``.
+The primary observation (``observations``, else ``states``) becomes column ``obs``, other
+``X``/``next_X`` pairs observation columns ``X``, other tensors per-transition columns. Each
+env's rows are split at ``terminated`` (TERMINAL), ``truncated`` or an unflagged reset
+(INTERRUPTED, counted in ``metadata["inferred_cuts"]``); rows skrl never wrote are left out.
+On-policy memories (no ``next_*`` tensors) are refused: they lack each episode's final
+observation. A memory saved after its ring wrapped reads in storage order; ``.csv`` files record
+no env count, shapes or exact dtypes.
 """
 
 from __future__ import annotations
@@ -42,9 +19,8 @@ from typing import Any
 import numpy as np
 
 from emote_core.errors import FormatError
-from emote_core.stores.budget import AllocationBudget
-from emote_core.stores.peers.skrl_files import load_tensors
-from emote_core.stores.peers.streams import (
+from emote_core.integrations.skrl.files import load_tensors
+from emote_core.integrations.streams import (
     ACTIONS_KEY,
     INTERRUPTED,
     OBS_KEY,
@@ -57,6 +33,7 @@ from emote_core.stores.peers.streams import (
     rewards_column,
     rows_flat,
 )
+from emote_core.stores.budget import AllocationBudget
 from emote_core.stores.stored import StoredTable
 
 log = logging.getLogger(__name__)

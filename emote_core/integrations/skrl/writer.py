@@ -1,19 +1,10 @@
 """Writing a :class:`StoredTable` as a skrl ``Memory.save`` export: ``.npz``, ``.pt`` or ``.csv``.
 
-The episodes become one env stream (``num_envs = 1``), one row per transition, oldest episode
-first: the observation column ``obs`` as ``states``/``next_states`` (or
-``observations``/``next_observations``, see :class:`SkrlLayout`), other observation columns ``X``
-as ``X``/``next_X``, ``actions``, ``rewards`` and every other per-transition column under its own
-name, and ``terminated``/``truncated`` set on each episode's last row by its end state. A table
-without an ``obs`` column (dict observations) has its observation columns flattened and joined,
-in table order, into the primary tensor, as skrl does with dict spaces, when they share a dtype;
-otherwise its first observation column is the primary one. Either way the primary tensor reads
-back as column ``obs``. Tensors are ``(rows, 1, *shape)`` (skrl's ``keep_dimensions`` layout;
-a per-row scalar is ``(rows, 1, 1)``), so skrl's ``Memory.load`` takes the ``.npz``/``.pt`` files
-and :func:`~emote_core.stores.peers.skrl.read_skrl_memory` reads back the same episodes.
-The ``.csv`` has skrl's header (``name.0,name.1,...`` per tensor, names sorted) and one line per
-row; floats are written as Python's ``repr``, which reads back to the same value. Files are
-written under a temporary name and renamed into place when complete.
+The episodes become one env stream, one row per transition, oldest first: ``obs`` as
+``states``/``next_states`` (or ``observations``/``next_observations``, :class:`SkrlLayout`),
+other observation columns as ``X``/``next_X``, ``terminated``/``truncated`` on each episode's
+last row. skrl's ``Memory.load`` takes the ``.npz``/``.pt`` files and
+:func:`~emote_core.integrations.skrl.reader.read_skrl_memory` reads back the same episodes.
 """
 
 from __future__ import annotations
@@ -28,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from emote_core.errors import FormatError, StorageError
-from emote_core.stores.peers.skrl_csv import write_csv_tensors
-from emote_core.stores.peers.streams import ACTIONS_KEY, OBS_KEY, REWARDS_KEY, rows_flat
+from emote_core.integrations.skrl.csv_tensors import write_csv_tensors
+from emote_core.integrations.streams import ACTIONS_KEY, OBS_KEY, REWARDS_KEY, rows_flat
 from emote_core.stores.stored import ColumnSchema, StoredTable
 from emote_core.typing import EpisodeState
 

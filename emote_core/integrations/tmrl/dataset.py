@@ -1,25 +1,11 @@
-"""tmrl ``data.pkl`` datasets (the ``dataset_path`` of tmrl's memories) as episodes.
+"""tmrl ``data.pkl`` datasets (the ``dataset_path`` of tmrl's memories) read as episodes.
 
-A dataset is given as the ``data.pkl`` file or as the folder holding it (tmrl's ``dataset_path``).
-
-The file is a pickled list of seven per-entry lists, as tmrl's ``GenericTorchMemory`` keeps them:
-actions, observations, rewards, terminated, truncated, infos and dones. Entry ``i`` holds the
-action that led to observation ``i`` and its reward. Entry 0 and every entry after a done are
-resets: their observation starts an episode and their action and reward are placeholders (tmrl's
-worker writes the env's default action, or ``None``, and ``0.0``). An episode runs from a reset
-to the next done: TERMINAL where ``terminated`` is set, INTERRUPTED where only ``truncated`` is
-(time limits and the worker's step cap); entries after the last done form an unfinished
-INTERRUPTED episode. A reset with no step after it holds no transition and is left out.
-
-tmrl trims the oldest entries when its memory is full, so entry 0 may lie mid-episode; it is
-still read as the start of an episode (its own action and reward belong to a transition whose
-first observation is gone).
-
-Observations are often tuples of arrays (speed, lidar, images...). When every part is numeric
-and all parts share one dtype, the parts are flattened and joined into one ``obs`` vector per
-entry (``metadata["observation_parts"]`` lists each part's shape and dtype, in order, to split
-it again). Otherwise each part becomes its own column ``obs_0``, ``obs_1``, ... A plain array
-observation is column ``obs`` with its own shape.
+A dataset is the ``data.pkl`` file or the folder holding it: seven per-entry lists (actions,
+observations, rewards, terminated, truncated, infos, dones). An episode runs from a reset (entry
+0, or an entry after a done) to the next done: TERMINAL where ``terminated`` is set, else
+INTERRUPTED. Tuple observations whose parts share one numeric dtype are joined into one ``obs``
+vector (``metadata["observation_parts"]`` says how to split it); otherwise each part is a column
+``obs_0``, ``obs_1``, ...
 """
 
 from __future__ import annotations
@@ -33,8 +19,7 @@ from typing import Any
 import numpy as np
 
 from emote_core.errors import FormatError
-from emote_core.stores.budget import AllocationBudget
-from emote_core.stores.peers.streams import (
+from emote_core.integrations.streams import (
     ACTIONS_KEY,
     OBS_KEY,
     REWARDS_KEY,
@@ -45,6 +30,7 @@ from emote_core.stores.peers.streams import (
     rewards_column,
     rows_flat,
 )
+from emote_core.stores.budget import AllocationBudget
 from emote_core.stores.safe_pickle import safe_loads
 from emote_core.stores.stored import StoredTable
 

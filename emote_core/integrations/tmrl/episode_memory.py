@@ -1,21 +1,10 @@
 """A replay memory with tmrl's ``Memory`` / ``TorchMemory`` interface, kept in an episode table.
 
-tmrl's trainer builds its memory as ``memory_cls(nb_steps=..., device=...)``, appends the buffers
-its workers send (``memory.append(buffer)``), checks ``len(memory)`` and iterates the memory for
-``nb_steps`` batches per round. :class:`TmrlEpisodeMemory` answers all of that, but keeps the
-transitions in an emote :class:`~emote_core.memory.builders.DictObsMemoryTable`: whole episodes,
-cut where a sample is ``terminated`` (TERMINAL) or ``truncated`` (INTERRUPTED), that emote can
-sample, inspect and export to a Zarr store.
-
-Samples are tmrl's ``(act, new_obs, rew, terminated, truncated, info)``: the action that led to
-``new_obs`` and its reward. The first sample ever and every sample after a done are resets: their
-observation starts an episode and their action and reward are placeholders, as in tmrl's
-``GenericTorchMemory``. The episode being collected stays outside the table until it ends, but its
-transitions are already counted and sampled, as tmrl does. The table's columns are laid out from
-the first sample (:mod:`emote_core.memory.tmrl_samples`).
-
-Files (tmrl's ``dataset_path``, Zarr export) are
-:class:`emote_core.stores.peers.tmrl_memory.TmrlMemory`, which builds on this class.
+:class:`TmrlEpisodeMemory` takes the buffers tmrl's workers send (``append``), answers ``len`` and
+yields ``nb_steps`` batches per round, keeping the transitions as whole episodes in a
+:class:`~emote_core.memory.builders.DictObsMemoryTable`, cut at ``terminated`` (TERMINAL) or
+``truncated`` (INTERRUPTED). The episode being collected is counted and sampled before it ends,
+as tmrl does. Files are :class:`~emote_core.integrations.tmrl.memory.TmrlMemory`'s.
 """
 
 from __future__ import annotations
@@ -29,13 +18,13 @@ import numpy as np
 import torch
 
 from emote_core.errors import ConfigurationError, SamplingError
-from emote_core.memory.builders import DictObsMemoryTable
-from emote_core.memory.tmrl_samples import (
+from emote_core.integrations.tmrl.samples import (
     ArrayLayout,
     ObservationLayout,
     check_crc_sample,
     collate_samples,
 )
+from emote_core.memory.builders import DictObsMemoryTable
 from emote_core.spaces import BoxSpace, DictSpace, MDPSpace
 from emote_core.typing import EpisodeState
 
@@ -88,7 +77,7 @@ class TmrlEpisodeMemory:
 
     The first five arguments are tmrl's ``Memory`` in its order; ``crc_debug`` is keyword-only
     because tmrl's ``dataset_path`` sits before it (this class reads no files:
-    :class:`~emote_core.stores.peers.tmrl_memory.TmrlMemory` does).
+    :class:`~emote_core.integrations.tmrl.memory.TmrlMemory` does).
 
     Args:
         device: Where collated batches go (tmrl's ``device``).

@@ -1,12 +1,10 @@
 """The tmrl-interface memory with its files: tmrl's ``dataset_path`` in, datasets and stores out.
 
-:class:`TmrlMemory` takes the arguments of tmrl's memories, so a tmrl configuration can name it
-where it names ``GenericTorchMemory`` or ``MemoryTMLidar``. It is
-:class:`~emote_core.memory.tmrl_memory.TmrlEpisodeMemory` plus what needs files: it starts from the
-dataset in ``dataset_path`` (a folder holding ``data.pkl``, read through the restricted
-unpickler), writes its content back as such a dataset (:meth:`TmrlMemory.save_dataset`) and
-exports its episodes to an emote-memory Zarr store (:meth:`TmrlMemory.export_zarr`). It lives in
-``stores/`` rather than ``memory/`` because files are read and written here.
+:class:`TmrlMemory` takes the arguments of tmrl's memories (``GenericTorchMemory``,
+``MemoryTMLidar``): it is :class:`~emote_core.integrations.tmrl.episode_memory.TmrlEpisodeMemory`
+started from the dataset in ``dataset_path``, written back as a dataset
+(:meth:`TmrlMemory.save_dataset`) or exported to an emote-memory store
+(:meth:`TmrlMemory.export_zarr`).
 """
 
 from __future__ import annotations
@@ -22,8 +20,8 @@ from typing import Any
 import torch
 
 from emote_core.errors import StorageError
-from emote_core.memory.tmrl_memory import SamplePreprocessor, TmrlEpisodeMemory
-from emote_core.stores.peers.tmrl import DATASET_FILE, load_tmrl_lists
+from emote_core.integrations.tmrl.dataset import DATASET_FILE, load_tmrl_lists
+from emote_core.integrations.tmrl.episode_memory import SamplePreprocessor, TmrlEpisodeMemory
 
 log = logging.getLogger(__name__)
 

@@ -1,15 +1,8 @@
-"""Upstream emote's memory files: what in-RAM tables are stored in and restored from.
+"""Upstream emote's memory files: V1 zips (read and written), Legacy zips and ``.pickle`` dumps.
 
-:func:`store_table` and :func:`restore_table` are what upstream's ``table.store(path)`` and
-``table.restore(path)`` did (the in-RAM memory never reaches up to file formats itself).
-
-- Upstream emote's memory zips: **V1** (JSON + raw ``.npy``; read and written) and **Legacy**
-  (pickles; read only), told apart by their members (:class:`TableSerializationVersion`).
-- The older legacy ``.pickle`` dump (read only).
-
-Every pickle is read through :mod:`emote_core.stores.safe_pickle`, the one module that
-unpickles. Restoring is all or nothing: the file is read and checked completely before the table
-is touched, and a failure midway puts the table back as it was.
+:func:`store_table` and :func:`restore_table` do what upstream's ``table.store(path)`` and
+``table.restore(path)`` did. Every pickle is read through :mod:`emote_core.stores.safe_pickle`;
+restoring is all or nothing (a failure leaves the table as it was).
 """
 
 from __future__ import annotations
@@ -21,24 +14,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from emote_core.errors import FormatError
+from emote_core.integrations.upstream.legacy_pickle import (
+    read_legacy_pickle,
+    read_legacy_pickle_episodes,
+    restore_legacy_pickle,
+)
+from emote_core.integrations.upstream.legacy_zip import DATA_PICKLE, read_legacy_zip
+from emote_core.integrations.upstream.v1 import VERSION, read_v1, write_v1
+from emote_core.integrations.upstream.versions import (
+    WRITABLE_VERSIONS,
+    TableSerializationVersion,
+    parse_version,
+)
 from emote_core.stores.stored import (
     ColumnSchema,
     EpisodeRecord,
     StoredTable,
     read_member,
     restore_stored,
-)
-from emote_core.stores.upstream.legacy_pickle import (
-    read_legacy_pickle,
-    read_legacy_pickle_episodes,
-    restore_legacy_pickle,
-)
-from emote_core.stores.upstream.legacy_zip import DATA_PICKLE, read_legacy_zip
-from emote_core.stores.upstream.v1 import VERSION, read_v1, write_v1
-from emote_core.stores.upstream.versions import (
-    WRITABLE_VERSIONS,
-    TableSerializationVersion,
-    parse_version,
 )
 
 if TYPE_CHECKING:
@@ -151,6 +144,27 @@ def _read_zip(
         return read_v1(archive, source=source, table=table)
 
 
+def read_memory_zip(location: str, kind: str, *, trust_pickle: bool = False) -> StoredTable:
+    """Reads an upstream memory zip as ``kind`` (``"emote-v1"`` or ``"emote-legacy"``).
+
+    Raises:
+        FormatError: If the zip is damaged, or is read as V1 but its ``version`` names another.
+        UnsafePickleError: If a Legacy zip's pickle names a global outside the allowlist.
+    """
+    source = f"memory file '{location}'"
+    with _open_zip(Path(location)) as archive:
+        if kind == "emote-legacy":
+            return read_legacy_zip(archive, source=source, trust_pickle=trust_pickle)
+        if VERSION in archive.namelist():
+            version = detect_version(archive, source=source)
+            if version != TableSerializationVersion.V1:
+                raise FormatError(
+                    f"{source} is a {version.name} zip, not V1; leave source_format unset so "
+                    "its version is detected"
+                )
+        return read_v1(archive, source=source)
+
+
 def read_table_file(
     path: str | os.PathLike[str], override_version: Any = None, *, trust_pickle: bool = False
 ) -> StoredTable:
@@ -212,6 +226,7 @@ __all__ = [
     "TableSerializationVersion",
     "detect_version",
     "read_legacy_pickle_episodes",
+    "read_memory_zip",
     "read_table_file",
     "restore_table",
     "store_table",

@@ -1,14 +1,9 @@
 """The older legacy ``.pickle`` memory dump: flat arrays of steps split into episodes at dones.
 
-The file is a pickled dict with ``obs``, ``next_obs``, ``actions``, ``rewards`` and ``dones``.
-Each array is flattened over its three leading batch dimensions (steps x envs x agents); actions
-were stored with one dimension fewer, so their width is their element count divided by the step
-count. Step ``t`` observed ``obs[t]``, took ``actions[t]``, got ``rewards[t]`` and then observed
-``next_obs[t]``. An episode ends at a step whose ``done`` is set (TERMINAL, final observation
-``next_obs[d]``); steps after the last done form an INTERRUPTED episode.
-
-Episodes come back with columns ``obs`` (``N + 1`` rows), ``actions`` and ``rewards`` (``N``
-rows) and identities ``0, 1, ...`` in file order.
+The dict's ``obs``, ``next_obs``, ``actions``, ``rewards`` and ``dones`` are flattened over steps,
+envs and agents; an episode ends at a ``done`` (TERMINAL, final observation ``next_obs``), the
+steps after the last done form an INTERRUPTED episode. Episodes come back with columns ``obs``
+(``N + 1`` rows), ``actions`` and ``rewards`` and ids ``0, 1, ...`` in file order.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Upstream emote-rl 23's Legacy memory zip, read without upstream emote and without running it.
 
-Layout (as the published emote-rl 23 package writes it)::
-
-    data.pickle     cloudpickled {"ejector", "sampler", "length_key", "maxlen", "columns",
-                    "lengths", "filled"}: strategies and columns are emote.memory.* objects,
-                    "lengths" maps episode id -> transitions
-    <col>.npy       per stored column: a 0-d object array whose pickle holds an
-                    emote.memory.storage.BaseStorage (TagStorage for tag columns), a dict of
-                    episode id -> array (observations with one row more than actions)
-
-Everything is unpickled by :mod:`emote_core.stores.safe_pickle`: upstream classes become
-inert stand-ins and any other global is refused. Upstream stored negative ids as ``id + 2**64``;
-they are read back as the negative int64 ids. The format records no end states: every episode is
-read as TERMINAL.
+The zip holds ``data.pickle`` (strategies, columns, episode lengths) and one pickled storage per
+column (``<col>.npy``); all of it is read by :mod:`emote_core.stores.safe_pickle`, upstream
+classes as inert stand-ins. Negative ids stored as ``id + 2**64`` read back negative; the format
+records no end states, so every episode is TERMINAL.
 """
 
 from __future__ import annotations

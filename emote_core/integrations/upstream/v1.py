@@ -1,17 +1,9 @@
 """Upstream emote's V1 memory zip: JSON configuration plus raw ``.npy`` arrays, no pickles.
 
-Layout (as upstream emote writes and reads it)::
-
-    version                 "1"
-    configuration.json      {"ejector_type", "sampler_type", "length_key", "maxlen", "ids",
-                             "ejector_state", "sampler_state" (when not empty), "columns":
-                             [[name, "Column"|"TagColumn"|"VirtualColumn", {"shape", "dtype",
-                             "target_name"?, "mapper"?}], ...], "part_keys", "end_states"}
-    <col>.npy               every episode's rows of a stored column, concatenated (insertion order)
-    <col>.ranges.npy        int64 rows of [episode id, first row, row count]
-
-``end_states`` (``"TERMINAL"``/``"INTERRUPTED"`` per id) is emote's addition; upstream readers
-ignore it and files without it are read as all-TERMINAL. Tag columns hold one row per episode.
+Members: ``version`` (``"1"``), ``configuration.json`` (strategies, ``length_key``, ``maxlen``,
+ids, columns, and emote's ``end_states``, which upstream ignores; files without it read as all
+TERMINAL), ``<col>.npy`` (every episode's rows, concatenated) and ``<col>.ranges.npy``
+(``[episode id, first row, row count]``).
 """
 
 from __future__ import annotations
@@ -28,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from emote_core.errors import FormatError, StorageError
+from emote_core.integrations.upstream.versions import TableSerializationVersion
 from emote_core.stores.budget import AllocationBudget
 from emote_core.stores.safe_pickle import read_npy
 from emote_core.stores.stored import (
@@ -39,7 +32,6 @@ from emote_core.stores.stored import (
     read_member,
     signed_identity,
 )
-from emote_core.stores.upstream.versions import TableSerializationVersion
 from emote_core.typing import EpisodeState
 
 if TYPE_CHECKING:

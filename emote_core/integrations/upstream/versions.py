@@ -29,7 +29,7 @@ class TableSerializationVersion(IntEnum):
     length). No pickles. Files without ``end_states`` are read as all-TERMINAL."""
 
     LATEST = V1
-    """What :func:`~emote_core.stores.upstream.store_table` writes unless told otherwise."""
+    """What :func:`~emote_core.integrations.upstream.store_table` writes unless told otherwise."""
 
 
 WRITABLE_VERSIONS = (TableSerializationVersion.V1,)

@@ -17,7 +17,7 @@ from emote_core.memory.strategies import (
     UniformSampleStrategy,
 )
 from emote_core.memory.table import ArrayMemoryTable
-from emote_core.stores.upstream import restore_table, store_table
+from emote_core.integrations.upstream import restore_table, store_table
 
 STEPS_PER_ID = 1000
 

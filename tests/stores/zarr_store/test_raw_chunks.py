@@ -11,7 +11,7 @@ import pytest
 
 from emote_core.errors import FormatError
 from emote_core.memory.table import ArrayMemoryTable
-from emote_core.stores.convert import convert
+from emote_core.integrations.convert import convert
 from emote_core.stores.follow import StoreFollower
 from emote_core.stores.stored import ColumnSchema
 from emote_core.stores.zarr_store import (

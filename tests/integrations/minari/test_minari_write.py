@@ -16,14 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from emote_core.errors import ConfigurationError, FormatError, StorageError
-from emote_core.memory.builders import DictObsMemoryTable
-from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, MDPSpace
-from emote_core.stores.peers.minari_io import (
+from emote_core.integrations.minari.datasets import (
     INSTALL_HINT,
     RECORD_KEY,
     read_minari,
     write_minari,
 )
+from emote_core.memory.builders import DictObsMemoryTable
+from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, MDPSpace
 from emote_core.stores.stored import ColumnSchema, StoredTable, restore_stored
 from emote_core.typing import EpisodeState
 
@@ -33,7 +33,7 @@ pytest.importorskip(
 )
 
 
-DATA = Path(__file__).parent / "minari_data"
+DATA = Path(__file__).parent / "data"
 _ids = itertools.count()
 
 

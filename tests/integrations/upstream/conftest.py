@@ -1,9 +1,8 @@
-"""Fixtures for the memory file-format tests: real upstream files and table factories."""
+"""Fixtures for the upstream file tests: tables shaped like the files in data/."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,8 +12,6 @@ from emote_core.memory.columns import Column, TagColumn, VirtualColumn
 from emote_core.memory.mappers import NextElementMapper, SyntheticDones
 from emote_core.memory.strategies import FifoEjectionStrategy, UniformSampleStrategy
 from emote_core.memory.table import ArrayMemoryTable
-
-DATA = Path(__file__).parent / "upstream" / "data"
 
 
 def _table(columns: list[Any], length_key: str, maxlen: int) -> ArrayMemoryTable:
@@ -98,12 +95,3 @@ def snapshot(table: ArrayMemoryTable) -> list[tuple[int, dict[str, list[Any]], s
 @pytest.fixture
 def table_snapshot() -> Callable[[ArrayMemoryTable], list[Any]]:
     return snapshot
-
-
-@pytest.fixture
-def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private Minari root, also as MINARI_DATASETS_PATH for plain minari calls."""
-    path = tmp_path / "datasets"
-    path.mkdir()
-    monkeypatch.setenv("MINARI_DATASETS_PATH", str(path))
-    return path

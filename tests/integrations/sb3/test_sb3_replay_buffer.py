@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from emote_core.errors import FormatError
+from emote_core.integrations.detect import read_peer_file
+from emote_core.integrations.sb3.replay_buffer import read_sb3_replay_buffer
 from emote_core.spaces import MDPSpace
-from emote_core.stores.peers import read_peer_file, read_sb3_replay_buffer
 from emote_core.typing import EpisodeState
 
 

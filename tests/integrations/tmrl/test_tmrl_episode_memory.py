@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from emote_core.errors import ConfigurationError, SamplingError, SchemaError
-from emote_core.memory.tmrl_memory import TmrlEpisodeMemory
-from emote_core.memory.tmrl_samples import CrcMismatchError
+from emote_core.integrations.tmrl.episode_memory import TmrlEpisodeMemory
+from emote_core.integrations.tmrl.samples import CrcMismatchError
 from emote_core.typing import EpisodeState
 
 

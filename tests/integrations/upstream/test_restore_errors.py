@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from emote_core.errors import FormatError
-from emote_core.stores.upstream import TableSerializationVersion, restore_table
+from emote_core.integrations.upstream import TableSerializationVersion, restore_table
 
 
 @pytest.fixture

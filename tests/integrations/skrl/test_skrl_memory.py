@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from emote_core.errors import ConfigurationError, SamplingError
-from emote_core.memory.skrl_memory import SkrlMemory
+from emote_core.integrations.skrl.memory import SkrlMemory
 from emote_core.typing import EpisodeState
 
 skrl_memories = pytest.importorskip("skrl.memories.torch", reason="skrl is in the dev extra")
@@ -221,7 +221,7 @@ def test_it_is_a_skrl_memory_and_emote_imports_it_without_skrl():
     assert isinstance(SkrlMemory(memory_size=2, device="cpu"), skrl_memories.Memory)
     code = (
         "import sys; sys.modules['skrl'] = None\n"
-        "from emote_core.memory.skrl_memory import SkrlMemory\n"
+        "from emote_core.integrations.skrl.memory import SkrlMemory\n"
         "m = SkrlMemory(memory_size=3, device='cpu')\n"
         "m.create_tensor('rewards', size=1)\n"
         "print(len(m), 'skrl' in sys.modules and sys.modules['skrl'] is not None)\n"

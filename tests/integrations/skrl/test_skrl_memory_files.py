@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from emote_core.errors import FormatError
-from emote_core.memory.skrl_memory import SkrlMemory
-from emote_core.stores.peers import read_skrl_memory
+from emote_core.integrations.skrl.memory import SkrlMemory
+from emote_core.integrations.skrl.reader import read_skrl_memory
 
 from .test_skrl_memory import NAMES, _collect, _create
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from emote_core.errors import FormatError, UnsafePickleError
-from emote_core.stores.upstream import read_legacy_pickle_episodes, restore_table
-from emote_core.stores.upstream.legacy_pickle import restore_legacy_pickle
+from emote_core.integrations.upstream import read_legacy_pickle_episodes, restore_table
+from emote_core.integrations.upstream.legacy_pickle import restore_legacy_pickle
 from emote_core.typing import EpisodeState
 
 STEPS = 7

@@ -12,8 +12,8 @@ import torch
 
 from emote_cli._common import ExitCode
 from emote_cli.app import app
-from emote_core.memory.skrl_memory import SkrlMemory
-from emote_core.stores.upstream import store_table
+from emote_core.integrations.skrl.memory import SkrlMemory
+from emote_core.integrations.upstream import store_table
 from emote_core.stores.zarr_store import MemoryStore
 from emote_core.typing import EpisodeState
 

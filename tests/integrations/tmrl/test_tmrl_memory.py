@@ -12,11 +12,11 @@ import pytest
 
 from emote_cli._common import ExitCode
 from emote_cli.app import app
-from emote_core.stores.peers import read_tmrl_dataset
-from emote_core.stores.peers.tmrl_memory import TmrlMemory
+from emote_core.integrations.tmrl.dataset import read_tmrl_dataset
+from emote_core.integrations.tmrl.memory import TmrlMemory
 from emote_core.stores.zarr_store import MemoryStore
 from emote_core.typing import EpisodeState
-from tests.memory.test_tmrl_memory import Buffer, split_pendulum, worker_samples
+from tests.integrations.tmrl.test_tmrl_episode_memory import Buffer, split_pendulum, worker_samples
 
 
 def tmrl_transitions(lists):
@@ -100,7 +100,7 @@ def test_exported_episodes_make_a_store_that_verifies(runner, tmp_path):
 
 
 def test_tmrl_arguments_are_accepted_and_an_empty_dataset_path_starts_empty(tmp_path, caplog):
-    with caplog.at_level(logging.INFO, logger="emote_core.stores.peers.tmrl_memory"):
+    with caplog.at_level(logging.INFO, logger="emote_core.integrations.tmrl.memory"):
         memory = TmrlMemory(
             memory_size=1e6, batch_size=256, dataset_path=str(tmp_path / "missing"), imgs_obs=4,
             act_buf_len=2, nb_steps=3, crc_debug=True, device="cpu",
@@ -113,8 +113,8 @@ def test_tmrl_arguments_are_accepted_and_an_empty_dataset_path_starts_empty(tmp_
 
 
 def test_positional_calls_in_either_tmrl_order_fail_instead_of_shifting_arguments() -> None:
-    from emote_core.memory.tmrl_memory import TmrlEpisodeMemory
-    from emote_core.stores.peers.tmrl_memory import TmrlMemory
+    from emote_core.integrations.tmrl.episode_memory import TmrlEpisodeMemory
+    from emote_core.integrations.tmrl.memory import TmrlMemory
 
     # GenericTorchMemory(memory_size, batch_size, dataset_path, nb_steps, ...) and
     # MemoryTMLidar(memory_size, batch_size, dataset_path, imgs_obs, act_buf_len, nb_steps, ...).

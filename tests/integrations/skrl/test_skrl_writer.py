@@ -13,12 +13,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from emote_core.errors import FormatError
-from emote_core.stores.peers import (
-    SkrlLayout,
-    read_peer_file,
-    read_skrl_memory,
-    write_skrl_memory,
-)
+from emote_core.integrations.detect import read_peer_file
+from emote_core.integrations.skrl.reader import read_skrl_memory
+from emote_core.integrations.skrl.writer import SkrlLayout, write_skrl_memory
 from emote_core.stores.stored import ColumnSchema, StoredTable
 from emote_core.typing import EpisodeState
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from emote_core.errors import FormatError, UnsafePickleError
+from emote_core.integrations.upstream import read_table_file, restore_table
 from emote_core.stores.safe_pickle import safe_loads
-from emote_core.stores.upstream import read_table_file, restore_table
 from emote_core.typing import EpisodeState
 
 DATA = Path(__file__).parent / "data"

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from emote_core.errors import FormatError
-from emote_core.memory.builders import DictObsMemoryTable
-from emote_core.spaces import MDPSpace
-from emote_core.stores.peers.minari_io import (
+from emote_core.integrations.minari.datasets import (
     is_minari_dataset,
     read_minari,
 )
+from emote_core.memory.builders import DictObsMemoryTable
+from emote_core.spaces import MDPSpace
 from emote_core.stores.stored import StoredTable, restore_stored
 from emote_core.typing import EpisodeState
 
@@ -28,7 +28,7 @@ pytest.importorskip(
 )
 
 
-DATA = Path(__file__).parent / "minari_data"
+DATA = Path(__file__).parent / "data"
 COLLECTED = {"cartpole/random-v0": "CartPole-v1", "pendulum/random-v0": "Pendulum-v1"}
 
 

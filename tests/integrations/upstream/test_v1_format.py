@@ -14,16 +14,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from emote_core.errors import DuplicateEpisodeError, FormatError, StorageError
-from emote_core.memory.columns import Column, TagColumn, VirtualColumn
-from emote_core.memory.mappers import NextElementMapper, SyntheticDones
-from emote_core.memory.strategies import FifoEjectionStrategy, UniformSampleStrategy
-from emote_core.memory.table import ArrayMemoryTable
-from emote_core.stores.upstream import (
+from emote_core.integrations.convert import convert
+from emote_core.integrations.upstream import (
     TableSerializationVersion,
     read_table_file,
     restore_table,
     store_table,
 )
+from emote_core.memory.columns import Column, TagColumn, VirtualColumn
+from emote_core.memory.mappers import NextElementMapper, SyntheticDones
+from emote_core.memory.strategies import FifoEjectionStrategy, UniformSampleStrategy
+from emote_core.memory.table import ArrayMemoryTable
 from emote_core.typing import EpisodeState
 
 
@@ -266,9 +267,9 @@ def test_read_table_file_describes_a_v1_file_without_a_table(upstream_v1):
 
 @pytest.mark.parametrize("noise_every", [None, 16], ids=["zeros-1000x", "sparse-noise-under-64x"])
 def test_a_zip_is_read_only_within_64_times_its_size(tmp_path, monkeypatch, noise_every):
+    from emote_core.integrations.upstream import read_table_file
+    from emote_core.integrations.upstream.v1 import write_v1_stored
     from emote_core.stores.stored import ColumnSchema, StoredTable
-    from emote_core.stores.upstream import read_table_file
-    from emote_core.stores.upstream.v1 import write_v1_stored
 
     monkeypatch.setattr("emote_core.stores.budget.SIZE_FLOOR", 0)  # the ratio alone decides
     rows = np.zeros((1 << 18, 4), dtype=np.float32)  # 4 MiB
@@ -296,9 +297,9 @@ def test_a_zip_is_read_only_within_64_times_its_size(tmp_path, monkeypatch, nois
 def test_a_zip_is_refused_before_any_member_is_read(tmp_path, monkeypatch):
     import tracemalloc
 
+    from emote_core.integrations.upstream import read_table_file
+    from emote_core.integrations.upstream.v1 import write_v1_stored
     from emote_core.stores.stored import ColumnSchema, StoredTable
-    from emote_core.stores.upstream import read_table_file
-    from emote_core.stores.upstream.v1 import write_v1_stored
 
     monkeypatch.setattr("emote_core.stores.budget.SIZE_FLOOR", 0)  # the ratio alone decides
     rows = np.random.default_rng(0).standard_normal((4, 1 << 20)).astype(np.float32)  # 16 MiB
@@ -333,3 +334,15 @@ def test_a_zip_is_refused_before_any_member_is_read(tmp_path, monkeypatch):
     finally:
         tracemalloc.stop()
     assert peak < 4 << 20, f"{peak:,} bytes read before the refusal"  # 'early.npy' is 16 MiB
+
+
+def test_a_converted_v1_zip_restores_into_an_emote_table(tmp_path, upstream_v1, fixture_table):
+    convert(upstream_v1, tmp_path / "a.zarr")
+    convert(tmp_path / "a.zarr", tmp_path / "back.zip", target_format="emote-v1")
+    table = fixture_table()
+    restore_table(table, tmp_path / "back.zip")
+
+    assert table.episode_count == 100 and table.size() == 400
+    configuration = json.loads(zipfile.ZipFile(tmp_path / "back.zip").read("configuration.json"))
+    assert configuration["source"]["format"] == "zarr"
+    assert configuration["ejector_type"] == "FifoEjectionStrategy"

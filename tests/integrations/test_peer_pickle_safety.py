@@ -9,12 +9,9 @@ import numpy as np
 import pytest
 
 from emote_core.errors import FormatError, UnsafePickleError
-from emote_core.stores.peers import (
-    detect_peer_format,
-    read_peer_file,
-    read_sb3_replay_buffer,
-    read_tmrl_dataset,
-)
+from emote_core.integrations.detect import detect_peer_format, read_peer_file
+from emote_core.integrations.sb3.replay_buffer import read_sb3_replay_buffer
+from emote_core.integrations.tmrl.dataset import read_tmrl_dataset
 from emote_core.stores.safe_pickle import (
     ALLOWED_GLOBALS,
     PeerObject,

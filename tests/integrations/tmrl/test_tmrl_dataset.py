@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from emote_core.errors import FormatError
-from emote_core.stores.peers import read_peer_file, read_tmrl_dataset
+from emote_core.integrations.detect import read_peer_file
+from emote_core.integrations.tmrl.dataset import read_tmrl_dataset
 from emote_core.typing import EpisodeState
 
 

@@ -50,7 +50,7 @@ def collect(dataset_id: str, env_id: str, time_limit: int, episodes: int) -> dic
     run(episodes, 3)  # an unfinished tail: the collector marks it truncated
     env.create_dataset(
         dataset_id, algorithm_name="random", author="emote tests", author_email="none@example.com",
-        code_permalink="tests/stores/peers/minari_data/make_minari_data.py",
+        code_permalink="tests/integrations/minari/data/make_minari_data.py",
         description=f"{env_id}, uniform random actions, time limit {time_limit}",
     )  # fmt: skip
     env.close()

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from emote_core.errors import FormatError
-from emote_core.stores.peers import detect_peer_format, read_peer_file
+from emote_core.integrations.detect import detect_peer_format, read_peer_file
 
-UPSTREAM = Path(__file__).parents[1] / "upstream" / "data" / "emote-rl-23-legacy-numpy1.26.zip"
+UPSTREAM = Path(__file__).parent / "upstream" / "data" / "emote-rl-23-legacy-numpy1.26.zip"
 
 
 @pytest.mark.parametrize(
@@ -85,7 +85,7 @@ def test_detection_does_not_run_a_pickle(tmp_path):
 def test_detection_allocates_nothing_a_pickle_declares(tmp_path):
     import tracemalloc
 
-    from emote_core.stores.upstream import read_table_file
+    from emote_core.integrations.upstream import read_table_file
 
     declared = tmp_path / "declares.pkl"  # BINBYTES8 of 1 GiB, then 3 bytes
     declared.write_bytes(b"\x80\x04\x8e" + (1 << 30).to_bytes(8, "little") + b"abc.")

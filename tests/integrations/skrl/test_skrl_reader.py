@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from emote_core.errors import FormatError
-from emote_core.stores.peers import read_peer_file, read_skrl_memory
+from emote_core.integrations.detect import read_peer_file
+from emote_core.integrations.skrl.reader import read_skrl_memory
 from emote_core.typing import EpisodeState
 
 KINDS = ["pt", "npz", "csv"]
