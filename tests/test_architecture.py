@@ -32,6 +32,7 @@ RANKS: dict[str, int] = {
     "env": 7,
     "onnx": 7,
     "models": 7,
+    "integrations": 7,
     "algorithms": 8,
     "recipes": 9,
     "runs": 10,
@@ -42,7 +43,7 @@ STRING_REFERENCE = re.compile(r"emote_core(?:\.[a-z_]+)+")
 
 
 def unit(module: str) -> str:
-    """The layer unit of a dotted module name: ``emote_core.stores.peers.sb3`` -> ``stores``."""
+    """The layer unit of a dotted module name: ``emote_core.stores.sources`` -> ``stores``."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else parts[0]
 
