@@ -138,7 +138,7 @@ class BatchGymCollector:
         self.completed_episodes = 0
         """Episodes finished (handed out, or waiting for the next cut)."""
         self._next_identity = first_identity
-        self._act_batch, self._act_steps = batch_actions(agent)
+        self._act_batch, self._act_steps = _batch_actions(agent)
         self._observations: dict[str, np.ndarray] | None = None
         self._slots = [_Slot() for _ in range(env.num_envs)]
         # The chunk's steps: observations (the plain array, or a dict), actions, rewards.
@@ -234,7 +234,7 @@ class BatchGymCollector:
         """Acts with ``agent`` from the next vector step on (call it between :meth:`collect`
         calls: a step is never taken half by one agent and half by another)."""
         self.agent = agent
-        self._act_batch, self._act_steps = batch_actions(agent)
+        self._act_batch, self._act_steps = _batch_actions(agent)
 
     def collect_episodes(self, count: int) -> int:
         """Steps until ``count`` more episodes have finished (a few more may finish with them).
@@ -412,11 +412,17 @@ class BatchGymCollector:
         return np.stack([responses[agent].list_data[ACTIONS_KEY] for agent in per_agent])
 
 
-def batch_actions(agent: Any) -> tuple[Any, Any]:
+def acts_only(agent: Any) -> bool:
+    """Whether ``agent``'s responses hold ``"actions"`` only (its ``output_names``, where it
+    says): the only responses this collector records."""
+    return tuple(getattr(agent, "output_names", (ACTIONS_KEY,))) == (ACTIONS_KEY,)
+
+
+def _batch_actions(agent: Any) -> tuple[Any, Any]:
     """An agent's ``(act_batch, act_steps)``, each ``None`` where it lacks it; both ``None`` for
     an agent whose responses hold more than ``"actions"`` (its batched call would drop the rest).
     """
-    if tuple(getattr(agent, "output_names", (ACTIONS_KEY,))) != (ACTIONS_KEY,):
+    if not acts_only(agent):
         return None, None
     return getattr(agent, "act_batch", None), getattr(agent, "act_steps", None)
 
@@ -443,5 +449,5 @@ __all__ = [
     "BatchGymCollector",
     "BatchSink",
     "EpisodeSink",
-    "batch_actions",
+    "acts_only",
 ]

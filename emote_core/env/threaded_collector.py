@@ -66,7 +66,6 @@ class ThreadedGymCollector(GymCollector):
         policy_attribute: The agent attribute holding the policy to copy.
         join_timeout: Seconds ``end_training`` waits for the thread to finish its step.
         name: The callback's name.
-        bulk: Whole episodes to a memory that takes them (see ``GymCollector``).
 
     Raises:
         ConfigurationError: If ``sync_every`` is not a positive integer.
@@ -91,7 +90,6 @@ class ThreadedGymCollector(GymCollector):
         join_timeout: float = 30.0,
         name: str = "threaded_gym_collector",
         bp_steps_per_inference: int = 1,
-        bulk: bool = True,
     ) -> None:
         super().__init__(
             env=env,
@@ -106,7 +104,6 @@ class ThreadedGymCollector(GymCollector):
             exporter=exporter,
             name=name,
             bp_steps_per_inference=bp_steps_per_inference,
-            bulk=bulk,
         )
         if isinstance(sync_every, bool) or not isinstance(sync_every, int) or sync_every < 1:
             raise ConfigurationError(

@@ -19,6 +19,7 @@ from emote_core.proxies import RandomAgentProxy
 from emote_core.recipes import load_recipe
 from emote_core.stores.zarr_store import MemoryStore
 from emote_core.typing import EpisodeState
+from tests.env.test_batch_collector import StepByStep
 
 
 def per_agent_episodes(recipe, num_envs: int, vector_steps: int) -> list[tuple]:
@@ -27,7 +28,7 @@ def per_agent_episodes(recipe, num_envs: int, vector_steps: int) -> list[tuple]:
     episodes: list[tuple] = []
     proxy.episode_listeners.append(lambda *episode: episodes.append(episode))
     agent = RandomAgentProxy(action_space=env.single_action_space, seed=recipe.seed)
-    collector = GymCollector(env=env, agent=agent, memory=proxy, seed=recipe.seed, bulk=False)
+    collector = GymCollector(env=env, agent=agent, memory=StepByStep(proxy), seed=recipe.seed)
     collector.collect(vector_steps)
     env.close()
     return episodes

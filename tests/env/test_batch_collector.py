@@ -11,9 +11,18 @@ from emote_core.env import BatchGymCollector, DictGymWrapper, GymCollector, make
 from emote_core.env.batch_collector import CHUNK_BYTES, CHUNK_ROWS
 from emote_core.errors import ConfigurationError
 from emote_core.memory import DictObsMemoryTable, MemoryTableProxy
+from emote_core.memory.wrappers import MemoryProxyWrapper
 from emote_core.proxies import RandomAgentProxy
 from emote_core.stores.episode_batch import EpisodeBatch
 from emote_core.typing import EpisodeState
+
+
+class StepByStep(MemoryProxyWrapper):
+    """Passes every step on unchanged; with an ``add`` of its own it takes steps only, so a
+    collector gives it every agent's step: the reference the whole-episode path must match."""
+
+    def add(self, observations: Any, responses: Any) -> None:
+        super().add(observations, responses)
 
 
 def per_agent_episodes(env_id: str, num_envs: int, steps: int) -> list[tuple]:
@@ -22,7 +31,7 @@ def per_agent_episodes(env_id: str, num_envs: int, steps: int) -> list[tuple]:
     episodes: list[tuple] = []
     proxy.episode_listeners.append(lambda *episode: episodes.append(episode))
     agent = RandomAgentProxy(action_space=env.single_action_space, seed=3)
-    collector = GymCollector(env=env, agent=agent, memory=proxy, seed=11, bulk=False)
+    collector = GymCollector(env=env, agent=agent, memory=StepByStep(proxy), seed=11)
     assert not collector.records_episodes  # the reference: one agent's step at a time
     collector.collect(steps)
     env.close()

@@ -18,7 +18,7 @@ from emote_core.memory.proxy import MemoryTableProxy
 from emote_core.memory.wrappers import MemoryProxyWrapper, MemoryTableProxyWrapper
 from emote_core.proxies import FeatureAgentProxy, RandomAgentProxy
 from emote_core.typing import AgentId, DictObservation, DictResponse, EpisodeState
-from tests.env.test_batch_collector import assert_same_episodes
+from tests.env.test_batch_collector import StepByStep, assert_same_episodes
 
 
 class StepsOnly(MemoryProxyWrapper):
@@ -73,9 +73,8 @@ def run(
     if policy:
         agent = FeatureAgentProxy(policy=Tanh(), device="cpu", spaces=env.spaces)
     warmup = RandomAgentProxy(action_space=env.single_action_space, seed=9)
-    collector = GymCollector(
-        env=env, agent=agent, memory=proxy, seed=3, warmup_agent=warmup, bulk=whole
-    )
+    memory = proxy if whole else StepByStep(proxy)
+    collector = GymCollector(env=env, agent=agent, memory=memory, seed=3, warmup_agent=warmup)
     assert collector.records_episodes is whole
     for index, count in enumerate(calls):
         collector.collect(count, agent=warmup if index == 0 else None)
@@ -116,7 +115,8 @@ def test_an_agent_without_act_batch_is_asked_per_agent_as_a_wrapper_would_ask_it
         proxy.episode_listeners.append(lambda *episode: episodes.append(episode))
         batched = RandomAgentProxy(action_space=env.single_action_space, seed=1)
         agent = PerAgentOnly(RandomAgentProxy(action_space=env.single_action_space, seed=2))
-        collector = GymCollector(env=env, agent=batched, memory=proxy, seed=4, bulk=whole)
+        memory = proxy if whole else StepByStep(proxy)
+        collector = GymCollector(env=env, agent=batched, memory=memory, seed=4)
         collector.collect(20)  # batched, then the per-agent agent takes over mid-episode
         collector.collect(60, agent=agent)
         env.close()
@@ -131,6 +131,27 @@ def test_an_agent_without_act_batch_is_asked_per_agent_as_a_wrapper_would_ask_it
     assert [r for _, _, r in asked_whole.seen] == [r for _, _, r in asked_by_step.seen]
     initial = [a for a, s, _ in asked_whole.seen if s == EpisodeState.INITIAL]
     assert len(initial) == len(set(initial)) >= 3
+
+
+def test_an_agent_without_act_batch_from_the_start_hands_over_whole_episodes() -> None:
+    def play(whole: bool) -> tuple[list[tuple], PerAgentOnly, GymCollector]:
+        env = DictGymWrapper(make_vector_env("CartPole-v1", num_envs=3))
+        proxy = MemoryTableProxy(DictObsMemoryTable(spaces=env.spaces, maxlen=10_000))
+        episodes: list[tuple] = []
+        proxy.episode_listeners.append(lambda *episode: episodes.append(episode))
+        agent = PerAgentOnly(RandomAgentProxy(action_space=env.single_action_space, seed=2))
+        memory = proxy if whole else StepByStep(proxy)
+        collector = GymCollector(env=env, agent=agent, memory=memory, seed=4)
+        collector.collect(70)
+        env.close()
+        return episodes, agent, collector
+
+    expected, asked_by_step, by_step = play(whole=False)
+    got, asked_whole, collector = play(whole=True)
+    assert collector.records_episodes and not by_step.records_episodes
+    assert_same_episodes(got, expected)
+    assert asked_whole.seen == asked_by_step.seen  # the same ids, states and rewards
+    assert collector.scalar_logs == by_step.scalar_logs
 
 
 class WithLogProbs(RandomAgentProxy):
@@ -151,13 +172,12 @@ def test_episodes_are_handed_over_only_where_every_part_takes_them() -> None:
         return collector.records_episodes
 
     assert records(proxy)
-    assert not GymCollector(env=env, agent=agent, memory=proxy, bulk=False).records_episodes
     assert records(MemoryTableProxyWrapper(MemoryTableProxyWrapper(proxy)))
     assert not records(StepsOnly(proxy))
     assert not records(MemoryTableProxyWrapper(StepsOnly(proxy)))
     assert not records(LoggingProxyWrapper(proxy, writer=None))
-    assert not records(proxy, acting=PerAgentOnly(agent))
-    assert not records(proxy, warmup=PerAgentOnly(agent))
+    assert records(proxy, acting=PerAgentOnly(agent))  # asked per agent, episodes whole
+    assert records(proxy, warmup=PerAgentOnly(agent))
     assert not records(proxy, acting=WithLogProbs(action_space=env.single_action_space))
     with pytest.raises(TypeError, match="takes steps only"):
         StepsOnly(proxy).add_episode({"rewards": np.zeros(1, np.float32)}, EpisodeState.TERMINAL)
