@@ -1,4 +1,4 @@
-"""Developer sessions: `nox -s tests`, `nox -s slow`, `nox -s lint`, `nox -s bench`.
+"""Developer sessions: `nox -s tests`, `nox -s slow`, `nox -s lint`, `nox -s docs`, `nox -s bench`.
 
 Each session installs the CPU build of torch first where no GPU build is wanted, so a session
 does not spend minutes downloading CUDA libraries (see README).
@@ -48,6 +48,13 @@ def lint(session: nox.Session) -> None:
     session.install("ruff>=0.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python="3.11")
+def docs(session: nox.Session) -> None:
+    """The documentation site, built with `mkdocs build --strict` into site/ (any warning fails)."""
+    install(session, extras="docs")
+    session.run("mkdocs", "build", "--strict", *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session(python="3.11")

@@ -1,6 +1,7 @@
 """docs/tutorial.md runs as written: its files are written from the page, its commands run in
 order in an empty folder (the default run with a shorter training, the slow run exactly as the
-page says, checking the trained policy beats a random one)."""
+page says, checking the trained policy beats a random one). The page is read with
+``tests/test_docs.py``'s block parser, which runs every other guide."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from emote_cli.app import app
+from tests.test_docs import RUN_ELSEWHERE, page_blocks
 
 TUTORIAL = Path(__file__).resolve().parents[1] / "docs" / "tutorial.md"
-_BLOCK = re.compile(r'^```(\w+)(?: title="([^"]+)")?\n(.*?)^```', re.MULTILINE | re.DOTALL)
 SHORT_TRAINING = ["--steps", "60", "--set", "memory.warmup_steps=50"]
 
 
@@ -24,15 +25,15 @@ def tutorial_parts() -> tuple[dict[str, str], list[list[str]]]:
     console blocks, without ``emote``), in page order."""
     files: dict[str, str] = {}
     commands: list[list[str]] = []
-    for language, title, body in _BLOCK.findall(TUTORIAL.read_text(encoding="utf-8")):
-        if title:
-            files[title] = body
-        elif language == "console":
-            for line in body.splitlines():
-                if line.startswith("$ "):
-                    words = shlex.split(line[2:])
-                    assert words[0] == "emote", line
-                    commands.append(words[1:])
+    for block in page_blocks(TUTORIAL.read_text(encoding="utf-8"), "tutorial.md"):
+        assert block.marker is None, f"{block.where}: the tutorial runs every block"
+        if block.title:
+            files[block.title] = block.body
+        elif block.language == "console":
+            for line in block.commands().splitlines():
+                words = shlex.split(line)
+                assert words[0] == "emote", line
+                commands.append(words[1:])
     return files, commands
 
 
@@ -53,6 +54,7 @@ def run_tutorial(folder: Path, *, train_extra: list[str]) -> dict[str, str]:
 
 
 def test_the_page_has_the_env_the_recipe_and_every_step() -> None:
+    assert RUN_ELSEWHERE["tutorial.md"] == "tests/test_tutorial.py"
     files, commands = tutorial_parts()
     assert set(files) == {"mygame.py", "chase.toml"}
     assert 'entry_point = "mygame:Chase"' in files["chase.toml"]
