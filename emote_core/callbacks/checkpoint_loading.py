@@ -30,9 +30,9 @@ from emote_core.callbacks.restoree import (
     restorees_argument,
     run_directory_argument,
     subdirectory_argument,
-    upstream_alias,
 )
 from emote_core.errors import CheckpointError, ConfigurationError
+from emote_core.utils.compat import upstream_alias
 
 log = logging.getLogger(__name__)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from emote_core.errors import CheckpointError, ConfigurationError
+from emote_core.utils.compat import upstream_alias
 
 
 @runtime_checkable
@@ -38,21 +39,6 @@ class Restoree(Protocol):
 
 class InvalidCheckpointLocation(CheckpointError, ValueError):
     """The checkpoint folder a loader was pointed at does not exist (upstream emote's name)."""
-
-
-def upstream_alias(owner: str, emote: tuple[str, Any], upstream: tuple[str, Any]) -> Any:
-    """The value of an argument emote and upstream emote name differently; never both.
-
-    Raises:
-        ConfigurationError: If both names were given.
-    """
-    (emote_name, emote_value), (upstream_name, upstream_value) = emote, upstream
-    if emote_value is not None and upstream_value is not None:
-        raise ConfigurationError(
-            f"{owner}: got both {emote_name}= and {upstream_name}= (upstream emote's name for "
-            f"the same argument); pass only one"
-        )
-    return emote_value if emote_value is not None else upstream_value
 
 
 def restorees_argument(owner: str, callbacks: Any, restorees: Any) -> list[Restoree]:
@@ -111,5 +97,4 @@ __all__ = [
     "restorees_argument",
     "run_directory_argument",
     "subdirectory_argument",
-    "upstream_alias",
 ]

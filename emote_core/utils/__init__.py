@@ -1,18 +1,11 @@
-"""Small general-purpose helpers: thread-safe containers, block timers and deprecation;
+"""Small general-purpose helpers: block timers and upstream emote's utilities (:mod:`.compat`);
 :mod:`.math` holds the numeric helpers of model-based RL (imported from there)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from emote_core.utils.deprecation import deprecated
-from emote_core.utils.threading import (
-    AtomicContainer,
-    AtomicInt,
-    LockedResource,
-    TracedLock,
-    WeakReference,
-)
+from emote_core.utils.compat import WeakReference, deprecated
 from emote_core.utils.timers import (
     BlockTimers,
     MovingWindowStatistics,
@@ -21,13 +14,9 @@ from emote_core.utils.timers import (
 )
 
 __all__ = [
-    "AtomicContainer",
-    "AtomicInt",
     "BlockTimers",
-    "LockedResource",
     "MovingWindowStatistics",
     "TimedBlock",
-    "TracedLock",
     "WeakReference",
     "WelfordStatistics",
     "deprecated",

@@ -1,18 +1,60 @@
-"""A decorator that marks functions, methods and classes as deprecated."""
+"""Upstream emote's utilities, kept for code ported from it; emote itself uses none of them:
+the ``deprecated`` decorator, ``WeakReference``, and :func:`upstream_alias`, which takes an
+argument under emote's name or upstream's."""
 
 from __future__ import annotations
 
 import functools
 import inspect
 import warnings
+import weakref
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 from emote_core.errors import ConfigurationError
 
-__all__ = ["deprecated"]
+__all__ = ["WeakReference", "deprecated", "upstream_alias"]
 
 _Obj = TypeVar("_Obj")
+T = TypeVar("T")
+
+
+class WeakReference(weakref.ReferenceType, Generic[T]):  # type: ignore[type-arg]
+    """A weak reference that names the type it points at, as upstream emote's ``WeakReference``.
+
+    Calling it returns the object while something else keeps it alive, and ``None`` once it has
+    been collected; it never keeps the object alive itself.
+
+    Args:
+        obj: The object to refer to; it must support weak references.
+        callback: Called with this reference when the object is about to be collected.
+    """
+
+    def __call__(self) -> T | None:
+        return super().__call__()
+
+
+def upstream_alias(owner: str, emote: tuple[str, Any], upstream: tuple[str, Any]) -> Any:
+    """The value of an argument that emote and upstream emote name differently; never both.
+
+    Args:
+        owner: Names the class or function in the error.
+        emote: ``(emote's name, value)``.
+        upstream: ``(upstream's name, value)``.
+
+    Returns:
+        The value given (``None`` if neither was).
+
+    Raises:
+        ConfigurationError: If both names were given.
+    """
+    (emote_name, emote_value), (upstream_name, upstream_value) = emote, upstream
+    if emote_value is not None and upstream_value is not None:
+        raise ConfigurationError(
+            f"{owner}: got both {emote_name}= and {upstream_name}= (upstream emote's name for "
+            f"the same argument); pass only one"
+        )
+    return emote_value if emote_value is not None else upstream_value
 
 
 def _with_note(doc: str | None, note: str) -> str:

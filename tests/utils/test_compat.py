@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+import gc
 import inspect
 import warnings
 
 import pytest
 
 from emote_core.errors import ConfigurationError
-from emote_core.utils import deprecated
+from emote_core.utils import WeakReference, deprecated
+from emote_core.utils.compat import upstream_alias
 
 
 @deprecated("use add_three instead", version="0.2")
@@ -123,3 +125,26 @@ def test_bare_decorator_is_rejected() -> None:
 def test_non_callable_is_rejected() -> None:
     with pytest.raises(ConfigurationError, match="decorates functions, methods and classes"):
         deprecated("x")(42)
+
+
+def test_weak_reference_returns_the_object_until_it_is_collected() -> None:
+    class Policy:
+        pass
+
+    policy = Policy()
+    collected: list[object] = []
+    reference = WeakReference[Policy](policy, collected.append)
+    assert reference() is policy
+    assert isinstance(reference, WeakReference)
+    del policy
+    gc.collect()
+    assert reference() is None
+    assert collected == [reference]
+
+
+def test_an_argument_is_taken_under_either_name_but_not_both() -> None:
+    assert upstream_alias("Loader", ("run_dir", "runs/a"), ("run_root", None)) == "runs/a"
+    assert upstream_alias("Loader", ("run_dir", None), ("run_root", "runs/b")) == "runs/b"
+    assert upstream_alias("Loader", ("run_dir", None), ("run_root", None)) is None
+    with pytest.raises(ConfigurationError, match="Loader: got both run_dir= and run_root="):
+        upstream_alias("Loader", ("run_dir", "runs/a"), ("run_root", "runs/b"))
