@@ -322,6 +322,30 @@ def collection_rates(
         return {"bare": (statistics.median(bare), 1.0), **figures}
 
 
+def stacked_rates(
+    episodes: list[Episode], env: gym.Env, updates: int, repeats: int
+) -> dict[int, tuple[float, float, float]]:
+    """Per CPU thread count (1 and 2): emote's SAC updates/s with twin Q networks and with them
+    stacked (``sac.stacked_q``), timed in turns, and the median of the pairs' ratios."""
+    device = torch.device("cpu")
+    figures = {}
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        twin = emote_sac(episodes, env, device, False)
+        stacked = emote_sac(episodes, env, device, False, stacked_q=True)
+        time_emote(*twin, updates // 2, device)
+        time_emote(*stacked, updates // 2, device)
+        twin_runs: list[float] = []
+        stacked_runs: list[float] = []
+        for repeat in range(repeats):
+            sides = [(twin, twin_runs), (stacked, stacked_runs)]
+            for parts, rates in sides if repeat % 2 == 0 else sides[::-1]:
+                rates.append(time_emote(*parts, updates, device))
+        ratio = statistics.median(s / t for t, s in zip(twin_runs, stacked_runs, strict=True))
+        figures[threads] = (statistics.median(twin_runs), statistics.median(stacked_runs), ratio)
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--updates", type=int, default=250, help="gradient steps per timing")
@@ -333,7 +357,21 @@ def main() -> None:
     parser.add_argument(
         "--fused-adam", action="store_true", help="fused Adam on both sides (torch >= 2.4)"
     )
+    parser.add_argument(
+        "--stacked", action="store_true", help="only twin against stacked Q networks, CPU"
+    )
     args = parser.parse_args()
+    if args.stacked:
+        episodes, env = pendulum_episodes(args.transitions)
+        print(f"train_bench --stacked: emote SAC updates/s, twin against stacked Q networks "
+              f"(cpu; 256x256, batch {BATCH}; median of {args.repeats} x {args.updates} updates, "
+              "sides in turns)")  # fmt: skip
+        for threads, (twin, stacked, ratio) in stacked_rates(
+            episodes, env, args.updates, args.repeats
+        ).items():
+            print(f"  {threads} torch thread(s): twin {twin:7.1f} | stacked {stacked:7.1f} | "
+                  f"stacked / twin {ratio:.3f}")  # fmt: skip
+        return
     device = torch.device(args.device)
     if device.type == "cpu":
         torch.set_num_threads(1)
