@@ -154,3 +154,125 @@ def test_generic_code_has_no_per_algorithm_branch(path: Path) -> None:
                 if re.match(r"emote_core\.algorithms\.(sac|dqn)\b", module):
                     named.append(f"line {node.lineno}: imports {module}")
     assert not named, f"{path.relative_to(ROOT)} names algorithms: {named}"
+
+
+def is_private(name: str) -> bool:
+    """``_helper`` is private; ``__version__`` and other dunders are not."""
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def is_module(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def private_module_outside(target: str, importer: str) -> bool:
+    """Whether ``target`` is (inside) a private module, ``pkg._helpers``, that ``importer`` does
+    not live beside: private modules serve their own package only."""
+    parts = target.split(".")
+    for index, part in enumerate(parts):
+        if is_private(part):
+            package = ".".join(parts[:index])
+            return not importer.startswith(package + ".")
+    return False
+
+
+def private_reach_ins(source: str, here: str, *, is_package: bool = False) -> list[str]:
+    """Each place where module ``here`` (its ``source``) uses another emote module's
+    ``_private`` name or module: a from-import (relative and lazy ones included), an attribute of
+    an imported module (``module._name``), or a module name given as a string (``importlib``)."""
+    tree = ast.parse(source)
+    package = here.split(".") if is_package else here.split(".")[:-1]
+    bound: dict[str, str] = {}  # a local name -> the emote module it holds
+    found: list[str] = []
+
+    def check_module(target: str, line: int) -> None:
+        if private_module_outside(target, here):
+            found.append(f"line {line}: imports private module {target}")
+
+    nodes = sorted(ast.walk(tree), key=lambda node: getattr(node, "lineno", 0))
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in {"emote_core", "emote_cli"}:
+                    check_module(alias.name, node.lineno)
+                    if alias.asname:
+                        bound[alias.asname] = alias.name
+                    else:
+                        bound[alias.name.split(".")[0]] = alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            if base.split(".")[0] not in {"emote_core", "emote_cli"}:
+                continue
+            check_module(base, node.lineno)
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                if is_module(full):
+                    check_module(full, node.lineno)
+                    bound[alias.asname or alias.name] = full
+                elif is_private(alias.name) and base != here:
+                    found.append(f"line {node.lineno}: imports {alias.name} from {base}")
+        elif isinstance(node, ast.Attribute) and is_private(node.attr):
+            chain, value = [], node.value
+            while isinstance(value, ast.Attribute):
+                chain.append(value.attr)
+                value = value.value
+            if isinstance(value, ast.Name) and value.id in bound:
+                owner = ".".join([bound[value.id], *reversed(chain)])
+                if owner != here and is_module(owner):
+                    found.append(f"line {node.lineno}: uses {owner}.{node.attr}")
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and STRING_REFERENCE.fullmatch(node.value.rstrip("."))
+        ):
+            check_module(node.value.rstrip("."), node.lineno)
+    return found
+
+
+LIBRARY_AND_CLI = sorted([*CORE.rglob("*.py"), *(ROOT / "emote_cli").rglob("*.py")])
+
+
+@pytest.mark.parametrize("path", LIBRARY_AND_CLI, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_module_uses_another_modules_private_names(path: Path) -> None:
+    source = path.read_text(encoding="utf-8")
+    found = private_reach_ins(source, module_name(path), is_package=path.name == "__init__.py")
+    assert not found, (
+        f"{path.relative_to(ROOT)} reaches into another module's private names: {found}; make "
+        "the helper public where it lives (or move it to the module that owns it)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "reported"),
+    [
+        ("from emote_core.nn.augmentation import _helper", "imports _helper from"),
+        ("def f():\n    from .augmentation import ImageAugmentor, _helper", "imports _helper from"),
+        ("import emote_core.nn.augmentation as aug\naug._helper(1)", "uses emote_core.nn."),
+        ("import emote_core.nn.augmentation\nemote_core.nn.augmentation._helper", "uses emote_co"),
+        ("from emote_core.nn import augmentation\naugmentation._helper", "uses emote_core.nn."),
+        ("from emote_core.models._callback_parts import is_holdout", "private module emote_co"),
+        ("from emote_core.models import _callback_parts", "private module emote_core.models."),
+        ("importlib.import_module('emote_core.models._callback_parts')", "private module"),
+    ],
+)
+def test_each_form_of_reach_in_is_reported(source: str, reported: str) -> None:
+    found = private_reach_ins(source, "emote_core.nn.curl")
+    assert len(found) == 1 and reported in found[0], found
+
+
+def test_own_names_dunders_and_a_packages_own_private_modules_are_allowed() -> None:
+    source = (
+        "from emote_core import __version__\n"
+        "from emote_core.models._callback_parts import is_holdout\n"
+        "from emote_core.models import _callback_parts\n"
+        "import emote_core.models.layers as layers\n"
+        "layers.ACTIVATIONS, layers.__name__\n"
+        "_local = 1\n"
+    )
+    assert private_reach_ins(source, "emote_core.models.rollouts") == []
+    assert (
+        private_reach_ins("from emote_cli._common import abort", "emote_cli.memory.convert") == []
+    )

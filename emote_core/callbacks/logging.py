@@ -28,6 +28,7 @@ from torch.utils.tensorboard.summary import Summary
 from emote_core.callback import Callback, Order
 from emote_core.callbacks.logging_mixin import LoggingMixin
 from emote_core.errors import ConfigurationError
+from emote_core.utils.checks import positive_int
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,8 @@ def tag_for(key: str, counter: str) -> str:
     return f"{head}_{counter}{slash}{tail}"
 
 
-def _check_loggers(callbacks: Iterable[Any], logger_name: str) -> list[LoggingMixin]:
+def check_loggers(callbacks: Iterable[Any], logger_name: str) -> list[LoggingMixin]:
+    """``callbacks`` as a list if each mixes in :class:`LoggingMixin`, which a logger reads."""
     callbacks = list(callbacks)
     for callback in callbacks:
         if not isinstance(callback, LoggingMixin):
@@ -62,15 +64,6 @@ def _check_loggers(callbacks: Iterable[Any], logger_name: str) -> list[LoggingMi
                 "emote_core.callbacks.logging_mixin.LoggingMixin"
             )
     return callbacks
-
-
-def _check_log_interval(log_interval: Any, logger_name: str) -> int:
-    if isinstance(log_interval, bool) or not isinstance(log_interval, int) or log_interval < 1:
-        raise ConfigurationError(
-            f"logger '{logger_name}' got log_interval={log_interval!r}; it must be a positive "
-            "number of training steps"
-        )
-    return log_interval
 
 
 class _VideoEncoder(enum.Enum):
@@ -166,9 +159,9 @@ class TensorboardLogger(Callback):
         env_step_prefixes: Sequence[str] = ("episode/",),
         name: str = "tensorboard_logger",
     ) -> None:
-        log_interval = _check_log_interval(log_interval, name)
+        log_interval = positive_int(f"logger '{name}'", "log_interval", log_interval)
         super().__init__(name=name, cycle=log_interval)
-        self.callbacks = _check_loggers(callbacks, name)
+        self.callbacks = check_loggers(callbacks, name)
         self.writer = writer
         self.log_interval = log_interval
         self.log_by_samples = log_by_samples
@@ -301,9 +294,9 @@ class TerminalLogger(Callback):
     def __init__(
         self, *, callbacks: list[LoggingMixin], log_interval: int, name: str = "terminal_logger"
     ) -> None:
-        log_interval = _check_log_interval(log_interval, name)
+        log_interval = positive_int(f"logger '{name}'", "log_interval", log_interval)
         super().__init__(name=name, cycle=log_interval)
-        self.callbacks = _check_loggers(callbacks, name)
+        self.callbacks = check_loggers(callbacks, name)
         self.log_interval = log_interval
 
     def log_scalars(self, step: int, suffix: str | None = None) -> None:

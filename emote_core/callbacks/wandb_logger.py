@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from emote_core.callback import Callback, Order
-from emote_core.callbacks.logging import _check_log_interval, _check_loggers
+from emote_core.callbacks.logging import check_loggers
 from emote_core.callbacks.logging_mixin import LoggingMixin
 from emote_core.errors import ConfigurationError
+from emote_core.utils.checks import positive_int
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def start_wandb_run(
         import wandb
     except ImportError as error:
         raise ConfigurationError(
-            "Weights & Biases logging is on ([logging] wandb = true, or --track) but the wandb "
+            "Weights & Biases logging is on ([logging] wandb = true) but the wandb "
             f"package is not installed; install it with `{WANDB_INSTALL}` from a clone of emote "
             "(or `pip install wandb`), or turn the logging off"
         ) from error
@@ -109,9 +110,9 @@ class WandbLogger(Callback):
         log_interval: int,
         name: str = "wandb_logger",
     ) -> None:
-        log_interval = _check_log_interval(log_interval, name)
+        log_interval = positive_int(f"logger '{name}'", "log_interval", log_interval)
         super().__init__(name=name, cycle=log_interval)
-        self.callbacks = _check_loggers(callbacks, name)
+        self.callbacks = check_loggers(callbacks, name)
         self.run = run
         self.log_interval = log_interval
         self._last_bp_step = 0

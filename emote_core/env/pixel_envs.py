@@ -20,6 +20,7 @@ from gymnasium.envs.classic_control.pendulum import PendulumEnv
 
 from emote_core.env.frames import FrameStack, ScaledFloatFrame, WarpFrame
 from emote_core.errors import ConfigurationError
+from emote_core.utils.checks import finite_number, int_at_least
 
 PIXEL_PENDULUM_ID = "emote/PixelPendulum-v0"
 """The id under which the frame-stacked :class:`PixelPendulum` is registered with gymnasium."""
@@ -41,14 +42,6 @@ MIN_PENDULUM_SIZE = 16
 
 _ROD_LENGTH = 0.4
 """The rod's length as a fraction of the image size (the rod and its rim stay inside)."""
-
-
-def _int_at_least(owner: str, name: str, value: Any, *, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ConfigurationError(
-            f"{owner}'s {name} must be an integer of at least {minimum}; got {value!r}"
-        )
-    return int(value)
 
 
 class _RodCanvas:
@@ -98,7 +91,7 @@ def render_pendulum(angle: float, *, size: int) -> np.ndarray:
     Raises:
         ConfigurationError: If ``size`` is too small.
     """
-    size = _int_at_least("render_pendulum", "size", size, minimum=MIN_PENDULUM_SIZE)
+    size = int_at_least("render_pendulum", "size", size, MIN_PENDULUM_SIZE)
     canvas = _CANVASES.get(size)
     if canvas is None:
         canvas = _CANVASES.setdefault(size, _RodCanvas(size))
@@ -129,9 +122,8 @@ class PixelPendulum(gymnasium.Env[np.ndarray, np.ndarray]):
     metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": 20}
 
     def __init__(self, *, size: int = 48, g: float = 10.0, render_mode: str | None = None) -> None:
-        self.size = _int_at_least("PixelPendulum", "size", size, minimum=MIN_PENDULUM_SIZE)
-        if isinstance(g, bool) or not isinstance(g, int | float) or not math.isfinite(g):
-            raise ConfigurationError(f"PixelPendulum's g must be a finite number; got {g!r}")
+        self.size = int_at_least("PixelPendulum", "size", size, MIN_PENDULUM_SIZE)
+        g = finite_number("PixelPendulum", "g", g)
         if render_mode not in (None, *self.metadata["render_modes"]):
             raise ConfigurationError(
                 f"PixelPendulum renders {self.metadata['render_modes']} or nothing (None); got "
@@ -191,7 +183,7 @@ def make_pixel_pendulum(
     Raises:
         ConfigurationError: If an argument is out of range.
     """
-    frame_stack = _int_at_least("PixelPendulum", "frame_stack", frame_stack)
+    frame_stack = int_at_least("PixelPendulum", "frame_stack", frame_stack, 1)
     return FrameStack(PixelPendulum(size=size, g=g, render_mode=render_mode), frame_stack)
 
 
@@ -213,7 +205,7 @@ def pixel_frames(env: gymnasium.Env, *, frame_stack: int, use_float_scaling: boo
     Raises:
         ConfigurationError: If the observations are not images or ``frame_stack`` is not positive.
     """
-    frame_stack = _int_at_least("pixel_frames", "frame_stack", frame_stack)
+    frame_stack = int_at_least("pixel_frames", "frame_stack", frame_stack, 1)
     wrapped: gymnasium.Env = FrameStack(
         WarpFrame(env, width=FRAME_SIZE, height=FRAME_SIZE, grayscale=False), frame_stack
     )
@@ -239,7 +231,7 @@ def make_pixel_car_racing(
     Raises:
         ConfigurationError: If ``frame_stack`` is not positive or Box2D is not installed.
     """
-    frame_stack = _int_at_least("PixelCarRacing", "frame_stack", frame_stack)
+    frame_stack = int_at_least("PixelCarRacing", "frame_stack", frame_stack, 1)
     try:
         from gymnasium.envs.box2d.car_racing import CarRacing
     except (ImportError, gymnasium.error.DependencyNotInstalled) as error:
@@ -287,9 +279,9 @@ def make_vision_box2d_env(
             f"make_vision_box2d_env's env_id must be a registered gymnasium id such as "
             f"'CarRacing-v3'; got {env_id!r}"
         )
-    rank = _int_at_least("make_vision_box2d_env", "rank", rank, minimum=0)
-    seed = _int_at_least("make_vision_box2d_env", "seed", seed, minimum=0)
-    frame_stack = _int_at_least("make_vision_box2d_env", "frame_stack", frame_stack)
+    rank = int_at_least("make_vision_box2d_env", "rank", rank, 0)
+    seed = int_at_least("make_vision_box2d_env", "seed", seed, 0)
+    frame_stack = int_at_least("make_vision_box2d_env", "frame_stack", frame_stack, 1)
     if not isinstance(use_float_scaling, bool):
         raise ConfigurationError(
             f"make_vision_box2d_env's use_float_scaling must be True or False; got "

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from emote_core.errors import ConfigurationError
+from emote_core.utils.checks import non_empty_string
 
 
 @runtime_checkable
@@ -51,12 +52,6 @@ class GroupLoader(Protocol):
         ...
 
     def __iter__(self) -> Iterator[dict[str, Any]]: ...
-
-
-def _check_name(owner: str, what: str, value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise ConfigurationError(f"{owner} needs a non-empty string {what}; got {value!r}")
-    return value
 
 
 class MemoryLoader:
@@ -99,8 +94,8 @@ class MemoryLoader:
                 raise ConfigurationError(
                     f"MemoryLoader's {what} must be a positive integer; got {value!r}"
                 )
-        _check_name("MemoryLoader", "size_key", size_key)
-        _check_name("MemoryLoader", "data_group", data_group)
+        non_empty_string("MemoryLoader", "size_key", size_key)
+        non_empty_string("MemoryLoader", "data_group", data_group)
         if size_key == data_group:
             raise ConfigurationError(
                 f"MemoryLoader's data_group and size_key are both '{size_key}'; the batch needs "
@@ -202,7 +197,7 @@ class JointMemoryLoader:
     """
 
     def __init__(self, loaders: Sequence[GroupLoader], *, size_key: str = "batch_size") -> None:
-        _check_name("JointMemoryLoader", "size_key", size_key)
+        non_empty_string("JointMemoryLoader", "size_key", size_key)
         self.loaders = list(loaders)
         if not self.loaders:
             raise ConfigurationError("JointMemoryLoader needs at least one loader to join")
@@ -273,7 +268,7 @@ class JointMemoryLoaderWithDataGroup(JointMemoryLoader):
         self, loaders: Sequence[GroupLoader], data_group: str, *, size_key: str = "batch_size"
     ) -> None:
         super().__init__(loaders, size_key=size_key)
-        _check_name("JointMemoryLoaderWithDataGroup", "data_group", data_group)
+        non_empty_string("JointMemoryLoaderWithDataGroup", "data_group", data_group)
         if data_group == size_key:
             raise ConfigurationError(
                 f"JointMemoryLoaderWithDataGroup's data_group and size_key are both "

@@ -29,7 +29,8 @@ def is_holdout(identities: np.ndarray, fraction: float) -> np.ndarray:
     return (hashed >> np.uint64(40)).astype(np.float64) / float(1 << 24) < fraction
 
 
-def _check_fraction(owner: str, fraction: Any) -> float:
+def check_holdout_fraction(owner: str, fraction: Any) -> float:
+    """``fraction`` as a float if it is a number in ``[0, 1)``; else a one-line error."""
     if isinstance(fraction, bool) or not isinstance(fraction, int | float):
         raise ConfigurationError(f"{owner}: holdout_fraction must be a number; got {fraction!r}")
     if not 0.0 <= fraction < 1.0:
@@ -40,13 +41,8 @@ def _check_fraction(owner: str, fraction: Any) -> float:
     return float(fraction)
 
 
-def _positive(owner: str, what: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{owner}: {what} must be a positive integer; got {value!r}")
-    return value
-
-
-def _observation_rows(owner: str, observation: Any, key: str) -> Tensor:
+def observation_rows(owner: str, observation: Any, key: str) -> Tensor:
+    """The ``key`` entry of dict observations (the observations themselves otherwise)."""
     if isinstance(observation, Mapping):
         if key not in observation:
             raise ConfigurationError(
@@ -57,14 +53,22 @@ def _observation_rows(owner: str, observation: Any, key: str) -> Tensor:
     return observation
 
 
-def _generator_state(state: dict[str, Any], generator: torch.Generator) -> None:
+def save_generator(state: dict[str, Any], generator: torch.Generator) -> None:
+    """Stores ``generator``'s state in ``state["generator_state"]``."""
     state["generator_state"] = generator.get_state()
 
 
-def _load_generator(state: Mapping[str, Any], generator: torch.Generator) -> None:
+def load_generator(state: Mapping[str, Any], generator: torch.Generator) -> None:
+    """Restores ``generator`` from ``state["generator_state"]`` when it is there."""
     saved = state.get("generator_state")
     if saved is not None:
         generator.set_state(saved)
 
 
-__all__ = ["is_holdout"]
+__all__ = [
+    "check_holdout_fraction",
+    "is_holdout",
+    "load_generator",
+    "observation_rows",
+    "save_generator",
+]

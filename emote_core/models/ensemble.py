@@ -18,10 +18,10 @@ from torch import Tensor, nn
 from emote_core.errors import ConfigurationError
 from emote_core.models.layers import (
     EnsembleLinearLayer,
-    _activation,
-    _positive_int,
+    activation_class,
     truncated_normal_init,
 )
+from emote_core.utils.checks import positive_int
 
 
 class _MemberNetwork(nn.Module):
@@ -33,9 +33,9 @@ class _MemberNetwork(nn.Module):
     def __init__(self, *, owner: str, in_size: int, out_size: int, ensemble_size: int) -> None:
         super().__init__()
         self._owner = owner
-        self.in_size = _positive_int(owner, "in_size", in_size)
-        self.out_size = _positive_int(owner, "out_size", out_size)
-        self.ensemble_size = _positive_int(owner, "ensemble_size", ensemble_size)
+        self.in_size = positive_int(owner, "in_size", in_size)
+        self.out_size = positive_int(owner, "out_size", out_size)
+        self.ensemble_size = positive_int(owner, "ensemble_size", ensemble_size)
         self._has_variance = False
         self._deterministic = True
 
@@ -197,9 +197,9 @@ class EnsembleOfGaussian(_MemberNetwork):
             owner=owner, in_size=in_size, out_size=out_size, ensemble_size=ensemble_size
         )
         self._register_elites(num_elites)
-        _positive_int(owner, "hidden_size", hidden_size)
-        _positive_int(owner, "num_layers", num_layers)
-        activation_type = _activation(owner, activation)
+        positive_int(owner, "hidden_size", hidden_size)
+        positive_int(owner, "num_layers", num_layers)
+        activation_type = activation_class(owner, activation)
         if not (math.isfinite(logvar_penalty) and logvar_penalty >= 0.0):
             raise ConfigurationError(
                 f"{owner}'s logvar_penalty must be 0 or more; got {logvar_penalty}"
@@ -366,9 +366,9 @@ class DeterministicModel(_MemberNetwork):
         owner = "DeterministicModel"
         super().__init__(owner=owner, in_size=in_size, out_size=out_size, ensemble_size=1)
         self._register_elites(1)
-        _positive_int(owner, "hidden_size", hidden_size)
-        _positive_int(owner, "num_layers", num_layers)
-        activation_type = _activation(owner, activation)
+        positive_int(owner, "hidden_size", hidden_size)
+        positive_int(owner, "num_layers", num_layers)
+        activation_type = activation_class(owner, activation)
         self.hidden_size = hidden_size
         self.num_layers = num_layers
         self.activation = activation

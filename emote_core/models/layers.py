@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from emote_core.errors import ConfigurationError
+from emote_core.utils.checks import one_of, positive_int
 from emote_core.utils.math import truncated_normal_
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
@@ -20,17 +21,13 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
 """The activations the networks accept by name."""
 
 
-def _positive_int(owner: str, name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{owner}'s {name} must be a positive integer; got {value!r}")
-    return value
+def activation_class(owner: str, name: str) -> type[nn.Module]:
+    """The activation class of ``name``, a key of :data:`ACTIVATIONS`.
 
-
-def _activation(owner: str, name: str) -> type[nn.Module]:
-    if name not in ACTIVATIONS:
-        known = ", ".join(repr(key) for key in ACTIVATIONS)
-        raise ConfigurationError(f"{owner}'s activation must be one of {known}; got {name!r}")
-    return ACTIVATIONS[name]
+    Raises:
+        ConfigurationError: If ``name`` is not one of them.
+    """
+    return ACTIVATIONS[one_of(owner, "activation", name, ACTIVATIONS)]
 
 
 class EnsembleLinearLayer(nn.Module):
@@ -59,9 +56,9 @@ class EnsembleLinearLayer(nn.Module):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
-        self.in_size = _positive_int("EnsembleLinearLayer", "in_size", in_size)
-        self.out_size = _positive_int("EnsembleLinearLayer", "out_size", out_size)
-        self.ensemble_size = _positive_int("EnsembleLinearLayer", "ensemble_size", ensemble_size)
+        self.in_size = positive_int("EnsembleLinearLayer", "in_size", in_size)
+        self.out_size = positive_int("EnsembleLinearLayer", "out_size", out_size)
+        self.ensemble_size = positive_int("EnsembleLinearLayer", "ensemble_size", ensemble_size)
         self.weight = nn.Parameter(torch.empty(ensemble_size, in_size, out_size))
         if bias:
             self.bias = nn.Parameter(torch.empty(ensemble_size, 1, out_size))

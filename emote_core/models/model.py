@@ -10,8 +10,8 @@ import torch
 from torch import Tensor, nn
 
 from emote_core.errors import ConfigurationError
-from emote_core.models.layers import _positive_int
 from emote_core.models.normalizer import Normalizer
+from emote_core.utils.checks import positive_int
 
 
 class DynamicsNetwork(Protocol):
@@ -97,8 +97,8 @@ class DynamicModel(nn.Module):
                 f"DynamicModel's model must be a torch.nn.Module; got {type(model).__name__} — "
                 "use an EnsembleOfGaussian or a DeterministicModel"
             )
-        self.observation_size = _positive_int("DynamicModel", "observation_size", observation_size)
-        self.action_size = _positive_int("DynamicModel", "action_size", action_size)
+        self.observation_size = positive_int("DynamicModel", "observation_size", observation_size)
+        self.action_size = positive_int("DynamicModel", "action_size", action_size)
         self.learned_rewards = bool(learned_rewards)
         self.model = model
         self.obs_process_fn = obs_process_fn

@@ -22,6 +22,7 @@ from emote_core.models.agent_format import initial_observations, stack_actions, 
 from emote_core.models.termination import TerminationFnType, termination_function
 from emote_core.proxies.base import AgentProxy
 from emote_core.typing import AgentId, DictObservation, DictResponse, RewardFnType
+from emote_core.utils.checks import positive_int
 
 
 class DynamicsSampler(Protocol):
@@ -33,15 +34,6 @@ class DynamicsSampler(Protocol):
         """Samples ``(next_observation (B, O), reward (B, 1) or None)`` for ``(B, O)``
         observations and ``(B, A)`` actions; ``None`` when the model learns no rewards."""
         ...
-
-
-def _positive_rollout_length(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ConfigurationError(
-            f"rollout_length must be a positive integer; got {value!r} — pass the number of "
-            "model steps each rollout may take, 1 or more"
-        )
-    return int(value)
 
 
 class ModelEnv:
@@ -157,7 +149,7 @@ class ModelEnv:
             ConfigurationError: If ``rollout_length`` is not a positive integer or
                 ``observation`` is not a non-empty ``(B, O)`` batch.
         """
-        length = _positive_rollout_length(rollout_length)
+        length = positive_int("ModelEnv", "rollout_length", rollout_length)
         batch = torch.as_tensor(observation).detach()
         if batch.ndim != 2 or batch.shape[0] == 0:
             raise ConfigurationError(

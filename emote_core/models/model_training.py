@@ -16,13 +16,13 @@ from emote_core.callbacks.logging_mixin import LoggingMixin
 from emote_core.callbacks.loss import LossCallback
 from emote_core.errors import ConfigurationError, SamplingError
 from emote_core.models._callback_parts import (
-    _check_fraction,
-    _generator_state,
-    _load_generator,
-    _observation_rows,
-    _positive,
+    check_holdout_fraction,
     is_holdout,
+    load_generator,
+    observation_rows,
+    save_generator,
 )
+from emote_core.utils.checks import positive_int
 
 
 class ModelLoss(LossCallback):
@@ -77,9 +77,9 @@ class ModelLoss(LossCallback):
         )  # fmt: skip
         self.model = model
         self.table = table
-        self.holdout_fraction = _check_fraction(name, holdout_fraction)
+        self.holdout_fraction = check_holdout_fraction(name, holdout_fraction)
         self.input_key = input_key
-        self.train_interval = _positive(name, "train_interval", train_interval)
+        self.train_interval = positive_int(name, "train_interval", train_interval)
         self.generator = torch.Generator().manual_seed(int(seed))
         self.steps = 0
         """Optimisation steps taken (across resumes)."""
@@ -108,8 +108,8 @@ class ModelLoss(LossCallback):
         """The model's optimisation step on the real batch's training rows, when due."""
         if bp_step % self.train_interval:
             return
-        states = _observation_rows(self.name, observation, self.input_key)
-        next_states = _observation_rows(self.name, next_observation, self.input_key)
+        states = observation_rows(self.name, observation, self.input_key)
+        next_states = observation_rows(self.name, next_observation, self.input_key)
         if next_states.shape[0] != states.shape[0]:
             raise ConfigurationError(
                 f"{self.name}: the batch has {states.shape[0]} observations and "
@@ -154,7 +154,7 @@ class ModelLoss(LossCallback):
     def state_dict(self) -> dict[str, Any]:
         """The model, optimizer, bootstrap generator and step count."""
         state = super().state_dict()
-        _generator_state(state, self.generator)
+        save_generator(state, self.generator)
         state["steps"] = self.steps
         return state
 
@@ -168,7 +168,7 @@ class ModelLoss(LossCallback):
         """Restores :meth:`state_dict`'s (the generator and count with the network)."""
         super().load_state_dict(state_dict, load_network, load_optimizer, load_hparams)
         if load_network:
-            _load_generator(state_dict, self.generator)
+            load_generator(state_dict, self.generator)
             self.steps = int(state_dict.get("steps", 0))
 
 
@@ -221,9 +221,9 @@ class LossProgressCheck(LoggingMixin, Callback):
         super().__init__(name=name)
         self.model = model
         self.table = table
-        self.holdout_fraction = _check_fraction(name, holdout_fraction)
-        self.interval = _positive(name, "interval", interval)
-        self.max_rows = _positive(name, "max_rows", max_rows)
+        self.holdout_fraction = check_holdout_fraction(name, holdout_fraction)
+        self.interval = positive_int(name, "interval", interval)
+        self.max_rows = positive_int(name, "max_rows", max_rows)
         if not 0.0 <= min_improvement < 1.0:
             raise ConfigurationError(
                 f"{name}: min_improvement must be in [0, 1); got {min_improvement}"
@@ -271,8 +271,8 @@ class LossProgressCheck(LoggingMixin, Callback):
             batch = self.table.sample_by_index(*windows, 1)
         except SamplingError:  # episodes ejected between the listing and the read
             return None
-        states = _observation_rows(self.name, batch["observation"], self.input_key)
-        next_states = _observation_rows(self.name, batch["next_observation"], self.input_key)
+        states = observation_rows(self.name, batch["observation"], self.input_key)
+        next_states = observation_rows(self.name, batch["next_observation"], self.input_key)
         scores = self.model.member_mse(states, next_states, batch["actions"], batch["rewards"])
         self.model.set_elites(scores)
         elites = self.model.model.elites

@@ -13,12 +13,12 @@ from emote_core.callback import Callback, Order
 from emote_core.callbacks.logging_mixin import LoggingMixin
 from emote_core.errors import ConfigurationError
 from emote_core.models._callback_parts import (
-    _generator_state,
-    _load_generator,
-    _observation_rows,
-    _positive,
+    load_generator,
+    observation_rows,
+    save_generator,
 )
 from emote_core.schedules import BPStepScheduler
+from emote_core.utils.checks import positive_int
 from emote_core.utils.random_state import capture, generators_of, restore
 
 
@@ -73,11 +73,11 @@ class ModelBasedCollector(LoggingMixin, Callback):
         self.agent = agent
         self.memory = memory
         self.rollout_scheduler = rollout_scheduler
-        self.num_bp_to_retain_buffer = _positive(
+        self.num_bp_to_retain_buffer = positive_int(
             name, "num_bp_to_retain_buffer", num_bp_to_retain_buffer
         )
         if rollout_batch_size is not None:
-            _positive(name, "rollout_batch_size", rollout_batch_size)
+            positive_int(name, "rollout_batch_size", rollout_batch_size)
         self.rollout_batch_size = rollout_batch_size
         if isinstance(warmup_bp_steps, bool) or not isinstance(warmup_bp_steps, int):
             raise ConfigurationError(f"{name}: warmup_bp_steps must be an integer >= 0")
@@ -110,7 +110,7 @@ class ModelBasedCollector(LoggingMixin, Callback):
         if bp_step <= self.warmup_bp_steps:
             return
         self.rollout_length = self._length_at(bp_step)
-        states = _observation_rows(self.name, observation, self.input_key)
+        states = observation_rows(self.name, observation, self.input_key)
         if self.rollout_batch_size is not None:
             states = states[: self.rollout_batch_size]
         self._fit_memory(states.shape[0])
@@ -226,7 +226,7 @@ class BatchSampler(LoggingMixin, Callback):
     def state_dict(self) -> dict[str, Any]:
         """The draws' generator and the logs."""
         state = super().state_dict()
-        _generator_state(state, self.generator)
+        save_generator(state, self.generator)
         return state
 
     def load_state_dict(
@@ -238,7 +238,7 @@ class BatchSampler(LoggingMixin, Callback):
     ) -> None:
         """Restores :meth:`state_dict`'s."""
         super().load_state_dict(state_dict, load_network, load_optimizer, load_hparams)
-        _load_generator(state_dict, self.generator)
+        load_generator(state_dict, self.generator)
 
 
 __all__ = ["BatchSampler", "ModelBasedCollector"]

@@ -21,11 +21,7 @@ from torch import Tensor, nn
 from emote_core.errors import ConfigurationError
 from emote_core.nn.encoders import Activation, MlpEncoder
 from emote_core.nn.initialization import orthogonal_init_
-
-
-def _check_positive(owner: str, what: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{owner}'s {what} must be a positive integer; got {value!r}")
+from emote_core.utils.checks import positive_int
 
 
 class ActionValueMlp(nn.Module):
@@ -53,8 +49,8 @@ class ActionValueMlp(nn.Module):
         activation: Activation = nn.ReLU,
     ) -> None:
         super().__init__()
-        _check_positive("ActionValueMlp", "observation_dim", observation_dim)
-        _check_positive("ActionValueMlp", "action_dim", action_dim)
+        positive_int("ActionValueMlp", "observation_dim", observation_dim)
+        positive_int("ActionValueMlp", "action_dim", action_dim)
         self.encoder = MlpEncoder(
             input_dim=observation_dim + action_dim, hidden_dims=hidden_dims, activation=activation
         )
@@ -94,8 +90,8 @@ class DiscreteActionValueMlp(nn.Module):
         activation: Activation = nn.ReLU,
     ) -> None:
         super().__init__()
-        _check_positive("DiscreteActionValueMlp", "observation_dim", observation_dim)
-        _check_positive("DiscreteActionValueMlp", "num_actions", num_actions)
+        positive_int("DiscreteActionValueMlp", "observation_dim", observation_dim)
+        positive_int("DiscreteActionValueMlp", "num_actions", num_actions)
         self.encoder = MlpEncoder(
             input_dim=observation_dim, hidden_dims=hidden_dims, activation=activation
         )
@@ -135,8 +131,8 @@ class SharedEncoderActionValueNet(nn.Module):
         activation: Activation = nn.ReLU,
     ) -> None:
         super().__init__()
-        _check_positive("SharedEncoderActionValueNet", "encoder_output_dim", encoder_output_dim)
-        _check_positive("SharedEncoderActionValueNet", "action_dim", action_dim)
+        positive_int("SharedEncoderActionValueNet", "encoder_output_dim", encoder_output_dim)
+        positive_int("SharedEncoderActionValueNet", "action_dim", action_dim)
         self.obs_encoder = encoder
         self.encoder = MlpEncoder(
             input_dim=encoder_output_dim + action_dim, hidden_dims=hidden_dims,
@@ -184,7 +180,7 @@ class StackedActionValueMlp(nn.Module):
         activation: Activation = nn.ReLU,
     ) -> None:
         super().__init__()
-        _check_positive("StackedActionValueMlp", "members", members)
+        positive_int("StackedActionValueMlp", "members", members)
         shape = {"observation_dim": observation_dim, "action_dim": action_dim,
                  "hidden_dims": hidden_dims, "activation": activation}  # fmt: skip
         networks = [ActionValueMlp(**shape) for _ in range(members)]

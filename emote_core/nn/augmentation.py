@@ -8,33 +8,16 @@ from checkpoints.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from torch import Tensor
 
 from emote_core.errors import ConfigurationError
+from emote_core.utils.checks import finite_number
 
 
-def _number(owner: str, what: str, value: Any, *, low: float, high: float, low_open: bool) -> float:
-    """``value`` as a float if it is finite and in the interval; else a one-line error."""
-    interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigurationError(
-            f"{owner}: {what} must be a finite number in {interval}; got {value!r}"
-        )
-    if not (low < value if low_open else low <= value) or value > high:
-        raise ConfigurationError(f"{owner}: {what} must be in {interval}; got {value!r}")
-    return float(value)
-
-
-def _positive_int(owner: str, what: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{owner}: {what} must be a positive integer; got {value!r}")
-    return value
-
-
-def _generator(device: torch.device, seed: int | None) -> torch.Generator:
+def seeded_generator(device: torch.device, seed: int | None) -> torch.Generator:
+    """A torch generator on ``device``, seeded with ``seed`` (from the OS when ``None``)."""
     generator = torch.Generator(device=device)
     if seed is None:
         generator.seed()
@@ -83,38 +66,24 @@ class ImageAugmentor:
         device: torch.device | str = "cpu",
     ) -> None:
         owner = "ImageAugmentor"
-        self.min_mask_relative_size = _number(
-            owner,
-            "min_mask_relative_size",
-            min_mask_relative_size,
-            low=0.0,
-            high=1.0,
-            low_open=True,
+        self.min_mask_relative_size = finite_number(
+            owner, "min_mask_relative_size", min_mask_relative_size, 0, 1, low_open=True
         )
-        self.max_mask_relative_size = _number(
-            owner,
-            "max_mask_relative_size",
-            max_mask_relative_size,
-            low=0.0,
-            high=1.0,
-            low_open=True,
+        self.max_mask_relative_size = finite_number(
+            owner, "max_mask_relative_size", max_mask_relative_size, 0, 1, low_open=True
         )
         if self.max_mask_relative_size < self.min_mask_relative_size:
             raise ConfigurationError(
                 f"{owner}: max_mask_relative_size ({max_mask_relative_size}) is below "
                 f"min_mask_relative_size ({min_mask_relative_size}); they need 0 < min <= max <= 1"
             )
-        self.noise_std = _number(
-            owner, "noise_std", noise_std, low=0.0, high=math.inf, low_open=False
-        )
-        self.fill_value = _number(
-            owner, "fill_value", fill_value, low=-math.inf, high=math.inf, low_open=False
-        )
+        self.noise_std = finite_number(owner, "noise_std", noise_std, 0, math.inf)
+        self.fill_value = finite_number(owner, "fill_value", fill_value)
         self.per_image_mask_size = bool(per_image_mask_size)
         device = torch.device(device)
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
-        self.generator = _generator(device, seed)
+        self.generator = seeded_generator(device, seed)
         """The source of every random draw; checkpointed through :meth:`random_generators`."""
 
     @property

@@ -13,16 +13,9 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
-from emote_core.errors import ConfigurationError
 from emote_core.nn.encoders import Activation, MlpEncoder
 from emote_core.nn.initialization import orthogonal_init_
-
-
-def _check_width(owner: str, what: str, value: int, least: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ConfigurationError(
-            f"{owner}'s {what} must be an integer of at least {least}; got {value!r}"
-        )
+from emote_core.utils.checks import int_at_least
 
 
 class ActionLogitMlp(nn.Module):
@@ -52,9 +45,9 @@ class ActionLogitMlp(nn.Module):
         activation: Activation = nn.ReLU,
     ) -> None:
         super().__init__()
-        _check_width("ActionLogitMlp", "observation_dim", observation_dim)
-        _check_width("ActionLogitMlp", "action_dim", action_dim)
-        _check_width("ActionLogitMlp", "num_bins", num_bins, least=2)
+        int_at_least("ActionLogitMlp", "observation_dim", observation_dim, 1)
+        int_at_least("ActionLogitMlp", "action_dim", action_dim, 1)
+        int_at_least("ActionLogitMlp", "num_bins", num_bins, 2)
         self.encoder = MlpEncoder(
             input_dim=observation_dim + action_dim, hidden_dims=hidden_dims, activation=activation
         )
@@ -96,9 +89,9 @@ class DiscreteActionLogitMlp(nn.Module):
         activation: Activation = nn.ReLU,
     ) -> None:
         super().__init__()
-        _check_width("DiscreteActionLogitMlp", "observation_dim", observation_dim)
-        _check_width("DiscreteActionLogitMlp", "num_actions", num_actions)
-        _check_width("DiscreteActionLogitMlp", "num_bins", num_bins, least=2)
+        int_at_least("DiscreteActionLogitMlp", "observation_dim", observation_dim, 1)
+        int_at_least("DiscreteActionLogitMlp", "num_actions", num_actions, 1)
+        int_at_least("DiscreteActionLogitMlp", "num_bins", num_bins, 2)
         self.encoder = MlpEncoder(
             input_dim=observation_dim, hidden_dims=hidden_dims, activation=activation
         )

@@ -20,8 +20,9 @@ from torch.nn import functional
 
 from emote_core.callbacks.loss import LossCallback
 from emote_core.errors import ConfigurationError
-from emote_core.nn.augmentation import ImageAugmentor, _generator, _number, _positive_int
+from emote_core.nn.augmentation import ImageAugmentor, seeded_generator
 from emote_core.schedules import BPStepScheduler
+from emote_core.utils.checks import finite_number, positive_int
 from emote_core.utils.random_state import capture, generators_of, restore
 
 
@@ -127,17 +128,17 @@ class CurlLoss(LossCallback):
         **kwargs: Any,
     ) -> None:
         owner = f"CurlLoss '{name}'"
-        self.temperature = _number(
-            owner, "temperature", temperature, low=0.0, high=math.inf, low_open=True
+        self.temperature = finite_number(
+            owner, "temperature", temperature, 0, math.inf, low_open=True
         )
-        self.tau = _number(owner, "tau", tau, low=0.0, high=1.0, low_open=True)
-        learning_rate = _number(
-            owner, "learning_rate", learning_rate, low=0.0, high=math.inf, low_open=True
+        self.tau = finite_number(owner, "tau", tau, 0, 1, low_open=True)
+        learning_rate = finite_number(
+            owner, "learning_rate", learning_rate, 0, math.inf, low_open=True
         )
-        feature_dim = _positive_int(owner, "feature_dim", feature_dim)
+        feature_dim = positive_int(owner, "feature_dim", feature_dim)
         if projection_dim is not None:
-            projection_dim = _positive_int(owner, "projection_dim", projection_dim)
-        self.image_log_interval = _positive_int(owner, "image_log_interval", image_log_interval)
+            projection_dim = positive_int(owner, "projection_dim", projection_dim)
+        self.image_log_interval = positive_int(owner, "image_log_interval", image_log_interval)
         if not isinstance(observation_key, str) or not observation_key:
             raise ConfigurationError(
                 f"{owner}: observation_key must name the image entry; got {observation_key!r}"
@@ -159,7 +160,7 @@ class CurlLoss(LossCallback):
             target_encoder,
             feature_dim,
             projection_dim,
-            _generator(torch.device("cpu"), seed),
+            seeded_generator(torch.device("cpu"), seed),
         ).to(device)
         trained = [*encoder.parameters(), *networks.projection.parameters(), networks.bilinear]
         optimizer = torch.optim.Adam(trained, lr=learning_rate)

@@ -14,21 +14,10 @@ from torch import Tensor, nn
 
 from emote_core.errors import ConfigurationError
 from emote_core.nn.initialization import orthogonal_init_
+from emote_core.utils.checks import positive_ints
 
 Activation = Callable[[], nn.Module]
 """A factory of activation modules, such as ``nn.ReLU``."""
-
-
-def _positive_ints(owner: str, what: str, values: Sequence[int], *, allow_empty: bool) -> list[int]:
-    values = list(values)
-    if not allow_empty and not values:
-        raise ConfigurationError(f"{owner} needs at least one entry in {what}")
-    for value in values:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigurationError(
-                f"{owner}'s {what} must hold positive integers; got {values!r}"
-            )
-    return values
 
 
 class MlpEncoder(nn.Module):
@@ -47,8 +36,8 @@ class MlpEncoder(nn.Module):
         self, *, input_dim: int, hidden_dims: Sequence[int], activation: Activation = nn.ReLU
     ) -> None:
         super().__init__()
-        (input_dim,) = _positive_ints("MlpEncoder", "input_dim", [input_dim], allow_empty=False)
-        hidden_dims = _positive_ints("MlpEncoder", "hidden_dims", hidden_dims, allow_empty=True)
+        (input_dim,) = positive_ints("MlpEncoder", "input_dim", [input_dim], allow_empty=False)
+        hidden_dims = positive_ints("MlpEncoder", "hidden_dims", hidden_dims, allow_empty=True)
         layers: list[nn.Module] = []
         width = input_dim
         for hidden in hidden_dims:
@@ -84,15 +73,15 @@ class _ConvEncoder(nn.Module):
     ) -> None:
         super().__init__()
         owner = type(self).__name__
-        input_shape = _positive_ints(owner, "input_shape", input_shape, allow_empty=False)
+        input_shape = positive_ints(owner, "input_shape", input_shape, allow_empty=False)
         if len(input_shape) != self._spatial_dims + 1:
             raise ConfigurationError(
                 f"{owner} takes observations of {self._spatial_dims + 1} dimensions (channels "
                 f"and {self._spatial_dims} spatial); input_shape is {tuple(input_shape)}"
             )
-        channels = _positive_ints(owner, "channels", channels, allow_empty=False)
-        kernels = _positive_ints(owner, "kernels", kernels, allow_empty=False)
-        strides = _positive_ints(
+        channels = positive_ints(owner, "channels", channels, allow_empty=False)
+        kernels = positive_ints(owner, "kernels", kernels, allow_empty=False)
+        strides = positive_ints(
             owner, "strides", strides if strides is not None else [1] * len(channels),
             allow_empty=False,
         )  # fmt: skip
@@ -224,7 +213,7 @@ class ImageEncoder(nn.Module):
         scale: float = 1.0 / 255.0,
     ) -> None:
         super().__init__()
-        (feature_dim,) = _positive_ints(
+        (feature_dim,) = positive_ints(
             "ImageEncoder", "feature_dim", [feature_dim], allow_empty=False
         )
         self.conv = Conv2dEncoder(

@@ -2,8 +2,8 @@
 :class:`~emote_core.errors.ConfigurationError` line ``"<owner>: <what> must ...; got <value>"``.
 
 ``owner`` names who takes the argument (a class, a callback's name, a recipe file) and ``what``
-the argument or recipe key, so the message says where to look; ``bool`` is never taken for a
-number.
+the argument or recipe key, so the message says where to look. Integers come back as ``int``
+(numpy's included); ``bool`` is never taken for a number.
 """
 
 from __future__ import annotations
@@ -12,13 +12,15 @@ import math
 from collections.abc import Collection, Iterable
 from typing import Any, TypeVar
 
+import numpy as np
+
 from emote_core.errors import ConfigurationError
 
 T = TypeVar("T")
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
 
 
 def _is_number(value: Any) -> bool:
@@ -35,7 +37,7 @@ def int_at_least(owner: str, what: str, value: Any, least: int) -> int:
         raise ConfigurationError(
             f"{owner}: {what} must be an integer of at least {least}; got {value!r}"
         )
-    return value
+    return int(value)
 
 
 def positive_int(owner: str, what: str, value: Any) -> int:
@@ -46,7 +48,7 @@ def positive_int(owner: str, what: str, value: Any) -> int:
     """
     if not _is_int(value) or value < 1:
         raise ConfigurationError(f"{owner}: {what} must be a positive integer; got {value!r}")
-    return value
+    return int(value)
 
 
 def non_negative_int(owner: str, what: str, value: Any) -> int:
@@ -57,7 +59,7 @@ def non_negative_int(owner: str, what: str, value: Any) -> int:
     """
     if not _is_int(value) or value < 0:
         raise ConfigurationError(f"{owner}: {what} must be a non-negative integer; got {value!r}")
-    return value
+    return int(value)
 
 
 def positive_ints(owner: str, what: str, values: Iterable[Any], *, allow_empty: bool) -> list[int]:
@@ -73,7 +75,7 @@ def positive_ints(owner: str, what: str, values: Iterable[Any], *, allow_empty: 
         raise ConfigurationError(f"{owner}: {what} needs at least one entry; got []")
     if not all(_is_int(value) and value >= 1 for value in values):
         raise ConfigurationError(f"{owner}: {what} must hold positive integers; got {values!r}")
-    return values
+    return [int(value) for value in values]
 
 
 def finite_number(

@@ -17,16 +17,9 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Self
 
-from emote_core.errors import ConfigurationError
+from emote_core.utils.checks import positive_int
 
 __all__ = ["BlockTimers", "MovingWindowStatistics", "TimedBlock", "WelfordStatistics"]
-
-
-def _check_window(window: int) -> None:
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ConfigurationError(
-            f"window must be an integer >= 1, got {window!r}; pass how many recent values to keep"
-        )
 
 
 class WelfordStatistics:
@@ -114,7 +107,7 @@ class MovingWindowStatistics:
     """
 
     def __init__(self, window: int) -> None:
-        _check_window(window)
+        positive_int("MovingWindowStatistics", "window", window)
         self._window = window
         self._values: deque[float] = deque(maxlen=window)
 
@@ -293,7 +286,7 @@ class BlockTimers:
     """
 
     def __init__(self, window: int = 100) -> None:
-        _check_window(window)
+        positive_int("BlockTimers", "window", window)
         self._window = window
         self._timers: dict[str, TimedBlock] = {}
         self._lock = threading.Lock()

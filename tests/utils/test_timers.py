@@ -76,7 +76,9 @@ def test_moving_window_matches_numpy_over_last_values(window: int) -> None:
 
 @pytest.mark.parametrize("window", [0, -3, 2.5, True])
 def test_bad_window_is_rejected_with_its_value(window: object) -> None:
-    with pytest.raises(ConfigurationError, match=r"window must be an integer >= 1, got"):
+    with pytest.raises(
+        ConfigurationError, match=r"MovingWindowStatistics: window must be a positive integer; got"
+    ):
         MovingWindowStatistics(window)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match=repr(window).replace(".", r"\.")):
         BlockTimers(window)  # type: ignore[arg-type]
