@@ -11,14 +11,12 @@ Both log, through :class:`~emote_core.callbacks.logging_mixin.LoggingMixin`:
   ``FinalRewardTestCheck`` reads by default);
 * ``training/env_steps`` and ``training/completed_episodes``: counters.
 
-When the memory takes whole episodes (``memory.accepts_episodes``: a ``MemoryTableProxy``, or
-wrappers that pass episodes on) and the agents act on batches (``act_batch`` answering
-``"actions"`` only: emote's policy, epsilon-greedy, random and ONNX agents), a collector records
-the vector steps as the arrays the environment returned, with a
-:class:`~emote_core.env.batch_collector.BatchGymCollector`, and hands every episode to the memory
-whole (``memory.add_episode``) before the call that finished it returns: no per-agent
-observations, responses or episode objects on the way. The memory ends up with the same episodes,
-in the same order, as step by step (tests/env/test_collector_episodes.py compares the two).
+A collector records a vector environment's steps with a
+:class:`~emote_core.env.batch_collector.BatchGymCollector` and hands every episode to the memory
+whole (``memory.add_episode``) before the call that finished it returns. It gives the memory
+every agent's step (``memory.add``) only where whole episodes cannot carry what the memory gets:
+a multi-agent env (agents come and go), a memory that takes steps only (``accepts_episodes``
+false), or an agent whose responses hold more than ``"actions"``.
 """
 
 from __future__ import annotations
@@ -32,7 +30,7 @@ import numpy as np
 
 from emote_core.callback import Callback, Order
 from emote_core.callbacks.logging_mixin import LoggingMixin
-from emote_core.env.batch_collector import BatchGymCollector, batch_actions
+from emote_core.env.batch_collector import BatchGymCollector, acts_only
 from emote_core.env.dict_gym import DictGymWrapper
 from emote_core.env.multi_agent import ParallelEnvWrapper
 from emote_core.errors import ConfigurationError
@@ -62,9 +60,9 @@ class GymCollector(LoggingMixin, Callback):
         env: The wrapped vector environment, or a multi-agent ``ParallelEnvWrapper`` (whose
             agents come and go: its steps always go to ``memory.add``).
         agent: Answers observations with actions (a policy proxy, or a random one).
-        memory: Receives every step (``memory.add(observations, responses)``), or every
-            finished episode whole (``memory.add_episode``) when it takes them and the agents
-            act on batches (see the module's docstring and :attr:`records_episodes`).
+        memory: Receives every finished episode whole (``memory.add_episode``), or every step
+            (``memory.add(observations, responses)``) where it must (see the module's
+            docstring and :attr:`records_episodes`).
         warmup_steps: Environment steps, summed over the vector's environments, collected in
             ``begin_training`` (skipped as far as a restored state already collected them).
         inference_steps_per_batch: Vector steps collected in ``begin_batch`` before each batch
@@ -83,9 +81,6 @@ class GymCollector(LoggingMixin, Callback):
             thread, so export requests from other threads (an ONNX exporter's
             ``export_threadsafe``) are answered before the first batch.
         name: The callback's name (keys its checkpoint entry).
-        bulk: Record steps in bulk and hand whole episodes to the memory where the memory and
-            the agents allow it (:attr:`records_episodes`); ``False`` gives the memory every
-            agent's step through ``memory.add`` whatever it takes.
 
     Raises:
         ConfigurationError: If a step count is negative or not an integer.
@@ -108,7 +103,6 @@ class GymCollector(LoggingMixin, Callback):
         exporter: PendingExportProcessor | None = None,
         name: str = "gym_collector",
         bp_steps_per_inference: int = 1,
-        bulk: bool = True,
     ) -> None:
         owner = type(self).__name__
         super().__init__(name=name, default_window_length=default_window_length)
@@ -138,10 +132,9 @@ class GymCollector(LoggingMixin, Callback):
         self._resets = 0
         self._recorder: BatchGymCollector | None = None
         if (
-            bulk
-            and isinstance(env, DictGymWrapper)  # a multi-agent env's agents come and go
+            isinstance(env, DictGymWrapper)  # a multi-agent env's agents come and go
             and _takes_episodes(memory)
-            and all(batch_actions(a)[0] is not None for a in (agent, warmup_agent) if a is not None)
+            and all(acts_only(a) for a in (agent, warmup_agent) if a is not None)
         ):
             self._recorder = BatchGymCollector(
                 env=env, agent=agent, on_episode=self._add_episode, track_returns=True
@@ -149,8 +142,8 @@ class GymCollector(LoggingMixin, Callback):
 
     @property
     def records_episodes(self) -> bool:
-        """Whether steps are recorded in bulk and whole episodes handed to the memory (see the
-        module's docstring), rather than every agent's step given to ``memory.add``."""
+        """Whether whole episodes go to the memory (see the module's docstring), rather than
+        every agent's step to ``memory.add``."""
         return self._recorder is not None
 
     # Collecting.
@@ -192,7 +185,7 @@ class GymCollector(LoggingMixin, Callback):
                 self._step(agent)
             return
         if agent is not recorder.agent:
-            recorder.switch_agent(agent)  # one without act_batch is asked per agent
+            recorder.switch_agent(agent)
         if not recorder.started:
             recorder.seed = self._next_seed()
         recorder.collect(steps)
