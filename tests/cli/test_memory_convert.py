@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
 import hashlib
 import io
 import json
@@ -114,43 +113,6 @@ def test_legacy_sources_convert_to_stores_and_back_to_v1(runner, tmp_path, kind)
             np.testing.assert_array_equal(left[column], right[column])
 
 
-def test_an_existing_destination_needs_force_and_is_otherwise_untouched(
-    runner, tmp_path, upstream_v1
-):
-    destination = tmp_path / "memory.zarr"
-    assert _convert(runner, str(LEGACY_ZIPS[0]), str(destination)).exit_code == ExitCode.OK
-    marker = {
-        p.relative_to(destination): p.read_bytes() for p in destination.rglob("*") if p.is_file()
-    }
-
-    result = _convert(runner, str(upstream_v1), str(destination))
-    assert result.exit_code == ExitCode.ERROR
-    assert result.stderr.strip().splitlines() == [
-        f"error: destination '{destination}' exists; pass --force to replace it"
-    ]
-    after = {
-        p.relative_to(destination): p.read_bytes() for p in destination.rglob("*") if p.is_file()
-    }
-    assert after == marker
-
-    result = _convert(runner, str(upstream_v1), str(destination), "--force", "--json")
-    assert result.exit_code == ExitCode.OK, result.stderr
-    assert MemoryStore(destination).episode_count == 100
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["memory.zarr"]
-
-
-def _truncated(tmp_path: Path, upstream: Path) -> Path:
-    path = tmp_path / "cut.zip"
-    path.write_bytes(upstream.read_bytes()[:-200])
-    return path
-
-
-def _empty(tmp_path: Path, upstream: Path) -> Path:
-    path = tmp_path / "empty.zip"
-    path.touch()
-    return path
-
-
 def _wrong_extension(tmp_path: Path, upstream: Path) -> Path:
     path = tmp_path / "notes.zip"
     path.write_text("these are my notes, not a memory\n")
@@ -175,8 +137,6 @@ def _newer_version(tmp_path: Path, upstream: Path) -> Path:
 
 
 BAD_INPUTS = {
-    "truncated zip": (_truncated, "truncated or damaged"),
-    "empty file": (_empty, "is empty"),
     "wrong extension": (_wrong_extension, "not in a memory format emote knows"),
     "directory that is not a store": (_plain_directory, "not an emote memory store"),
     "mismatched column lengths": (_mismatched_lengths, "column lengths disagree in episode 0"),
@@ -215,53 +175,12 @@ def test_debug_shows_the_traceback(runner, tmp_path, upstream_v1):
     )
 
 
-def _malicious(tmp_path: Path, payload: str, shape: str = "dump") -> tuple[Path, Path]:
-    """A pickle that runs ``payload`` when loaded, shaped like a legacy dump, a tmrl dataset or
-    an SB3 replay buffer so that each reader's unpickler is tried."""
+def _malicious(tmp_path: Path) -> tuple[Path, Path]:
+    """A legacy dump that runs ``os.system`` when loaded, and the file it would create."""
     marker = tmp_path / "payload-ran"
-    call = {
-        "os.system": _Payload(os.system, f"touch {marker}"),
-        "builtins.eval": _Payload(builtins.eval, f"open({str(marker)!r}, 'w').close()"),
-        "subprocess.Popen": _Payload(subprocess.Popen, ["touch", str(marker)]),
-    }[payload]
-    if shape == "dump":
-        content = {"obs": call, "dones": np.zeros(3)}
-    elif shape == "tmrl":
-        content = [[0.0], [call], [0.0], [False], [False], [{}], [False]]
-    else:
-        from stable_baselines3.common.buffers import ReplayBuffer
-
-        content = _Payload(ReplayBuffer, call)
     path = tmp_path / "memory.pickle"
-    path.write_bytes(pickle.dumps(content))
+    path.write_bytes(pickle.dumps({"obs": _Payload(os.system, f"touch {marker}")}))
     return path, marker
-
-
-MALICIOUS = {
-    "os.system": "system",
-    "builtins.eval": "builtins.eval",
-    "subprocess.Popen": "subprocess.Popen",
-}
-
-
-@pytest.mark.parametrize("shape", ["dump", "tmrl", "sb3"])
-@pytest.mark.parametrize("payload", list(MALICIOUS))
-def test_malicious_pickles_are_refused_by_name_and_never_run(runner, tmp_path, payload, shape):
-    if shape == "sb3":
-        pytest.importorskip(
-            "stable_baselines3",
-            reason="Stable-Baselines3 writes these inputs; it comes with the dev extra",
-        )
-    path, marker = _malicious(tmp_path, payload, shape)
-    for command in ("convert", "inspect"):
-        args = [str(path), str(tmp_path / "out.zarr")] if command == "convert" else [str(path)]
-        result = runner.invoke(app, ["memory", command, *args])
-        assert result.exit_code == ExitCode.ERROR
-        lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and "outside emote's allowlist" in lines[0]
-        assert MALICIOUS[payload] in lines[0]
-    assert not marker.exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["memory.pickle"]
 
 
 PEER_DATA = ROOT / "tests" / "integrations" / "data"
@@ -370,7 +289,7 @@ def test_the_console_script_converts_and_refuses_a_malicious_pickle(tmp_path, up
     assert completed.returncode == ExitCode.OK, completed.stderr
     assert json.loads(completed.stdout)["transitions"] == 400
 
-    source, marker = _malicious(tmp_path, "os.system")
+    source, marker = _malicious(tmp_path)
     completed = subprocess.run(
         [_emote_script(), "memory", "convert", str(source), str(tmp_path / "b.zarr")],
         capture_output=True,

@@ -279,8 +279,6 @@ def test_from_overrides_detection_and_a_wrong_override_is_one_error_line(runner,
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda p: p.write_bytes(b""), "is empty"),
-        (lambda p: p.mkdir(), "directory but not an emote memory store"),
         (lambda p: None, "does not exist"),
     ],
 )

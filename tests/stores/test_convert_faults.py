@@ -1,5 +1,6 @@
-"""`emote memory convert` never loses a user's data: not its own source, not a folder of other
-files, not a file of another kind, even with --force."""
+"""`emote memory convert` never loses a user's data: not its own source, a store a killed
+conversion set aside, nor (even with --force) a place the source lies in or under. What --force
+replaces for each target format is a case of test_conformance.py."""
 
 from __future__ import annotations
 
@@ -70,50 +71,6 @@ def test_a_destination_holding_the_source_is_refused_even_with_force(runner, tmp
     result = convert(runner, source, str(folder), "--force")
     assert result.exit_code == 1 and "holds the source" in result.stderr
     assert MemoryStore(source).episode_count == 6
-
-
-def test_force_never_replaces_a_folder_of_other_files(runner, tmp_path) -> None:
-    source = make_store(tmp_path / "s.zarr")
-    folder = tmp_path / "results"
-    folder.mkdir()
-    (folder / "paper.tex").write_text("months of work")
-    result = convert(runner, source, str(folder), "--force")
-    assert result.exit_code == 1
-    assert "is not an emote memory store; --force replaces only a store" in result.stderr
-    assert (folder / "paper.tex").read_text() == "months of work"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["results", "s.zarr"]  # no leftovers
-
-
-@pytest.mark.parametrize(
-    ("target", "name"), [("npz", "mine.npz"), ("pt", "mine.pt"), ("csv", "mine.csv"),
-                         ("emote-v1", "mine.zip")],
-)  # fmt: skip
-def test_force_never_replaces_a_file_of_another_kind(runner, tmp_path, target, name) -> None:
-    source = make_store(tmp_path / "s.zarr")
-    mine = tmp_path / name
-    mine.write_text("a user's own file that happens to have this name\n")
-    result = convert(runner, source, str(mine), "--to", target, "--force")
-    assert result.exit_code == 1 and f"is not a {target} file" in result.stderr
-    assert mine.read_text().startswith("a user's own file")
-    directory = tmp_path / f"dir.{target}"
-    directory.mkdir()
-    result = convert(runner, source, str(directory), "--to", target, "--force")
-    assert result.exit_code == 1 and "is a directory" in result.stderr
-
-
-@pytest.mark.parametrize(
-    ("target", "name"), [("zarr", "out.zarr"), ("npz", "out.npz"), ("pt", "out.pt"),
-                         ("csv", "out.csv"), ("emote-v1", "out.zip")],
-)  # fmt: skip
-def test_force_replaces_what_emote_wrote_in_the_target_format(
-    runner, tmp_path, target, name
-) -> None:
-    source = make_store(tmp_path / "s.zarr")
-    out = str(tmp_path / name)
-    assert convert(runner, source, out, "--to", target).exit_code == 0
-    assert convert(runner, source, out, "--to", target).exit_code == 1  # exists
-    replaced = convert(runner, source, out, "--to", target, "--force")
-    assert replaced.exit_code == 0, replaced.stderr
 
 
 def bomb(path: Path, declared_mib: int = 256) -> Path:
