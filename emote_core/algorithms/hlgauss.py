@@ -27,6 +27,7 @@ from emote_core.algorithms.base import (
 from emote_core.callbacks.loss import LossCallback
 from emote_core.errors import ConfigurationError
 from emote_core.nn.inputs import flatten_observation
+from emote_core.utils.checks import finite_number, int_at_least
 
 DEFAULT_SMOOTHING_RATIO = 0.75
 """``sigma`` over the bin width that Farebrother et al. (2024) found robust."""
@@ -34,22 +35,14 @@ DEFAULT_SMOOTHING_RATIO = 0.75
 
 def check_support(owner: str, min_value: Any, max_value: Any, num_bins: Any) -> None:
     """Raises a clear error unless ``min_value < max_value`` (finite) and ``num_bins >= 2``."""
-    for what, value in (("min_value", min_value), ("max_value", max_value)):
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
-            raise ConfigurationError(f"{owner}: {what} must be a finite number; got {value!r}")
+    finite_number(owner, "min_value", min_value)
+    finite_number(owner, "max_value", max_value)
     if min_value >= max_value:
         raise ConfigurationError(
             f"{owner}: min_value must be below max_value; got min_value={min_value} and "
             f"max_value={max_value} — give the range the returns fall in"
         )
-    if isinstance(num_bins, bool) or not isinstance(num_bins, int) or num_bins < 2:
-        raise ConfigurationError(
-            f"{owner}: num_bins must be an integer of at least 2; got {num_bins!r}"
-        )
+    int_at_least(owner, "num_bins", num_bins, 2)
 
 
 def bin_edges(min_value: float, max_value: float, num_bins: int) -> Tensor:

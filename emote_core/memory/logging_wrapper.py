@@ -17,6 +17,7 @@ from emote_core.memory.proxy import REWARD_KEY, MemoryProxy
 from emote_core.memory.wrappers import MemoryTableProxyWrapper
 from emote_core.typing import AgentId, DictObservation, DictResponse, EpisodeState, MetaData
 from emote_core.utils import BlockTimers
+from emote_core.utils.checks import positive_int
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -146,8 +147,7 @@ class LoggingProxyWrapper(LoggingMixin, MemoryTableProxyWrapper):
             ("histogram_length", histogram_length),
             ("log_interval", 1 if log_interval is None else log_interval),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigurationError(f"{label} must be a positive integer; got {value!r}")
+            positive_int("LoggingProxyWrapper", label, value)
         self.writer = writer
         self.log_interval = log_interval
         self._adds = 0

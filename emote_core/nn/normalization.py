@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from emote_core.errors import ConfigurationError
 from emote_core.spaces import BoxSpace, DictSpace, MDPSpace
+from emote_core.utils.checks import positive_int
 
 
 class Normalizer(nn.Module):
@@ -43,8 +44,7 @@ class Normalizer(nn.Module):
 
     def __init__(self, size: int, *, epsilon: float = 1e-8) -> None:
         super().__init__()
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ConfigurationError(f"Normalizer's size must be a positive integer; got {size!r}")
+        positive_int("Normalizer", "size", size)
         if not (math.isfinite(epsilon) and epsilon >= 0.0):
             raise ConfigurationError(f"Normalizer's epsilon must be 0 or more; got {epsilon}")
         self.size = size

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from emote_core.errors import ConfigurationError
 from emote_core.nn.encoders import Activation, MlpEncoder
 from emote_core.nn.initialization import orthogonal_init_, xavier_uniform_init_
+from emote_core.utils.checks import positive_int
 
 _HALF_LOG_TWO_PI = 0.5 * math.log(2.0 * math.pi)
 _LOG_TWO = math.log(2.0)
@@ -54,11 +55,8 @@ class GaussianPolicyHead(nn.Module):
         log_std_max: float = 2.0,
     ) -> None:
         super().__init__()
-        for what, value in (("hidden_dim", hidden_dim), ("action_dim", action_dim)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigurationError(
-                    f"GaussianPolicyHead's {what} must be a positive integer; got {value!r}"
-                )
+        positive_int("GaussianPolicyHead", "hidden_dim", hidden_dim)
+        positive_int("GaussianPolicyHead", "action_dim", action_dim)
         if not log_std_min < log_std_max:
             raise ConfigurationError(
                 f"GaussianPolicyHead needs log_std_min < log_std_max; got {log_std_min} and "

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from emote_core.errors import ConfigurationError
+from emote_core.utils.checks import positive_int
 
 
 def make_gamma_matrix(
@@ -41,14 +42,7 @@ def make_gamma_matrix(
     """
     if not 0.0 <= gamma <= 1.0:
         raise ConfigurationError(f"gamma must be in [0, 1]; got {gamma!r}")
-    if (
-        isinstance(rollout_length, bool)
-        or not isinstance(rollout_length, int)
-        or rollout_length < 1
-    ):
-        raise ConfigurationError(
-            f"rollout_length must be a positive integer; got {rollout_length!r}"
-        )
+    positive_int("make_gamma_matrix", "rollout_length", rollout_length)
     rows = torch.arange(rollout_length + 1, dtype=torch.float64).unsqueeze(1)
     columns = torch.arange(rollout_length, dtype=torch.float64).unsqueeze(0)
     exponents = rows - columns
@@ -135,14 +129,7 @@ def split_rollouts(data: Tensor, rollout_length: int) -> Tensor:
             a multiple of it (upstream's ``view`` would fail less clearly, or not at all for a
             0-d input).
     """
-    if (
-        isinstance(rollout_length, bool)
-        or not isinstance(rollout_length, int)
-        or rollout_length < 1
-    ):
-        raise ConfigurationError(
-            f"rollout_length must be a positive integer; got {rollout_length!r}"
-        )
+    positive_int("split_rollouts", "rollout_length", rollout_length)
     if data.dim() == 0 or data.shape[0] % rollout_length:
         raise ConfigurationError(
             f"split_rollouts needs whole windows of {rollout_length} rows; got a tensor of shape "
