@@ -152,7 +152,7 @@ def peer_table(
     )
 
 
-def read_source(path: str | os.PathLike[str], what: str) -> tuple[Path, bytes]:
+def read_file_bytes(path: str | os.PathLike[str], what: str) -> tuple[Path, bytes]:
     """The file's bytes.
 
     Raises:
@@ -190,7 +190,7 @@ __all__ = [
     "json_number",
     "merge_streams",
     "peer_table",
-    "read_source",
+    "read_file_bytes",
     "rewards_column",
     "rows_flat",
     "schema_of",

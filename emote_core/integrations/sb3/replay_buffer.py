@@ -25,7 +25,7 @@ from emote_core.integrations.streams import (
     end_codes,
     json_number,
     peer_table,
-    read_source,
+    read_file_bytes,
     rewards_column,
     rows_flat,
 )
@@ -132,7 +132,7 @@ def read_sb3_replay_buffer(
         FormatError: The file is missing, empty, damaged or not an SB3 replay buffer.
     """
     source = f"Stable-Baselines3 replay buffer '{path}'"
-    _, data = read_source(path, "Stable-Baselines3 replay buffer")
+    _, data = read_file_bytes(path, "Stable-Baselines3 replay buffer")
     if trust_pickle:
         log.warning("unpickling %s without restrictions (--trust-pickle): it may run code", path)
     buffer = safe_loads(data, trust=trust_pickle, budget=AllocationBudget(source, len(data)))

@@ -29,7 +29,7 @@ from emote_core.integrations.streams import (
     EnvStream,
     end_codes,
     peer_table,
-    read_source,
+    read_file_bytes,
     rewards_column,
     rows_flat,
 )
@@ -225,7 +225,7 @@ def read_skrl_memory(
             declares more than its size and the free memory allow.
     """
     source = f"skrl memory '{path}'"
-    resolved, data = read_source(path, "skrl memory")
+    resolved, data = read_file_bytes(path, "skrl memory")
     loaded = load_tensors(
         data,
         suffix=Path(resolved).suffix,

@@ -26,7 +26,7 @@ from emote_core.integrations.streams import (
     EnvStream,
     end_codes,
     peer_table,
-    read_source,
+    read_file_bytes,
     rewards_column,
     rows_flat,
 )
@@ -188,7 +188,7 @@ def load_tmrl_lists(
     """
     file = dataset_file(path)
     source = f"tmrl dataset '{path}'"
-    _, data = read_source(file, "tmrl dataset")
+    _, data = read_file_bytes(file, "tmrl dataset")
     if trust_pickle:
         log.warning("unpickling %s without restrictions (--trust-pickle): it may run code", file)
     budget = budget or AllocationBudget(source, len(data))
