@@ -4,8 +4,8 @@ logs the data age and the ingest rate."""
 
 from __future__ import annotations
 
+import logging
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -17,13 +17,6 @@ from emote_core.stores.follow import StoreFollower
 from emote_core.stores.follow_training import FollowStores
 from emote_core.trainer import Trainer, TrainingShutdownException
 from tests.stores.test_follow import append, held, new_store, table
-
-
-class Slow(Callback):
-    """Takes a few milliseconds per update, like real losses."""
-
-    def backward(self) -> None:
-        time.sleep(0.005)
 
 
 def test_training_waits_for_enough_episodes_then_takes_in_new_ones_as_they_are_committed(
@@ -41,9 +34,15 @@ def test_training_waits_for_enough_episodes_then_takes_in_new_ones_as_they_are_c
     )  # fmt: skip
     committed = threading.Event()
     training = threading.Event()
+    waiting = threading.Event()
+
+    class Said(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("waiting for episodes"):
+                waiting.set()
 
     def collectors() -> None:
-        time.sleep(0.5)
+        waiting.wait(timeout=60)  # the learner says it waits: only then do enough arrive
         append(url, "remote", range(100, 110))  # enough: training starts
         training.wait(timeout=60)  # a busy machine may take long to start
         append(url, "main", range(2, 6))  # while training
@@ -54,24 +53,23 @@ def test_training_waits_for_enough_episodes_then_takes_in_new_ones_as_they_are_c
 
         def end_batch(self, bp_step: int) -> None:
             training.set()
-            if committed.is_set() and 109 in held(memory) and 5 in held(memory):
+            assert committed.wait(timeout=60)  # the second commit lands while training runs
+            if 109 in held(memory) and 5 in held(memory):
                 raise TrainingShutdownException("everything arrived")
 
     caplog.set_level("INFO")
+    said = Said()
+    logging.getLogger(FollowStores.__module__).addHandler(said)
     thread = threading.Thread(target=collectors)
     thread.start()
-    started = time.monotonic()
-    state = Trainer(
-        [
-            following,
-            Slow(name="slow"),
-            Until(name="until"),
-            BackPropStepsTerminator(bp_steps=5_000),
-        ],
-        loader,
-    ).train()
+    try:
+        state = Trainer(
+            [following, Until(name="until"), BackPropStepsTerminator(bp_steps=5_000)], loader
+        ).train()
+    finally:
+        logging.getLogger(FollowStores.__module__).removeHandler(said)
     thread.join()
-    assert time.monotonic() - started < 30 and state["bp_step"] < 5_000
+    assert state["bp_step"] < 5_000
     assert "waiting for episodes: the table holds 7 transitions in 2 episodes" in caplog.text
     assert "training starts after" in caplog.text
     assert sorted(held(memory)) == [0, 1, 2, 3, 4, 5, *range(100, 110)]
@@ -83,7 +81,23 @@ def test_training_waits_for_enough_episodes_then_takes_in_new_ones_as_they_are_c
     assert "follow: +" in caplog.text and "transitions/s" in caplog.text
 
 
-def test_a_shutdown_while_waiting_stops_at_once_and_the_wait_does_not_spin(tmp_path: Path) -> None:
+class RecordedEvent(threading.Event):
+    """An event that records the timeout of every wait on it and says when one begins."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timeouts: list[float | None] = []
+        self.waiting = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.timeouts.append(timeout)
+        self.waiting.set()
+        return super().wait(timeout)
+
+
+def test_a_shutdown_while_waiting_stops_at_once_and_the_wait_does_not_spin(
+    tmp_path: Path, no_hang: None
+) -> None:
     url = new_store(tmp_path / "s.zarr")
     memory = table()
     follower = StoreFollower(memory, [url])
@@ -91,19 +105,18 @@ def test_a_shutdown_while_waiting_stops_at_once_and_the_wait_does_not_spin(tmp_p
     poll = follower.poll
 
     def counted():
-        looks.append(time.monotonic())
+        looks.append(len(looks))
         return poll()
 
     follower.poll = counted  # type: ignore[method-assign]
+    # A poll period no test outlasts: only a wait that wakes on the signal can end this one.
     following = FollowStores(
         follower=follower, loader=MemoryLoader(table=memory, rollout_count=4, rollout_length=1),
-        interval=1, poll_seconds=0.2,
+        interval=1, poll_seconds=3_600,
     )  # fmt: skip
-    stop = threading.Event()
-    threading.Timer(1.0, stop.set).start()
-    started = time.monotonic()
+    stop = RecordedEvent()
+    threading.Thread(target=lambda: stop.waiting.wait(timeout=60) and stop.set()).start()
     with pytest.raises(TrainingShutdownException, match="waiting for episodes"):
         following.begin_training(shutdown_signal=stop)
-    waited = time.monotonic() - started
-    assert 0.9 < waited < 1.5  # woke when asked, not at the next poll or later
-    assert 3 <= len(looks) <= 7  # about one look per poll_seconds: sleeping, not spinning
+    # One look, then one wait of poll_seconds on the signal (sleeping, not spinning), ended by it.
+    assert stop.timeouts == [3_600] and looks == [0]
