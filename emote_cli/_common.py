@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from enum import IntEnum
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 __all__ = [
+    "ARGUMENT_FLAGS",
     "AllowNonfiniteOption",
     "DebugOption",
     "DeviceOption",
@@ -124,6 +126,57 @@ DebugOption = Annotated[
 
 _ERROR_PREFIX = "error: "
 
+ARGUMENT_FLAGS: dict[str, str] = {
+    "address": "--ray-address",
+    "allow_nonfinite": "--allow-nonfinite",
+    "device": "--device",
+    "env": "--env",
+    "follow": "--follow",
+    "force": "--force",
+    "live": "--live",
+    "memory": "--memory",
+    "opset": "--opset",
+    "out": "--out",
+    "overrides": "--set",
+    "policy": "--policy",
+    "profile": "--profile",
+    "recipe": "--recipe",
+    "resume": "--resume",
+    "shard": "--shard",
+    "skip_damaged": "--skip-damaged",
+    "stores": "--memory",
+    "target_format": "--to",
+    "trust": "--trust-pickle",
+    "trust_pickle": "--trust-pickle",
+    "video_dir": "--video",
+    "wait": "--wait",
+}
+"""Each argument that library errors name (in backticks, as in a call; see
+:mod:`emote_core.errors`) and the flag every command passes it from. A command whose flag for an
+argument differs (``path`` is ``emote train``'s ``--run-dir``) adds it in :func:`handle_errors`."""
+
+_ARGUMENT = re.compile(r"`([a-z_]+)(?:=([^`\n]+))?`")
+
+
+def in_flags(message: str, flags: Mapping[str, str] = ARGUMENT_FLAGS) -> str:
+    """``message`` with each argument it names that ``flags`` maps written as that flag:
+    ```force=True``` as ``--force``, ```live=False``` as ``--no-live``, ```device='cpu'``` as
+    ``--device cpu``, ```memory``` as ``--memory``. Other backticked text is left as it is."""
+
+    def flag(found: re.Match[str]) -> str:
+        name, value = found.groups()
+        option = flags.get(name)
+        if option is None:
+            return found.group()
+        if value is None or value == "True":
+            return option
+        if value == "False":
+            return f"--no-{option.removeprefix('--')}"
+        return f"{option} {value.strip(chr(39) + chr(34))}"
+
+    return _ARGUMENT.sub(flag, message)
+
+
 # Typer's own control flow: exit requests, aborts and usage errors (its vendored click exceptions
 # derive from TyperException). They must pass through untouched so Typer maps them to exit codes.
 _TYPER_CONTROL_FLOW: tuple[type[BaseException], ...] = (
@@ -207,12 +260,15 @@ def _silence_broken_stdout() -> None:
 
 
 @contextmanager
-def handle_errors(*, debug: bool = False, json_output: bool = False) -> Iterator[None]:
+def handle_errors(
+    *, debug: bool = False, json_output: bool = False, flags: Mapping[str, str] | None = None
+) -> Iterator[None]:
     """Run a command body so that every failure ends as one stderr line and an exit code.
 
     - :class:`~emote_core.errors.UsageError` (a recipe name, ``--set`` or ``--device`` that the
       command line got wrong): ``error: <message>``, exit 2.
     - :class:`~emote_core.errors.EmoteError` and :class:`OSError`: ``error: <message>``, exit 1.
+      The arguments an emote error names are shown as the command's flags (:func:`in_flags`).
     - :class:`KeyboardInterrupt`: ``error: interrupted``, exit 130.
     - gymnasium's ``DependencyNotInstalled``, or an ``ImportError`` of an optional package:
       ``error: this command needs the optional dependency <package> ...: <pip command>``, exit 1.
@@ -234,6 +290,8 @@ def handle_errors(*, debug: bool = False, json_output: bool = False) -> Iterator
     Args:
         debug: Print the traceback of any error (the value of ``--debug``).
         json_output: The value of ``--json``.
+        flags: The command's own flags for arguments, beside :data:`ARGUMENT_FLAGS`
+            (``{"path": "--run-dir"}``).
 
     Yields:
         Nothing; the body runs inside the ``with`` block.
@@ -243,7 +301,7 @@ def handle_errors(*, debug: bool = False, json_output: bool = False) -> Iterator
     """
     with held_json_document(json_output) as held:
         try:
-            with _one_line_errors(debug):
+            with _one_line_errors(debug, {**ARGUMENT_FLAGS, **(flags or {})}):
                 yield
         except (typer.Abort, typer.TyperException):
             raise  # Typer reports these itself (and the root app writes their JSON)
@@ -267,7 +325,7 @@ def _write_held(held: Any, exit_code: int) -> None:
 
 
 @contextmanager
-def _one_line_errors(debug: bool) -> Iterator[None]:
+def _one_line_errors(debug: bool, flags: Mapping[str, str]) -> Iterator[None]:
     """Turns every exception of the body into ``error: ...`` on stderr and a ``typer.Exit``."""
     # Imported here, not at module level, so that `emote --help` never imports emote_core.
     from emote_core.errors import EmoteError, UsageError
@@ -284,12 +342,12 @@ def _one_line_errors(debug: bool) -> Iterator[None]:
     except UsageError as exc:
         if debug:
             _print_traceback(exc)
-        _write_error_line(describe_exception(exc))
+        _write_error_line(in_flags(describe_exception(exc), flags))
         raise typer.Exit(int(ExitCode.USAGE)) from None
     except (EmoteError, OSError) as exc:
         if debug:
             _print_traceback(exc)
-        _write_error_line(describe_exception(exc))
+        _write_error_line(in_flags(describe_exception(exc), flags))
         raise typer.Exit(int(ExitCode.ERROR)) from None
     except Exception as exc:  # anything else is a bug; still one line unless --debug
         if debug:

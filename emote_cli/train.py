@@ -183,7 +183,7 @@ def train(
         quiet, json_output = True, False
     setup_logging(quiet=quiet, debug=debug)
     with (
-        handle_errors(debug=debug, json_output=json_output),
+        handle_errors(debug=debug, json_output=json_output, flags={"path": "--run-dir"}),
         ProgressDisplay("train", "update", quiet=quiet) as display,
         contextlib.ExitStack() as process_group,
     ):

@@ -1,7 +1,10 @@
 """The one error hierarchy of emote.
 
 Every error emote raises on purpose derives from :class:`EmoteError`. Messages state the rule, the
-value received and the fix, so the CLI can print them as a single line.
+value received and the fix, so the CLI can print them as a single line. A message names what the
+caller can change as a library user writes it: an argument in backticks, as in a call
+(```force=True```, ```device```), or a recipe key (``[training] bp_steps``). The command line
+prints its flag in place of each argument it maps (``emote_cli._common.ARGUMENT_FLAGS``).
 """
 
 from __future__ import annotations

@@ -39,7 +39,9 @@ def test_an_existing_run_is_never_overwritten_without_resume_or_force(tmp_path: 
     run = prepare_run(tmp_path / "run", recipe=recipe, command=["a"])
     marker = run.path / "keep.txt"
     marker.write_text("precious")
-    with pytest.raises(ConfigurationError, match="already exists; pass --resume"):
+    with pytest.raises(
+        ConfigurationError, match="already exists; pass `resume=True` to continue it, `force=True`"
+    ):
         prepare_run(tmp_path / "run", recipe=recipe, command=["b"])
     assert marker.read_text() == "precious"
     with pytest.raises(ConfigurationError, match="holds no run with checkpoints"):
@@ -56,14 +58,14 @@ def test_resume_appends_to_the_run_record(tmp_path: Path) -> None:
     starts = json.loads(run.run_file.read_text())["starts"]
     assert [s["command"] for s in starts] == [["first"], ["second"]]
     assert starts[1]["resume"] is True
-    with pytest.raises(ConfigurationError, match="contradict"):
+    with pytest.raises(ConfigurationError, match="`resume=True` and `force=True` contradict"):
         prepare_run(tmp_path / "run", recipe=recipe, command=["x"], resume=True, force=True)
 
 
 def test_device_choice_is_explicit() -> None:
     assert resolve_device("cpu").type == "cpu"
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
-    with pytest.raises(ConfigurationError, match="not a device"):
+    with pytest.raises(ConfigurationError, match="^`device='gpu'`: 'gpu' is not a device"):
         resolve_device("gpu")
     if not torch.cuda.is_available():
         with pytest.raises(ConfigurationError, match="no CUDA device"):

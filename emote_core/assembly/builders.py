@@ -371,7 +371,7 @@ def load_trained_agent(
         if not run.recipe_file.exists():  # a pipe or folder there: run_recipe says "not a file"
             raise CheckpointError(
                 f"no recipe.toml in '{run_path}' to rebuild the networks of '{checkpoint_path}'; "
-                "pass --recipe"
+                "pass `recipe`"
             )
         recipe = run_recipe(run)  # with the [eval] settings that resumes changed
     if not isinstance(recipe, Recipe):

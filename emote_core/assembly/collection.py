@@ -398,7 +398,8 @@ def _group_agents(
         raise ConfigurationError(
             f"this multi-agent env has {len(env.groups)} agent groups with different spaces "
             f"({describe_groups(env.groups)}); a published policy is one group's, so such an "
-            "env is collected with --policy random or a run's policies (RUN or a checkpoint)"
+            "env is collected with `policy='random'` or a run's policies (a run directory or a "
+            "checkpoint)"
         )
     return collect_agent(policy, recipe, env, device)
 

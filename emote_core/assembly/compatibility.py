@@ -145,7 +145,7 @@ def check_store_fits(store: Any, spaces: MDPSpace, recipe: Recipe, *, use: Store
     elif use == StoreUse.REFERENCE:
         advice = f"make the reference store on {env_id} (emote collect RECIPE --out STORE)"
     else:
-        advice = "collect into a new store (another --out)"
+        advice = "collect into a new store (another `out`)"
     if others:
         advice += f", or use a recipe for {others[0]}"
     difference = _difference(
@@ -310,7 +310,7 @@ def check_training_mode(recipe: Recipe, *, live: bool) -> None:
     if family.offline_only and live:
         raise ConfigurationError(
             f"'{family.name}' learns from stored episodes only ({family.summary}); train it with "
-            "--memory STORE --no-live"
+            "`memory` stores and `live=False`"
         )
 
 
@@ -462,8 +462,9 @@ def _group_collect_agent(
     described = f"{len(several)} agent groups ({describe_groups(env.groups)})"
     if is_onnx_file(policy):
         raise ConfigurationError(
-            f"--policy '{policy}': this multi-agent env has {described}, and an ONNX file holds "
-            "one group's policy; pass the run directory (or a checkpoint) that trained them all"
+            f"`policy={str(policy)!r}`: this multi-agent env has {described}, and an ONNX file "
+            "holds one group's policy; pass the run directory (or a checkpoint) that trained them "
+            "all"
         )
     trained, _, agent, trained_spaces, checkpoint = load_trained_agent(
         Path(policy), device=device, deterministic=False
@@ -471,7 +472,7 @@ def _group_collect_agent(
     if not isinstance(trained_spaces, dict) or set(trained_spaces) != set(several):
         held = sorted(trained_spaces) if isinstance(trained_spaces, dict) else "one policy"
         raise ConfigurationError(
-            f"--policy '{policy}' holds {held}; this multi-agent env has {described} — pass a "
+            f"`policy={str(policy)!r}` holds {held}; this multi-agent env has {described} — pass a "
             "run trained on this env"
         )
     for group, spaces in several.items():

@@ -143,8 +143,8 @@ def recipe_from_policy(metadata: PolicyMetadata, *, source: str) -> Recipe:
     """
     if not metadata.recipe_toml:
         raise ConfigurationError(
-            f"'{source}' carries no recipe in its metadata; pass --recipe R (or --env ID) "
-            "to say where to run it"
+            f"'{source}' carries no recipe in its metadata; pass `recipe` (or `env`) to say "
+            "where to run it"
         )
     try:
         data = tomllib.loads(metadata.recipe_toml)

@@ -132,7 +132,7 @@ def build_training(
     from emote_core.stores.zarr_store import MemoryStore
 
     if not live and not stores and not resume:
-        raise ConfigurationError("--no-live trains from stored memory only: pass --memory STORE")
+        raise ConfigurationError("`live=False` trains from stored memory only: pass `stores`")
     check_training_mode(recipe, live=live)
     env = make_env(recipe)
     several = group_spaces(env)
@@ -157,7 +157,7 @@ def build_training(
     if stores and table_spaces is not spaces:  # its own actions, even where they look alike
         raise ConfigurationError(
             f"'{recipe.algorithm}' stores other actions than the environment's in its memory, so "
-            "it trains on what it collects itself; leave out --memory"
+            "it trains on what it collects itself; leave out `stores`"
         )
     loader = _replay_loader(recipe, table_spaces, device, total)
     table = loader.table
@@ -321,7 +321,7 @@ def _build_group_training(
 
     described = f"{len(groups)} agent groups ({describe_groups(env.groups)})"
     refused = [
-        (follow, "--follow (train from the stores as they are, or live)"),
+        (follow, "`follow=True` (train from the stores as they are, or live)"),
         (distributed is not None, "torchrun"),
         (bool(data_sources(recipe)), "add-ons that train on data groups of their own"),
     ]
@@ -350,7 +350,7 @@ def _build_group_training(
         if opened and table_spaces is not spaces:  # its own actions, even where they look alike
             raise ConfigurationError(
                 f"'{recipe.algorithm}' stores other actions than the environment's in its "
-                "memory, so it trains on what it collects itself; leave out --memory"
+                "memory, so it trains on what it collects itself; leave out `stores`"
             )
         export_store = Path(group_store(str(run.memory_export), group))
         replay = ReplayMemoryCheckpoint(
@@ -365,7 +365,7 @@ def _build_group_training(
             raise ConfigurationError(
                 f"group '{group}' of this multi-agent env has {table.size()} stored transitions "
                 f"in {table.episode_count} episodes; a batch needs {recipe.memory.batch_size} "
-                f"windows of {recipe.memory.rollout_length} — pass a --memory store of group "
+                f"windows of {recipe.memory.rollout_length} — pass in `stores` a store of group "
                 f"'{group}' that holds enough (emote collect writes OUT.{group}.zarr), or train "
                 "live"
             )
@@ -462,7 +462,7 @@ def _refuse_nonfinite(table: Any, stores: Sequence[str | Path]) -> None:
         f"store {named}: column '{found.column}' holds {found.count:,} non-finite values (NaN or "
         f"inf) in {found.episodes:,} episode(s), the first in episode {found.episode} at row "
         f"{found.row}; training on them turns losses into NaN — repair the store, "
-        "or pass allow_nonfinite=True (--allow-nonfinite) to train on them"
+        "or pass `allow_nonfinite=True` to train on them"
     )
 
 

@@ -94,7 +94,7 @@ class EnvSource:
         if not isinstance(value, str):
             raise ConfigurationError(
                 f"env record kind {kind!r} names no id or entry point ({_short(record)}); the "
-                "run's env record is damaged — pass the env again (--env or --recipe)"
+                "run's env record is damaged — pass the env again (`env` or `recipe`)"
             )
         kwargs = record.get("kwargs") or {}
         imports = record.get("imports") or []

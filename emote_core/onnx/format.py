@@ -117,15 +117,15 @@ def ml_agents_observation(key: str, space: BoxSpace) -> MlAgentsObservation:
     if isinstance(space, DiscreteSpace) or not 1 <= len(shape) <= 3:
         what = "a discrete value" if isinstance(space, DiscreteSpace) else f"of shape {shape}"
         raise ExportError(
-            f"--profile ml-agents cannot express observation '{key}' ({what}): Unity sensors "
+            f"`profile='ml-agents'` cannot express observation '{key}' ({what}): Unity sensors "
             "send float vectors, grids or images of 1 to 3 axes; wrap the env to give one, or "
-            "export with --profile emote"
+            "export with `profile='emote'`"
         )
     if not np.issubdtype(space.dtype, np.floating) and not (image and space.dtype == np.uint8):
         raise ExportError(
-            f"--profile ml-agents cannot express observation '{key}' of dtype {space.dtype}: "
+            f"`profile='ml-agents'` cannot express observation '{key}' of dtype {space.dtype}: "
             "Unity sends floats (and uint8 images as floats in [0, 1]); wrap the env to give "
-            "float32, or export with --profile emote"
+            "float32, or export with `profile='emote'`"
         )
     if image:
         height, width, channels = shape

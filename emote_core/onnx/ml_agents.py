@@ -170,15 +170,15 @@ def ml_agents_graph(graph: PolicyGraph) -> PolicyGraph:
     unknown = [name for name in extras if name not in (EPSILON_INPUT, ACTION_MASKS_INPUT)]
     if unknown:
         raise ExportError(
-            f"--profile ml-agents has no input for the {graph.algorithm} policy's "
+            f"`profile='ml-agents'` has no input for the {graph.algorithm} policy's "
             f"'{unknown[0]}' (it feeds observations, '{EPSILON_INPUT}' noise and "
-            f"'{ACTION_MASKS_INPUT}'); export with --profile emote"
+            f"'{ACTION_MASKS_INPUT}'); export with `profile='emote'`"
         )
     if graph.input_names[: len(keys)] != tuple(keys):
         raise ExportError(
             f"the {graph.algorithm} policy takes inputs {list(graph.input_names)}, not its "
-            "observations first; --profile ml-agents cannot order them — export with "
-            "--profile emote"
+            "observations first; `profile='ml-agents'` cannot order them — export with "
+            "`profile='emote'`"
         )
     layouts = [ml_agents_observation(key, spaces.state[key]) for key in keys]
     names = [f"{MlAgentsTensor.OBSERVATION_PREFIX}{index}" for index in range(len(keys))]
@@ -189,22 +189,22 @@ def ml_agents_graph(graph: PolicyGraph) -> PolicyGraph:
             raise ExportError(
                 f"the {graph.algorithm} policy draws '{EPSILON_INPUT}' noise for discrete "
                 "actions, which ML-Agents' discrete outputs have no place for; export with "
-                "--profile emote"
+                "`profile='emote'`"
             )
         if ACTION_MASKS_INPUT not in extras and Q_VALUES_OUTPUT not in graph.output_names:
             raise ExportError(
                 f"the {graph.algorithm} policy gives neither masked actions nor "
-                f"'{Q_VALUES_OUTPUT}' to mask; --profile ml-agents needs one — export with "
-                "--profile emote"
+                f"'{Q_VALUES_OUTPUT}' to mask; `profile='ml-agents'` needs one — export with "
+                "`profile='emote'`"
             )
         shapes[MlAgentsTensor.ACTION_MASKS] = (int(actions.n),)
         outputs, action_size, branch_size = _DISCRETE_OUTPUTS, None, int(actions.n)
     else:
         if len(actions.shape) != 1:
             raise ExportError(
-                f"--profile ml-agents sends continuous actions as one vector per agent; the "
+                f"`profile='ml-agents'` sends continuous actions as one vector per agent; the "
                 f"{graph.algorithm} policy acts with shape {actions.shape} — export with "
-                "--profile emote"
+                "`profile='emote'`"
             )
         if EPSILON_INPUT in extras:
             shapes[MlAgentsTensor.EPSILON] = graph.input_shapes[EPSILON_INPUT]

@@ -118,7 +118,7 @@ def write_policy(
         if written != [opset]:
             raise ExportError(
                 f"asked for opset {opset}, but the exporter wrote opset {written}; choose another "
-                f"--opset in {SUPPORTED_OPSETS.start}-{SUPPORTED_OPSETS.stop - 1}"
+                f"`opset` in {SUPPORTED_OPSETS.start}-{SUPPORTED_OPSETS.stop - 1}"
             )
         _pin_shapes(model, graph)
         props = replace(metadata, opset=opset).to_props()
@@ -188,16 +188,16 @@ def check_destination(destination: Path, *, force: bool) -> None:
             :data:`~emote_core.onnx.format.MAX_POLICY_BYTES`).
     """
     if destination.is_dir():
-        raise ExportError(f"'{destination}' is a directory; --out names the .onnx file to write")
+        raise ExportError(f"'{destination}' is a directory; `out` names the .onnx file to write")
     if not (destination.exists() or destination.is_symlink()):
         return
     if not force:
-        raise ExportError(f"'{destination}' already exists; pass --force to replace it")
+        raise ExportError(f"'{destination}' already exists; pass `force=True` to replace it")
     if destination.is_symlink():
-        raise ExportError(f"'{destination}' is a symbolic link; --force replaces no links")
+        raise ExportError(f"'{destination}' is a symbolic link; `force=True` replaces no links")
     import onnx
 
-    rule = "--force replaces only an ONNX file — choose another --out"
+    rule = "`force=True` replaces only an ONNX file — choose another `out`"
     try:  # a named pipe or a device is refused unread (opening a pipe would wait for ever)
         data = read_regular_file(destination, limit=MAX_POLICY_BYTES, rule=rule)
     except FormatError as error:
@@ -206,8 +206,8 @@ def check_destination(destination: Path, *, force: bool) -> None:
         onnx.load_model_from_string(data)
     except Exception:  # onnx raises protobuf's own errors for files of other kinds
         raise ExportError(
-            f"'{destination}' is not an ONNX model; --force replaces only an ONNX file — choose "
-            "another --out"
+            f"'{destination}' is not an ONNX model; `force=True` replaces only an ONNX file — "
+            "choose another `out`"
         ) from None
 
 
@@ -321,7 +321,7 @@ def _parity(graph: PolicyGraph, path: Path) -> dict[int, float]:
                 raise ExportError(
                     f"the export's '{name}' differs from the torch policy at batch {batch}: max "
                     f"abs diff {worst:.3g} beyond atol {PARITY_ATOL:g} / rtol {PARITY_RTOL:g}; "
-                    "nothing was written — try another --opset, or report it with --debug output"
+                    "nothing was written — try another `opset`, or report it with the traceback"
                 )
         differences[batch] = worst
     return differences

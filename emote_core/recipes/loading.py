@@ -105,7 +105,7 @@ def with_env(recipe: Recipe, env: str) -> Recipe:
 
     text = env.strip()
     if not text:
-        raise UsageError("--env takes an env id or an entry point 'module:callable'; got ''")
+        raise UsageError("`env` takes an env id or an entry point 'module:callable'; got ''")
     if is_entry_point_text(text):
         changed = dataclasses.replace(recipe.env, entry_point=text)
     else:
@@ -138,7 +138,7 @@ def _recipe_text(path: Path) -> str:
 def _refused_override(
     states: list[dict[str, Any]], overrides: Sequence[str]
 ) -> ConfigurationError | None:
-    """Why the override that broke a recipe was refused, its message starting ``--set KEY=VALUE``.
+    """Why the override that broke a recipe was refused, its message starting with the override.
 
     ``states[k]`` is the recipe with the first ``k`` overrides applied; the last one is invalid.
     The culprit is the override after the last valid state. ``None`` when no state is valid: the
@@ -150,7 +150,9 @@ def _refused_override(
         except ConfigurationError:
             continue
         try:
-            recipe_from_dict(copy.deepcopy(states[count + 1]), source=f"--set {overrides[count]}")
+            recipe_from_dict(
+                copy.deepcopy(states[count + 1]), source=f"`overrides={overrides[count]!r}`"
+            )
         except ConfigurationError as error:
             return error
         return None  # not reached: a state after the last valid one is invalid
@@ -166,7 +168,9 @@ def apply_override(data: dict[str, Any], override: str) -> None:
     key, separator, raw = override.partition("=")
     key = key.strip()
     if not separator or not key:
-        raise UsageError(f"--set takes KEY=VALUE such as training.bp_steps=1000; got '{override}'")
+        raise UsageError(
+            f"`overrides` takes KEY=VALUE such as training.bp_steps=1000; got '{override}'"
+        )
     try:
         value = tomllib.loads(f"value = {raw.strip()}")["value"]
     except tomllib.TOMLDecodeError:
@@ -176,7 +180,7 @@ def apply_override(data: dict[str, Any], override: str) -> None:
     for section in sections:
         node = target.setdefault(section, {})
         if not isinstance(node, dict):
-            raise UsageError(f"--set {key}: '{section}' is a value, not a table")
+            raise UsageError(f"`overrides={override!r}`: '{section}' is a value, not a table")
         target = node
     target[leaf] = value
 

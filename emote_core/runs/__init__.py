@@ -160,7 +160,7 @@ def check_resumable_run(path: Path) -> RunDirectory:
     run = RunDirectory(Path(path))
     if not run.path.is_dir() or not is_run(run.path) or not run.has_checkpoints():
         raise ConfigurationError(
-            f"--resume: '{run.path}' holds no run with checkpoints to continue from"
+            f"`resume=True`: '{run.path}' holds no run with checkpoints to continue from"
         )
     return run
 
@@ -205,8 +205,8 @@ def resume_changes(current: Recipe, requested: Recipe, *, run_path: Path) -> dic
     """
     if requested.name != current.name:
         raise ConfigurationError(
-            f"--resume: run '{run_path}' trains recipe '{current.name}', not '{requested.name}'; "
-            "resume it with its own recipe (omit RECIPE) or start a new run"
+            f"`resume=True`: run '{run_path}' trains recipe '{current.name}', not "
+            f"'{requested.name}'; resume it with its own recipe (omit RECIPE) or start a new run"
         )
     before, after = _flatten(recipe_to_dict(current)), _flatten(recipe_to_dict(requested))
     changes = {
@@ -218,9 +218,9 @@ def resume_changes(current: Recipe, requested: Recipe, *, run_path: Path) -> dic
     if frozen:
         shown = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in frozen.items())
         raise ConfigurationError(
-            f"--resume: {shown} would change what the checkpoints of '{run_path}' hold; a resumed "
-            "run may change only bp_steps, log, checkpoint and export intervals, [eval] and "
-            "[logging] — start a new run for the rest"
+            f"`resume=True`: {shown} would change what the checkpoints of '{run_path}' hold; a "
+            "resumed run may change only bp_steps, log, checkpoint and export intervals, [eval] "
+            "and [logging] — start a new run for the rest"
         )
     return changes
 
@@ -250,15 +250,16 @@ def check_resume_inputs(
     began_with = first.get("memory")
     if began_with is not None and memory and list(memory) != list(began_with):
         raise ConfigurationError(
-            f"--resume: run '{run.path}' trains from --memory {began_with}, not {list(memory)}; "
-            "its checkpoints count the episodes of those stores — omit --memory to reuse them"
+            f"`resume=True`: run '{run.path}' trains from `memory` {began_with}, not "
+            f"{list(memory)}; its checkpoints count the episodes of those stores — omit `memory` "
+            "to reuse them"
         )
     if live is None:
         live = starts[-1].get("live", True)
     if first.get("live") is False and live:  # its checkpoints hold no collector to continue
         raise ConfigurationError(
-            f"--resume --live: run '{run.path}' trains from stored memory only, so its "
-            "checkpoints hold no collector to go on with; omit --live, or start a new run"
+            f"`resume=True` `live=True`: run '{run.path}' trains from stored memory only, so its "
+            "checkpoints hold no collector to go on with; omit `live=True`, or start a new run"
         )
     return list(began_with if began_with is not None else memory or []), live
 
@@ -302,19 +303,21 @@ def prepare_run(
     run = RunDirectory(Path(path))
     if run.path.exists() and not run.path.is_dir():
         raise ConfigurationError(
-            f"run directory '{run.path}' is a file, not a folder; choose another --run-dir"
+            f"run directory '{run.path}' is a file, not a folder; choose another `path`"
         )
     exists = run.path.exists() and any(run.path.iterdir())
     if resume and force:
-        raise ConfigurationError("--resume and --force contradict each other; pass one of them")
+        raise ConfigurationError(
+            "`resume=True` and `force=True` contradict each other; pass one of them"
+        )
     claimed: set[str] = set()
     if resume:
         check_resumable_run(run.path)
     elif exists:
         if not force:
             raise ConfigurationError(
-                f"run directory '{run.path}' already exists; pass --resume to continue it, "
-                "--force to delete it and start over, or choose another --run-dir"
+                f"run directory '{run.path}' already exists; pass `resume=True` to continue it, "
+                "`force=True` to delete it and start over, or choose another `path`"
             )
         doomed = check_replaceable_run(run.path, inputs=[*(inputs or []), *(memory or [])])
         claimed = set(read_run_record(run.run_file).get("written", [])) & set(LAYOUT_NAMES)
@@ -333,7 +336,7 @@ def prepare_run(
         except FileExistsError:
             raise ConfigurationError(
                 f"run directory '{run.path}' was created by another command just now; choose "
-                "another --run-dir"
+                "another `path`"
             ) from None
     if resume:  # what the run claimed, its groups' stores included
         claimed = {
@@ -417,7 +420,7 @@ def claim_entries(run: RunDirectory, names: Sequence[str]) -> None:
             raise ConfigurationError(
                 f"'{run.path / name}' is not among the files '{run.run_file}' records as "
                 "emote's, and this run would write into it; move it away or choose another "
-                "--run-dir"
+                "`path`"
             )
         written.append(name)
     if written != record.get("written"):

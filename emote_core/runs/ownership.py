@@ -50,12 +50,12 @@ def check_replaceable_run(path: Path, *, inputs: list[str | Path] | None = None)
             of emote's layout there is not the run's (the new run would write into it).
     """
     if path.is_symlink():
-        raise ConfigurationError(f"--force: '{path}' is a symbolic link; it replaces no links")
+        raise ConfigurationError(f"`force=True`: '{path}' is a symbolic link; it replaces no links")
     resolved, here = path.resolve(), Path.cwd().resolve()
     if resolved == here or resolved in here.parents:
         raise ConfigurationError(
-            f"--force: '{path}' is the working directory or holds it; it replaces only a run "
-            "directory — choose another --run-dir"
+            f"`force=True`: '{path}' is the working directory or holds it; it replaces only a run "
+            "directory — choose another `path`"
         )
     for given in inputs or []:
         if "://" in str(given):
@@ -63,26 +63,27 @@ def check_replaceable_run(path: Path, *, inputs: list[str | Path] | None = None)
         inside = Path(given).resolve()
         if inside == resolved or resolved in inside.parents:
             raise ConfigurationError(
-                f"--force: the input '{given}' lies inside run directory '{path}', which --force "
-                "would clear; move it out of the run directory or choose another --run-dir"
+                f"`force=True`: the input '{given}' lies inside run directory '{path}', which "
+                "`force=True` would clear; move it out of the run directory or choose another "
+                "`path`"
             )
     if not is_run(path):
         raise ConfigurationError(
-            f"--force: '{path}' is not an emote run (no run.json of emote's in it); it replaces "
-            "only a run directory, never other files — choose another --run-dir"
+            f"`force=True`: '{path}' is not an emote run (no run.json of emote's in it); it "
+            "replaces only a run directory, never other files — choose another `path`"
         )
     nested = [p for p in path.rglob("run.json") if p.parent != path and is_run(p.parent)]
     if nested:
         raise ConfigurationError(
-            f"--force: '{path}' holds other runs ({nested[0].parent}); it replaces one run at a "
-            "time — choose another --run-dir"
+            f"`force=True`: '{path}' holds other runs ({nested[0].parent}); it replaces one run "
+            "at a time — choose another `path`"
         )
     written = read_run_record(path / "run.json").get("written")
     if not written:
         raise ConfigurationError(
-            f"--force: '{path / 'run.json'}' lists no files that emote wrote there (an older "
+            f"`force=True`: '{path / 'run.json'}' lists no files that emote wrote there (an older "
             "emote's run, or not emote's), so nothing in it can be proven emote's; delete what "
-            "you no longer need yourself, or choose another --run-dir"
+            "you no longer need yourself, or choose another `path`"
         )
     return _owned_entries(path, set(written))
 
@@ -97,17 +98,17 @@ def _owned_entries(path: Path, written: set[str]) -> list[Path]:
             continue
         if name not in written:
             raise ConfigurationError(
-                f"--force: '{entry}' is not among the files '{path / 'run.json'}' records as "
+                f"`force=True`: '{entry}' is not among the files '{path / 'run.json'}' records as "
                 "emote's, and a new run would write into it; move it away or choose another "
-                "--run-dir"
+                "`path`"
             )
         if entry.is_symlink():
             doomed.append(entry)  # the link alone goes, never what it points to
         elif name in LAYOUT_FILES:
             if not entry.is_file():
                 raise ConfigurationError(
-                    f"--force: '{entry}' is not a file, so emote did not write it; move it away "
-                    "or choose another --run-dir"
+                    f"`force=True`: '{entry}' is not a file, so emote did not write it; move it "
+                    "away or choose another `path`"
                 )
             doomed.append(entry)
             temporary = entry.with_name(f".{name}.tmp")
@@ -116,15 +117,15 @@ def _owned_entries(path: Path, written: set[str]) -> list[Path]:
         elif name in LAYOUT_STORES:
             if not entry.is_dir() or (any(entry.iterdir()) and not _is_store(entry)):
                 raise ConfigurationError(
-                    f"--force: '{entry}' is not an emote-memory store, so emote did not write "
-                    "it; move it away or choose another --run-dir"
+                    f"`force=True`: '{entry}' is not an emote-memory store, so emote did not write "
+                    "it; move it away or choose another `path`"
                 )
             doomed.append(entry)
         else:
             if not entry.is_dir():
                 raise ConfigurationError(
-                    f"--force: '{entry}' is not a folder, so emote did not write it; move it "
-                    "away or choose another --run-dir"
+                    f"`force=True`: '{entry}' is not a folder, so emote did not write it; move it "
+                    "away or choose another `path`"
                 )
             pattern = LAYOUT_FOLDERS[name]
             doomed.extend(
@@ -140,8 +141,8 @@ def _owned_entries(path: Path, written: set[str]) -> list[Path]:
             not entry.is_dir() or (any(entry.iterdir()) and not _is_store(entry))
         ):
             raise ConfigurationError(
-                f"--force: '{entry}' is not an emote-memory store, so emote did not write it; "
-                "move it away or choose another --run-dir"
+                f"`force=True`: '{entry}' is not an emote-memory store, so emote did not write it; "
+                "move it away or choose another `path`"
             )
         doomed.append(entry)
     return doomed

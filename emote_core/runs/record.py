@@ -94,7 +94,7 @@ def _shown(value: Any) -> str:
 def damaged(path: Path, what: str) -> FormatError:
     return FormatError(
         f"'{path}' is damaged: {what}; restore it from a copy, or start a new run in another "
-        "--run-dir"
+        "run directory"
     )
 
 
@@ -104,7 +104,7 @@ def read_run_file(path: Path) -> bytes:
         return read_regular_file(
             path, limit=RUN_FILE_LIMIT,
             rule="a run keeps it as a plain file that emote wrote; move it away or choose another "
-            "--run-dir",
+            "run directory",
         )  # fmt: skip
     except FileNotFoundError:
         raise

@@ -141,7 +141,7 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
         reason = "timed out" if isinstance(error, TimeoutError) else error.strerror or str(error)
         raise ClusterError(
             f"cannot reach Ray at '{address}' ({reason}); start a cluster there with "
-            "`ray start --head`, or leave out --ray-address to run a local Ray"
+            "`ray start --head`, or leave out `address` to run a local Ray"
         ) from None
 
 
@@ -168,7 +168,7 @@ def check_answers_grpc(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None
         raise ClusterError(
             f"'{address}' accepts connections but does not answer as Ray does (no gRPC handshake "
             f"within {timeout:g} s); give the address `ray start --head` printed, or leave out "
-            "--ray-address to run a local Ray"
+            "`address` to run a local Ray"
         ) from None
     finally:
         channel.close()
@@ -216,6 +216,6 @@ def connect(address: str | None, *, num_cpus: int) -> bool:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ClusterError(
             f"cannot connect to Ray at '{address}': {first}; start a cluster with "
-            "`ray start --head`, or leave out --ray-address to run a local Ray"
+            "`ray start --head`, or leave out `address` to run a local Ray"
         ) from None
     return True

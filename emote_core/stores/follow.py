@@ -119,7 +119,7 @@ class StoreFollower:
         for name, why in damaged.items():
             if not self.skip_damaged:
                 raise FormatError(
-                    f"{why} — run `emote memory verify`, or pass --skip-damaged to follow the "
+                    f"{why} — run `emote memory verify`, or pass `skip_damaged=True` to follow the "
                     "other shards"
                 )
             if (source, name) not in self._warned:
@@ -356,7 +356,7 @@ def follow_target(url: str | os.PathLike[str]) -> bool:
         return False
     if local and not (path / "zarr.json").is_file():
         raise FormatError(
-            f"--follow: '{location}' is not an emote memory store (no zarr.json there); give "
+            f"`follow=True`: '{location}' is not an emote memory store (no zarr.json there); give "
             "the store that collectors write (emote collect --out STORE)"
         )
     try:

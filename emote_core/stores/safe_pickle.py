@@ -323,7 +323,7 @@ class RestrictedUnpickler(pickle._Unpickler):  # the Python unpickler: see the c
             raise UnsafePickleError(
                 f"pickle names the global '{module}.{name}', which is outside emote's allowlist "
                 "of data types; it was refused without running anything. If you trust where the "
-                "file comes from, load it with trust=True (--trust-pickle on the command line)"
+                "file comes from, load it with `trust=True`"
             )
         return found
 

@@ -8,7 +8,7 @@ from emote_core.errors import ConfigurationError, UsageError
 
 
 def resolve_device(choice: str) -> torch.device:
-    """The device for ``--device``: ``auto`` picks CUDA when torch sees it, else the CPU.
+    """The device named ``choice``: ``auto`` picks CUDA when torch sees it, else the CPU.
 
     Raises:
         UsageError: For a name that is not a device, or a device emote does not run on.
@@ -21,21 +21,21 @@ def resolve_device(choice: str) -> torch.device:
         device = torch.device(text)
     except RuntimeError as error:
         raise UsageError(
-            f"--device {choice}: '{choice}' is not a device; use auto, cpu or cuda[:index]"
+            f"`device={choice!r}`: '{choice}' is not a device; use auto, cpu or cuda[:index]"
         ) from error
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise ConfigurationError(
-                "--device cuda was asked for, but torch sees no CUDA device (torch "
-                f"{torch.__version__}); use --device cpu or auto"
+                "`device='cuda'` was asked for, but torch sees no CUDA device (torch "
+                f"{torch.__version__}); use `device='cpu'` or auto"
             )
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise ConfigurationError(
-                f"--device {choice}: only {torch.cuda.device_count()} CUDA devices are visible"
+                f"`device={choice!r}`: only {torch.cuda.device_count()} CUDA devices are visible"
             )
     elif device.type != "cpu":
         raise UsageError(
-            f"--device {choice}: emote runs on cpu or cuda; use auto, cpu or cuda[:index]"
+            f"`device={choice!r}`: emote runs on cpu or cuda; use auto, cpu or cuda[:index]"
         )
     return device
 

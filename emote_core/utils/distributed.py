@@ -104,8 +104,8 @@ def rank_device(context: DistributedContext, device: torch.device) -> torch.devi
         return device
     if device.index is not None:
         raise ConfigurationError(
-            f"--device {device} under torchrun: each rank takes cuda:LOCAL_RANK; pass --device "
-            "cuda (or auto) and choose the GPUs with CUDA_VISIBLE_DEVICES"
+            f"`device='{device}'` under torchrun: each rank takes cuda:LOCAL_RANK; pass "
+            "`device='cuda'` (or auto) and choose the GPUs with CUDA_VISIBLE_DEVICES"
         )
     if context.local_rank >= torch.cuda.device_count():
         raise ConfigurationError(

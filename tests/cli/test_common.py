@@ -48,6 +48,12 @@ def _raise(kind: str) -> None:
         error.add_note("while reading column 'rewards'")
         error.add_note("run `emote memory verify runs/a.zarr`")
         raise error
+    if kind == "arguments":
+        raise ConfigurationError(
+            "run directory 'a' exists; pass `resume=True` to continue it, `force=True` to start "
+            "over, or choose another `path`; it ran `live=False` on `device='cpu'`; "
+            "`emote memory verify` names what is damaged"
+        )
     if kind == "multiline":
         raise EmoteError("first line\n  second line\n")
     if kind == "empty":
@@ -75,6 +81,13 @@ def _raise(kind: str) -> None:
 @demo.command()
 def fail(kind: str, debug: DebugOption = False, json_output: JsonOption = False) -> None:
     with handle_errors(debug=debug, json_output=json_output):
+        _raise(kind)
+
+
+@demo.command()
+def train(kind: str, json_output: JsonOption = False) -> None:
+    """A command whose run directory (the library's ``path``) is its ``--run-dir``."""
+    with handle_errors(json_output=json_output, flags={"path": "--run-dir"}):
         _raise(kind)
 
 
@@ -130,6 +143,27 @@ def test_emote_error_is_one_stderr_line_and_exit_1(runner: CliRunner) -> None:
         "error: rollout_length must be >= 1, got 0; pass --rollout-length 1"
     ]
     assert "Traceback" not in result.stderr
+
+
+def test_the_arguments_an_error_names_are_printed_as_the_commands_flags(
+    runner: CliRunner,
+) -> None:
+    """The library names arguments as in a call (`force=True`, `live=False`, `device='cpu'`);
+    each command prints its own flags for them, on stderr and in the --json document, and leaves
+    other backticked text as it is."""
+    with pytest.raises(ConfigurationError, match="pass `resume=True` to continue it"):
+        _raise("arguments")
+    flags = (
+        "run directory 'a' exists; pass --resume to continue it, --force to start over, or choose "
+        "another {}; it ran --no-live on --device cpu; `emote memory verify` names what is "
+        "damaged"
+    )
+    result = runner.invoke(demo, ["train", "arguments", "--json"])
+    assert result.exit_code == ExitCode.ERROR
+    assert _stderr_lines(result) == ["error: " + flags.format("--run-dir")]
+    assert json.loads(result.stdout)["error"] == flags.format("--run-dir")
+    other = runner.invoke(demo, ["fail", "arguments"])  # a command without --run-dir
+    assert _stderr_lines(other) == ["error: " + flags.format("`path`")]
 
 
 def test_os_error_is_an_expected_error(runner: CliRunner) -> None:

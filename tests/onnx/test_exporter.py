@@ -89,7 +89,9 @@ def test_each_supported_opset_is_written_as_asked_in_one_file(tmp_path: Path, op
 def test_force_refuses_a_named_pipe_unread_and_keeps_it(tmp_path: Path) -> None:
     pipe = tmp_path / "policy.onnx"
     os.mkfifo(pipe)  # opened for reading the usual way, it would wait for a writer for ever
-    with pytest.raises(ExportError, match=r"'.*policy\.onnx' is not a file \(mode p.*--force"):
+    with pytest.raises(
+        ExportError, match=r"'.*policy\.onnx' is not a file \(mode p.*`force=True` replaces only"
+    ):
         export_sac(pipe, force=True)
     assert stat.S_ISFIFO(pipe.lstat().st_mode)  # not replaced
     assert sorted(p.name for p in tmp_path.iterdir()) == ["policy.onnx"]
@@ -171,10 +173,11 @@ def test_a_parity_failure_leaves_nothing_behind(
 
 def test_existing_and_unwritable_destinations(tmp_path: Path) -> None:
     (tmp_path / "policy.onnx").write_bytes(b"keep me")
-    with pytest.raises(ExportError, match="already exists; pass --force"):
+    with pytest.raises(ExportError, match="already exists; pass `force=True` to replace it"):
         export_sac(tmp_path / "policy.onnx")
     assert (tmp_path / "policy.onnx").read_bytes() == b"keep me"
-    with pytest.raises(ExportError, match="is not an ONNX model; --force replaces only"):
+    refusal = "is not an ONNX model; `force=True` replaces only an ONNX file — choose another `out`"
+    with pytest.raises(ExportError, match=refusal):
         export_sac(tmp_path / "policy.onnx", force=True)
     assert (tmp_path / "policy.onnx").read_bytes() == b"keep me"
     (tmp_path / "policy.onnx").unlink()

@@ -352,7 +352,7 @@ def test_observations_unity_cannot_send_are_refused() -> None:
     }
     for message, space in cases.items():
         graph = SoftActorCritic().policy_graph(policy, space)
-        with pytest.raises(ExportError, match=rf"--profile ml-agents cannot express .*{message}"):
+        with pytest.raises(ExportError, match=rf"`profile='ml-agents'` cannot express .*{message}"):
             ml_agents_graph(graph)
 
 

@@ -75,7 +75,7 @@ def test_eval_and_logging_tables_load_and_round_trip() -> None:
         ("training.bp_steps=0", "'training.bp_steps' must be at least 1"),
         ("training.export_interval=-5", "'training.export_interval' must be >= 0; got -5"),
         ("memory.store_episodes=1", "'memory.store_episodes' must be true or false"),
-        ("training.bp_steps", "--set takes KEY=VALUE"),
+        ("training.bp_steps", "`overrides` takes KEY=VALUE"),
         ("sac.gamma=1.5", "'sac.gamma' must be within [0, 1]"),
         ("eval.interval=-1", "'eval.interval' must be >= 0; got -1"),
         ("eval.seed=-3", "'eval.seed' must be >= 0; got -3"),
@@ -182,7 +182,7 @@ def test_learning_rates_are_finite_and_positive_and_no_number_is_nan(
 ) -> None:
     with pytest.raises(UsageError) as caught:
         load_recipe("sac_pendulum", [override])
-    assert str(caught.value).startswith(f"--set {override}: ")
+    assert str(caught.value).startswith(f"`overrides={override!r}`: ")
     assert message in str(caught.value)
     assert load_recipe("sac_pendulum", ["eval.min_return=-inf"]).eval.min_return == float("-inf")
 
@@ -216,7 +216,7 @@ def test_overrides_that_the_recipe_refuses_are_usage_errors_the_file_s_are_not(
 ) -> None:
     with pytest.raises(UsageError, match="did you mean sac_pendulum"):
         load_recipe("sac_pendulm")
-    with pytest.raises(UsageError, match=r"^--set training\.bp_step=1: unknown key"):
+    with pytest.raises(UsageError, match=r"^`overrides='training\.bp_step=1'`: unknown key"):
         load_recipe("sac_pendulum", ["training.bp_step=1"])
     path = tmp_path / "zero.toml"
     path.write_text("[training]\nbp_steps = 0\n")
@@ -272,7 +272,9 @@ def test_more_environments_than_one_process_steps_are_refused_with_the_reason(
         "steps together (one after another: more add memory, not speed); lower env.num_envs "
         "(emote collect --workers N spreads collection over processes)"
     )
-    with pytest.raises(UsageError, match=r"^--set env\.num_envs=4097: env\.num_envs = 4,097 is"):
+    with pytest.raises(
+        UsageError, match=r"^`overrides='env\.num_envs=4097'`: env\.num_envs = 4,097 is"
+    ):
         load_recipe("sac_pendulum", ["env.num_envs=4097"])
 
 

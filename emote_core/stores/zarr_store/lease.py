@@ -115,7 +115,7 @@ class ShardLease:
             raise StorageError(
                 f"shard '{self.shard}' of store '{self.url}' is being written by "
                 f"{describe(holder)}; one writer per shard — wait for it, or write to another "
-                "shard (--shard NAME)"
+                "shard (`shard`)"
             ) from None
         self.previous = _read_json(handle) or None
         handle.seek(0)
@@ -161,7 +161,7 @@ class ShardLease:
                         f"shard '{self.shard}' of store '{self.url}' is being written by "
                         f"{describe(holder)} (heartbeat {age:.0f} s ago; taken over after "
                         f"{self.timeout:.0f} s); one writer per shard — wait for it, or write "
-                        "to another shard (--shard NAME)"
+                        "to another shard (`shard`)"
                     )
                 self.previous = holder or None
             self.generation = (generations[-1] if generations else 0) + 1

@@ -79,7 +79,7 @@ def unfinished_upload(url: str) -> bool:
         if fs.exists(f"{base}/{ROOT_METADATA}"):
             raise FormatError(
                 f"destination '{url}' exists; convert does not replace what is on object "
-                "storage, even with --force (there is no rename to swap a replacement in "
+                "storage, even with `force=True` (there is no rename to swap a replacement in "
                 "safely) — remove it first, or choose another destination"
             )
         marker = _read_marker(fs, f"{base}/{UPLOAD_MARKER}")
@@ -162,7 +162,7 @@ def check_url_destination(source: str | None, destination: str, target_format: s
     if target_format != "zarr":
         raise FormatError(
             f"convert writes {target_format} files to local paths; '{destination}' is a URL — "
-            "convert to a local file, then copy it (or convert to a store: --to zarr)"
+            "convert to a local file, then copy it (or convert to a store: `target_format='zarr'`)"
         )
     if source is not None and is_url(source):
         inner, outer = destination.rstrip("/") + "/", source.rstrip("/") + "/"

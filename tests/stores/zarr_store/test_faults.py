@@ -79,7 +79,7 @@ def test_a_second_writer_on_a_held_shard_is_refused_naming_the_holder(kit, tmp_p
             ShardWriter(url)
         message = str(refused.value)
         assert f"pid {holder.pid} on host" in message and "shard 'main'" in message
-        assert "--shard NAME" in message
+        assert "write to another shard (`shard`)" in message
         fill(kit, url, "other", range(100, 103))  # other shards are free
     finally:
         holder.send_signal(signal.SIGKILL)
