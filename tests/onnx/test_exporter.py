@@ -7,7 +7,6 @@ import json
 import os
 import stat
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,7 @@ import torch
 
 from emote_core.algorithms.dqn import DoubleDQN
 from emote_core.algorithms.sac import SoftActorCritic
-from emote_core.callback import Callback
+from emote_core.callback import Callback, Order
 from emote_core.callbacks.generic import BackPropStepsTerminator
 from emote_core.errors import ConfigurationError, ExportError
 from emote_core.memory.callbacks import MemoryWarmup
@@ -29,7 +28,7 @@ from emote_core.onnx.graph import PolicyGraph, policy_metadata
 from emote_core.onnx.writer import export_policy
 from emote_core.proxies import EpsilonGreedyAgentProxy, MultiKeyAgentProxy
 from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, MDPSpace
-from emote_core.trainer import Trainer
+from emote_core.trainer import Trainer, TrainingShutdownException
 from emote_core.typing import DictObservation, EpisodeState
 
 SAC_SPACES = MDPSpace(
@@ -216,7 +215,20 @@ class Updates(Callback):
         with torch.no_grad():
             for parameter in self.policy.parameters():
                 parameter.add_(1e-4)
-        time.sleep(0.001)
+
+
+class UntilExported(Callback):
+    """Ends training once the exporter holds an export: a request made meanwhile is served."""
+
+    order = Order.TERMINATOR
+
+    def __init__(self, exporter: OnnxExporter) -> None:
+        super().__init__(name="until_exported")
+        self.exporter = exporter
+
+    def end_batch(self, bp_step: int) -> None:
+        if self.exporter.items():
+            raise TrainingShutdownException("exported")
 
 
 def batches(count: int | None = None):
@@ -255,7 +267,9 @@ def test_periodic_exports_record_their_update_and_are_managed_as_items(tmp_path:
         exporter.add_metadata("training_step", "7")
 
 
-def test_requests_from_other_threads_are_served_by_the_training_thread(tmp_path: Path) -> None:
+def test_requests_from_other_threads_are_served_by_the_training_thread(
+    tmp_path: Path, no_hang: None
+) -> None:
     policy, exporter = make_exporter(tmp_path)
     served: list[tuple[str, int]] = []
 
@@ -266,11 +280,12 @@ def test_requests_from_other_threads_are_served_by_the_training_thread(tmp_path:
 
     thread = threading.Thread(target=client)
     thread.start()
-    callbacks = [Updates(policy), exporter, BackPropStepsTerminator(bp_steps=500)]
-    Trainer(callbacks, batches()).train()
+    # Training runs until the exporter served the request: only the training thread exports.
+    callbacks = [Updates(policy), exporter, UntilExported(exporter)]
+    state = Trainer(callbacks, batches()).train()
     thread.join(timeout=60)
     assert len(served) == 1 and served[0][0] == "client"
-    assert 0 <= served[0][1] <= 500
+    assert 0 <= served[0][1] <= state["bp_step"]
     # After training, requests run on the caller's thread at once.
     assert exporter.export_threadsafe(timeout=5).handle.value == 1
 
