@@ -207,13 +207,14 @@ def abort(message: str, code: ExitCode | int = ExitCode.ERROR) -> NoReturn:
     JSON document as ``"error"``, with ``code`` as ``"exit_code"``.
 
     Args:
-        message: What went wrong: the rule, the value received and the fix.
+        message: What went wrong: the rule, the value received and the fix. Arguments that
+            library text in it names are shown as flags (:func:`in_flags`).
         code: The exit status; :attr:`ExitCode.ERROR` unless a more specific one applies.
 
     Raises:
         typer.Exit: Always, carrying ``code``.
     """
-    _write_error_line(message)
+    _write_error_line(in_flags(message))
     raise typer.Exit(int(code))
 
 
