@@ -207,14 +207,13 @@ def abort(message: str, code: ExitCode | int = ExitCode.ERROR) -> NoReturn:
     JSON document as ``"error"``, with ``code`` as ``"exit_code"``.
 
     Args:
-        message: What went wrong: the rule, the value received and the fix. Arguments that
-            library text in it names are shown as flags (:func:`in_flags`).
+        message: What went wrong: the rule, the value received and the fix.
         code: The exit status; :attr:`ExitCode.ERROR` unless a more specific one applies.
 
     Raises:
         typer.Exit: Always, carrying ``code``.
     """
-    _write_error_line(in_flags(message))
+    _write_error_line(message)
     raise typer.Exit(int(code))
 
 

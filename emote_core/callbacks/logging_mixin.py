@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -15,10 +15,6 @@ from emote_core.errors import ConfigurationError
 _WINDOW_PREFIX = re.compile(r"^windowed\[(\d+)\]:(.+)$")
 
 Loggable = float | int | np.ndarray | torch.Tensor
-
-Later = Callable[[], "Loggable | None"]
-"""A scalar measured only when the logs are read (:meth:`LoggingMixin.log_scalar`): called at
-most once, it returns the value, or ``None`` to keep the key's value from before."""
 
 
 def _to_float(value: Loggable) -> float:
@@ -69,17 +65,12 @@ class LoggingMixin:
         """The latest value of every scalar key.
 
         Values logged as CUDA tensors are kept on the device until read here, so logging never
-        waits for the GPU (nor breaks a CUDA graph's capture); reading converts them all at once,
-        and measures the values logged to be measured later (:data:`Later`).
+        waits for the GPU (nor breaks a CUDA graph's capture); reading converts them all at once.
         """
         pending = self.__dict__.get("_pending_scalars")
         scalars: dict[str, float] = self.__dict__.setdefault("_scalar_logs", {})
         if pending:
             for key, value in pending.items():
-                if callable(value):
-                    value = value()
-                    if value is None:
-                        continue
                 scalars[key] = _to_float(value)
             pending.clear()
         return scalars
@@ -89,13 +80,11 @@ class LoggingMixin:
         self.__dict__["_scalar_logs"] = dict(value)
         self.__dict__["_pending_scalars"] = {}
 
-    def log_scalar(self, key: str, value: Loggable | Later) -> None:
+    def log_scalar(self, key: str, value: Loggable) -> None:
         """Records the latest value of ``key`` (a tensor or array is reduced to its mean).
 
         A CUDA tensor (or any tensor inside ``torch.compile``) is reduced where it is and
-        converted when :attr:`scalar_logs` is read. A :data:`Later` is called then, and only if
-        no newer value of ``key`` came first: what is costly to measure and seldom read (a
-        gradient norm logged every update) costs nothing on the updates nobody reads.
+        converted when :attr:`scalar_logs` is read.
         """
         attributes = self.__dict__
         if type(value) is float:  # the common case (learning rates, targets): no conversion
@@ -105,9 +94,6 @@ class LoggingMixin:
                 attributes.setdefault("_pending_scalars", {})[key] = value.detach().float().mean()
                 return
             number = value.item() if value.numel() == 1 else _to_float(value)
-        elif callable(value):
-            attributes.setdefault("_pending_scalars", {})[key] = value
-            return
         else:
             number = _to_float(value)
         pending = attributes.get("_pending_scalars")

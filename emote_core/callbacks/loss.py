@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
@@ -12,10 +11,8 @@ import torch
 from torch import nn
 
 from emote_core.callback import Callback, Order
-from emote_core.callbacks.logging_mixin import Later, LoggingMixin
+from emote_core.callbacks.logging_mixin import LoggingMixin
 from emote_core.errors import ConfigurationError
-
-log = logging.getLogger(__name__)
 
 
 class LossCallback(LoggingMixin, Callback, ABC):
@@ -24,8 +21,7 @@ class LossCallback(LoggingMixin, Callback, ABC):
     Each batch, ``backward`` zeroes the gradients, computes :meth:`loss` with its parameters
     selected by name from the state (data group first), back-propagates, clips the gradient norm,
     steps the optimizer and the learning-rate schedule, and logs ``loss/<name>``,
-    ``training/<name>_lr`` and ``training/<name>_gradient_norm``. A norm that is not clipped to
-    is measured when the logs are read (:class:`GradientNorms`), not at every update.
+    ``training/<name>_lr`` and ``training/<name>_gradient_norm``.
 
     Args:
         name: Unique name; keys logs and checkpoints.
@@ -72,11 +68,6 @@ class LossCallback(LoggingMixin, Callback, ABC):
         self.log_per_param_weights = log_per_param_weights
         self.log_per_param_grads = log_per_param_grads
         self.parameters = [p for group in optimizer.param_groups for p in group["params"]]
-        self.measure_later = True
-        """Whether an unclipped gradient norm is measured when the logs are read instead of at
-        every update (:class:`GradientNorms`); turned off for good if the gradients are found
-        changed after an update."""
-        self._later: GradientNorms | None = None
 
     @abstractmethod
     def loss(self, *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -85,9 +76,6 @@ class LossCallback(LoggingMixin, Callback, ABC):
     def backward(self, **state: Any) -> None:
         """Runs one optimisation step of this loss."""
         self.optimizer.zero_grad(set_to_none=True)
-        if self._later is not None:  # this update logs new norms: free the last one's gradients
-            self._later.release()
-            self._later = None
         loss = self.loss(**state)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise ConfigurationError(
@@ -108,29 +96,14 @@ class LossCallback(LoggingMixin, Callback, ABC):
         if self.network is not None and (self.log_per_param_weights or self.log_per_param_grads):
             self._log_parameters()
 
-    def clip_gradients(self, grads: list[torch.Tensor]) -> torch.Tensor | Later:
+    def clip_gradients(self, grads: list[torch.Tensor]) -> torch.Tensor:
         """Clips the parameters' gradients ``grads`` in place to a total 2-norm of at most
-        ``max_grad_norm`` (with ``None``, only measures it, when the logs are read where it
-        can: :meth:`norms_later`) and returns the norm before, which is logged as
-        ``training/<name>_gradient_norm``."""
+        ``max_grad_norm`` (with ``None``, only measures it) and returns the norm before, which
+        is logged as ``training/<name>_gradient_norm``."""
         if self.max_grad_norm is not None:
             return clip_gradients_(self.parameters, grads, self.max_grad_norm)
         # Measure only: clipping to infinity would still rescale every gradient.
-        later = self.norms_later(grads, gradient_norm)
-        return later if later is not None else gradient_norm(grads)
-
-    def norms_later(
-        self, grads: list[torch.Tensor], measure: Callable[[list[torch.Tensor]], torch.Tensor]
-    ) -> GradientNorms | None:
-        """``measure(grads)`` taken when the logs are read, or ``None`` where it must be taken
-        now: turned off (:attr:`measure_later`), inside ``torch.compile`` or while a CUDA graph
-        records (the gradients are the graph's own buffers, rewritten by every replay)."""
-        if not self.measure_later or not grads or torch.compiler.is_compiling():
-            return None
-        if grads[0].is_cuda and torch.cuda.is_current_stream_capturing():
-            return None
-        self._later = GradientNorms(self, grads, measure)
-        return self._later
+        return gradient_norm(grads)
 
     def capture_blocker(self) -> str | None:
         """As :meth:`Callback.capture_blocker`, and not with a learning-rate schedule, a gradient
@@ -194,59 +167,6 @@ class LossCallback(LoggingMixin, Callback, ABC):
         else:
             for group, lr in zip(groups, current_lrs, strict=True):
                 group["lr"] = lr
-
-
-class GradientNorms:
-    """``measure(grads)`` of one update's gradients, taken when first asked for (the logs are
-    read) instead of at the update: measuring a gradient norm costs ~20 us per loss on a CPU,
-    and a few launches on a GPU, at every update, while the logs are read every few hundred.
-
-    The gradients are kept, not copied: the next update zeroes gradients by setting them to
-    ``None`` and writes new tensors, and torch's optimizers read gradients without changing
-    them. Where something does change them in place after the update (their version counters
-    moved: a parameter shared with a loss that does not zero it, an optimizer that rescales
-    gradients), the norm is no longer known: the value is left out (the log keeps the one
-    before) and the loss measures at every update from then on, saying so once.
-    """
-
-    def __init__(
-        self,
-        owner: LossCallback,
-        grads: list[torch.Tensor],
-        measure: Callable[[list[torch.Tensor]], torch.Tensor],
-    ) -> None:
-        self._owner = owner
-        self._grads: list[torch.Tensor] | None = grads
-        self._versions = [grad._version for grad in grads]
-        self._measure = measure
-        self._value: torch.Tensor | None = None
-
-    def __call__(self) -> torch.Tensor | None:
-        grads, self._grads = self._grads, None
-        if grads is not None:
-            if any(g._version != v for g, v in zip(grads, self._versions, strict=True)):
-                self._owner.measure_later = False
-                log.info(  # shared parameters, or an optimizer that changes gradients
-                    "loss '%s': its gradients were changed in place after its optimizer "
-                    "step, so its gradient norm is measured at every update from now on",
-                    self._owner.name,
-                )
-            else:
-                self._value = self._measure(grads)
-        return self._value
-
-    def release(self) -> None:
-        """Lets the gradients go (a newer update's norms replace these): not measured after."""
-        self._grads = None
-
-    def then(self, function: Callable[[torch.Tensor], torch.Tensor]) -> Later:
-        """A :data:`Later` of ``function`` of the measured norms."""
-
-        def value() -> torch.Tensor | None:
-            measured = self()
-            return None if measured is None else function(measured)
-
-        return value
 
 
 def _keep_capturable(optimizer: torch.optim.Optimizer, capturable: list[bool | None]) -> None:
@@ -333,4 +253,4 @@ def clip_gradients_(
     return total
 
 
-__all__ = ["GradientNorms", "LossCallback", "clip_gradients_", "gradient_norm", "set_capturable"]
+__all__ = ["LossCallback", "clip_gradients_", "gradient_norm", "set_capturable"]

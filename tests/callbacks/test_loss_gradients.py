@@ -1,17 +1,11 @@
-"""LossCallback's gradient norm and clipping are torch's, bit for bit, on every path, and an
-unclipped norm is measured when the logs are read."""
+"""LossCallback's gradient norm and clipping are torch's, bit for bit, on every path."""
 
 from __future__ import annotations
-
-import gc
-import logging
-import weakref
 
 import pytest
 import torch
 from torch import nn
 
-from emote_core.callbacks import loss as loss_module
 from emote_core.callbacks.loss import LossCallback, clip_gradients_, gradient_norm
 
 
@@ -86,35 +80,20 @@ def batch(step: int) -> dict[str, torch.Tensor]:
 KEY = "training/fit_gradient_norm"
 
 
-def test_an_unclipped_norm_is_measured_when_read_and_is_the_updates_own(monkeypatch) -> None:
-    """Measuring only (no clipping), the norm is taken when the logs are read, from the last
-    update's gradients, bit for bit the norm an update measuring at once logs; updates nobody
-    reads cost no measurement."""
-    later, now = regression(), regression()
-    now.measure_later = False
-    measured = []
-    monkeypatch.setattr(loss_module, "gradient_norm",
-                        lambda grads: measured.append(1) or gradient_norm(grads))  # fmt: skip
-    for step in range(6):
-        later.backward(**batch(step))
-        now.backward(**batch(step))
-        if step in (2, 5):
-            assert later.scalar_logs[KEY] == now.scalar_logs[KEY]
-            assert later.scalar_logs[KEY] > 0
-    assert len(measured) == 6 + 2  # every update of ``now``, and the two reads of ``later``
-    for mine, theirs in zip(later.parameters, now.parameters, strict=True):
-        assert torch.equal(mine, theirs)
-
-
-def test_the_last_updates_gradients_are_let_go_by_the_next_update() -> None:
-    loss = regression()
-    loss.backward(**batch(0))
-    kept = weakref.ref(loss.parameters[0].grad)
-    loss.backward(**batch(1))
-    gc.collect()
-    assert kept() is None
-    expected = gradient_norm([p.grad for p in loss.parameters])
-    assert loss.scalar_logs[KEY] == expected.item()
+def test_an_unclipped_norm_is_torchs_norm_of_each_updates_gradients() -> None:
+    """Measuring only (no clipping), every update logs torch's norm of its own gradients, which
+    it leaves as they were: the parameters move as an unclipped torch loop moves them."""
+    loss, reference = regression(), regression()
+    optimizer = torch.optim.Adam(reference.network.parameters(), lr=0.01)
+    for step in range(4):
+        loss.backward(**batch(step))
+        grads = [p.grad for p in loss.parameters]
+        assert loss.scalar_logs[KEY] == nn.utils.get_total_norm(grads).item() > 0
+        optimizer.zero_grad(set_to_none=True)
+        reference.loss(**batch(step)).backward()
+        optimizer.step()
+        for mine, theirs in zip(loss.parameters, reference.network.parameters(), strict=True):
+            assert torch.equal(mine, theirs)
 
 
 class ScalingAdam(torch.optim.Adam):
@@ -128,28 +107,18 @@ class ScalingAdam(torch.optim.Adam):
         return result
 
 
-def test_gradients_changed_after_the_step_are_never_reported_as_their_norm(caplog) -> None:
-    """An optimizer that halves the gradients after its step: the halved norm is never logged.
-    The first read finds the gradients changed and leaves the value out (saying so), and
-    the loss measures at every update from then on, as one measuring at once does."""
-    changed, reference = regression(ScalingAdam), regression(ScalingAdam)
-    reference.measure_later = False
-    for step in range(2):
-        changed.backward(**batch(step))
-        reference.backward(**batch(step))
-    with caplog.at_level(logging.INFO, logger="emote_core.callbacks.loss"):
-        assert KEY not in changed.scalar_logs
-    assert "changed in place after its optimizer step" in caplog.text
-    assert not changed.measure_later
-    changed.backward(**batch(2))
-    reference.backward(**batch(2))
-    assert changed.scalar_logs[KEY] == reference.scalar_logs[KEY]
+def test_the_norm_logged_is_the_one_before_an_optimizer_changes_the_gradients() -> None:
+    """An optimizer that halves the gradients after its step: the norm logged is the one the
+    update's backward pass gave, never the halved one."""
+    loss = regression(ScalingAdam)
+    for step in range(3):
+        loss.backward(**batch(step))
+        halved = gradient_norm([p.grad for p in loss.parameters])
+        assert loss.scalar_logs[KEY] == pytest.approx(2 * halved.item(), rel=1e-6)
 
 
 def test_a_clipping_loss_measures_at_every_update() -> None:
     loss = regression()
     loss.max_grad_norm = 1e-3
     loss.backward(**batch(0))
-    pending = loss.__dict__.get("_pending_scalars") or {}
-    assert not any(callable(value) for value in pending.values())
     assert loss.scalar_logs[KEY] > 1e-3  # the norm before clipping

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -24,9 +23,6 @@ from emote_core.errors import ConfigurationError
 from emote_core.memory.priorities import td_error_outputs
 from emote_core.nn.inputs import flatten_observation
 from emote_core.schedules import BPStepScheduler
-
-if TYPE_CHECKING:
-    from emote_core.callbacks.logging_mixin import Later
 
 POLICY_LOG_PROBS_KEY = "policy_log_probs"
 """Where :class:`PolicyLoss` leaves its batch's log-probabilities for :class:`AlphaLoss`."""
@@ -181,17 +177,9 @@ class StackedQLoss(LossCallback):
         self._member_losses = member_losses.detach()
         return member_losses.sum()
 
-    def clip_gradients(self, grads: list[Tensor]) -> Tensor | Later:
+    def clip_gradients(self, grads: list[Tensor]) -> Tensor:
         """Clips each member's gradient to ``max_grad_norm`` on its own (``None``: measures
-        only, when the logs are read where it can), logs each member's norm before, and
-        returns the norm of them all."""
-        later = None if self.max_grad_norm is not None else self.norms_later(grads, self._norms)
-        if later is not None:
-            for member, name in enumerate(self.member_names):
-                self.log_scalar(
-                    f"training/{name}_gradient_norm", later.then(operator.itemgetter(member))
-                )
-            return later.then(torch.linalg.vector_norm)
+        only), logs each member's norm before, and returns the norm of them all."""
         norms = self._norms(grads)
         if self.max_grad_norm is not None:
             members = len(self.member_names)
