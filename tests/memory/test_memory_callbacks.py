@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 
 import numpy as np
 
@@ -71,43 +70,75 @@ class SizeAtBatches(Callback):
         self.ended = True
 
 
+class Watched:
+    """A loader whose readiness checks record the table's size: what the warm-up saw."""
+
+    def __init__(self, loader: MemoryLoader, table: ArrayMemoryTable) -> None:
+        self.loader, self.table = loader, table
+        self.seen: list[int] = []
+        self.changed = threading.Condition()
+
+    def is_ready(self) -> bool:
+        with self.changed:
+            self.seen.append(self.table.size())
+            self.changed.notify_all()
+        return self.loader.is_ready()
+
+    def wait_for_a_look_at(self, size: int) -> None:
+        with self.changed:
+            assert self.changed.wait_for(lambda: size in self.seen, timeout=60), self.seen
+
+
 def test_warmup_holds_training_until_a_collector_thread_fills_the_table():
     table = make_table()
     proxy = MemoryTableProxy(table)
     loader = MemoryLoader(table=table, rollout_count=4, rollout_length=2)  # needs 8 transitions
+    watched = Watched(loader, table)
 
     def collect() -> None:
         for episode in range(3):  # 3 episodes of 3 transitions: ready after the third
-            time.sleep(0.05)
+            watched.wait_for_a_look_at(3 * episode)  # the warm-up saw the table not ready
             feed_episode(proxy, agent=0, length=3, base=10.0 * episode)
 
     sizes = SizeAtBatches(table)
     trainer = Trainer(
-        [MemoryWarmup(loader=loader, poll_interval=0.01), sizes], itertools.islice(loader, 3)
+        [MemoryWarmup(loader=watched, poll_interval=0.01), sizes], itertools.islice(loader, 3)
     )
     collector = threading.Thread(target=collect)
-    started = time.monotonic()
     collector.start()
     state = trainer.train()
     collector.join()
     # Without the warm-up the first batch would sample an empty table and fail.
     assert state["bp_step"] == 3 and sizes.sizes == [9, 9, 9]
-    assert time.monotonic() - started >= 0.15
+    assert {0, 3, 6} <= set(watched.seen) <= {0, 3, 6, 9}  # it waited through each episode
 
 
-def test_warmup_stops_training_when_the_shutdown_signal_is_set():
+class RecordedEvent(threading.Event):
+    """An event that records the timeout of every wait on it and says when one begins."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timeouts: list[float | None] = []
+        self.waiting = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.timeouts.append(timeout)
+        self.waiting.set()
+        return super().wait(timeout)
+
+
+def test_warmup_stops_training_when_the_shutdown_signal_is_set(no_hang: None):
     table = make_table()
     loader = MemoryLoader(table=table, rollout_count=4, rollout_length=2)  # never ready
     sizes = SizeAtBatches(table)
-    trainer = Trainer([MemoryWarmup(loader=loader, poll_interval=10.0), sizes], loader)
-    stopper = threading.Timer(0.2, trainer.shutdown_signal.set)
-    started = time.monotonic()
+    # A poll interval no test outlasts: only a wait that wakes on the signal can end this one.
+    trainer = Trainer([MemoryWarmup(loader=loader, poll_interval=3_600.0), sizes], loader)
+    trainer.shutdown_signal = stop = RecordedEvent()
+    stopper = threading.Thread(target=lambda: stop.waiting.wait(timeout=60) and stop.set())
     stopper.start()
     state = trainer.train()
-    elapsed = time.monotonic() - started
     stopper.join()
-    # The wait wakes on the signal itself, well before the 10 s poll interval.
-    assert 0.15 <= elapsed < 5.0
+    assert stop.timeouts == [3_600.0]  # one wait on the signal itself, ended by it
     assert state["bp_step"] == 0 and sizes.sizes == [] and sizes.ended
 
 
