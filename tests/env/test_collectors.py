@@ -345,13 +345,36 @@ def test_threaded_collector_raises_the_threads_error_on_the_training_thread() ->
     assert collector._thread is None
 
 
-def test_threaded_collector_stops_when_shutdown_is_requested_during_warmup() -> None:
-    collector, loader, _ = threaded_setup(Controller(), warmup_steps=10**9)
+class Acted(threading.Event):
+    """Set at a policy's first action; copies of the policy share it."""
+
+    def __deepcopy__(self, memo: dict) -> Acted:
+        return self
+
+
+class ActingController(Controller):
+    """The controller, saying when it first acted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.acted = Acted()
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        self.acted.set()
+        return super().forward(obs)
+
+
+def test_threaded_collector_stops_when_shutdown_is_requested_during_warmup(no_hang: None) -> None:
+    policy = ActingController()
+    collector, loader, _ = threaded_setup(policy, warmup_steps=10**9)
     trainer = Trainer([collector], loader)
-    threading.Timer(0.3, trainer.shutdown_signal.set).start()
-    started = time.monotonic()
+    # Shutdown is asked for once the collector acts; only it can end a warm-up of 10**9 steps.
+    stopper = threading.Thread(
+        target=lambda: policy.acted.wait(timeout=60) and trainer.shutdown_signal.set()
+    )
+    stopper.start()
     state = trainer.train()
-    assert time.monotonic() - started < 10
+    stopper.join()
     assert state["bp_step"] == 0
     assert collector._thread is None
     assert 0 < collector.env_steps < 10**9
