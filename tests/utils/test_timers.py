@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import math
 import threading
-import time
+import types
 
 import numpy as np
 import pytest
@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from emote_core.errors import ConfigurationError
 from emote_core.utils import BlockTimers, MovingWindowStatistics, TimedBlock, WelfordStatistics
+from emote_core.utils import timers as timers_module
 
 STAT_KEYS = {
     "mean",
@@ -84,16 +85,39 @@ def test_bad_window_is_rejected_with_its_value(window: object) -> None:
         BlockTimers(window)  # type: ignore[arg-type]
 
 
-def test_timed_block_measures_a_sleep() -> None:
+class Clock:
+    """A ``perf_counter`` that moves only when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """The timers' clock, moved by the test instead of by sleeping."""
+    fake = Clock()
+    monkeypatch.setattr(
+        timers_module, "time", types.SimpleNamespace(perf_counter=fake.perf_counter)
+    )
+    return fake
+
+
+def test_timed_block_measures_the_time_its_block_takes(clock: Clock) -> None:
     block = TimedBlock()
-    for _ in range(3):
+    for seconds in (0.05, 0.07, 0.06):
         with block:
-            time.sleep(0.05)
+            clock.advance(seconds)
     assert block.count == 3
-    assert 0.045 <= block.min() <= block.max() < 0.5
-    assert 0.045 <= block.mean() < 0.5
-    assert 0.045 <= block.last < 0.5
-    assert block.std() < 0.2
+    assert (block.min(), block.max()) == pytest.approx((0.05, 0.07))
+    assert block.mean() == pytest.approx(0.06)
+    assert block.last == pytest.approx(0.06)
+    assert block.std() == pytest.approx(np.std([0.05, 0.07, 0.06]))
 
 
 def test_timed_block_window_forgets_old_timings_but_overall_does_not() -> None:
@@ -117,15 +141,15 @@ def test_timed_block_records_even_when_the_block_raises() -> None:
     assert block.count == 1
 
 
-def test_timed_block_nested_and_concurrent_use() -> None:
+def test_timed_block_nested_and_concurrent_use(clock: Clock) -> None:
     block = TimedBlock()
     with block:
-        time.sleep(0.02)
+        clock.advance(0.02)
         with block:
-            time.sleep(0.01)
+            clock.advance(0.01)
     assert block.count == 2
-    assert block.min() >= 0.009
-    assert block.max() >= 0.029  # the outer timing includes the inner one
+    assert block.min() == pytest.approx(0.01)
+    assert block.max() == pytest.approx(0.03)  # the outer timing includes the inner one
 
     def work() -> None:
         for _ in range(20):
@@ -140,13 +164,13 @@ def test_timed_block_nested_and_concurrent_use() -> None:
     assert block.count == 2 + 8 * 20
 
 
-def test_block_timers_stats_per_scope() -> None:
+def test_block_timers_stats_per_scope(clock: Clock) -> None:
     timers = BlockTimers(window=10)
     for _ in range(3):
         with timers.scope("sample"):
             pass
     with timers.scope("train") as block:
-        time.sleep(0.01)
+        clock.advance(0.01)
     assert block is timers.timer("train")
     stats = timers.stats()
     assert set(stats) == {"sample", "train"}
@@ -156,7 +180,7 @@ def test_block_timers_stats_per_scope() -> None:
         assert all(isinstance(v, float) for v in per_scope.values())
     assert stats["sample"]["count"] == 3.0
     assert stats["train"]["count"] == 1.0
-    assert stats["train"]["mean"] >= 0.009
+    assert stats["train"]["mean"] == pytest.approx(0.01)
 
 
 def test_block_timers_create_one_timer_per_name_across_threads() -> None:
