@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -20,7 +19,12 @@ from typer.testing import CliRunner
 
 from emote_cli.app import app
 from emote_core import install_command
-from emote_core.scale.ray_setup import ClusterError, address_endpoint, check_answers_grpc
+from emote_core.scale.ray_setup import (
+    CONNECT_TIMEOUT_S,
+    ClusterError,
+    address_endpoint,
+    check_answers_grpc,
+)
 
 COLLECT = ["collect", "sac_hit_the_middle", "--out", "h.zarr", "--episodes", "2"]
 
@@ -46,10 +50,20 @@ def test_options_of_workers_need_workers(runner: CliRunner, in_tmp: Path) -> Non
     assert result.exit_code == 2 and "--workers N writes shards w0, w1" in result.stderr
 
 
-def test_an_unreachable_ray_address_fails_in_seconds(runner: CliRunner, in_tmp: Path) -> None:
-    started = time.monotonic()
+def test_an_unreachable_ray_address_is_refused_after_one_bounded_connection_attempt(
+    runner: CliRunner, in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    attempts: list[tuple[object, object]] = []
+    connect = socket.create_connection
+
+    def recorded(address, timeout=None, *args, **kwargs):
+        attempts.append((tuple(address), timeout))
+        return connect(address, timeout, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "create_connection", recorded)
     result = runner.invoke(app, [*COLLECT, "--workers", "2", "--ray-address", "127.0.0.1:1"])
-    assert time.monotonic() - started < 15
+    # One TCP connection, bounded by the connect timeout, and no Ray started: no long wait.
+    assert attempts == [(("127.0.0.1", 1), CONNECT_TIMEOUT_S)]
     assert result.exit_code == 1, result.output
     [line] = error_lines(result.stderr)
     assert line.startswith("error: cannot reach Ray at '127.0.0.1:1'")
