@@ -274,3 +274,15 @@ def test_the_readme_links_only_to_files_that_exist() -> None:
     links = [link for link in _LINK.findall(readme) if "://" not in link]
     assert any(link.startswith("docs/") for link in links)
     assert [link for link in links if not (ROOT / link).exists()] == []
+
+
+def test_the_readme_is_a_front_door_that_leaves_the_rest_to_the_guides() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 250
+    quickstart = readme.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    for command in ("emote train", "emote eval", "emote export onnx", "emote collect"):
+        assert command in quickstart, command
+    contract = readme.split("## The command-line contract", 1)[1].split("\n## ", 1)[0]
+    for term in ("--json", "--device", "Exit codes", "3 threshold not met", "130 interrupted"):
+        assert term in contract, term
+    assert "nox -s docs" in readme
