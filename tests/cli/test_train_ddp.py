@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -137,13 +136,12 @@ def test_a_failure_on_rank_zero_stops_every_rank(tmp_path: Path) -> None:
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "notes.txt").write_text("not a run")
-    began = time.monotonic()
     result = _torchrun(
         "-m", "emote_cli", "train", "sac_pendulum", "--steps", "5", "--run-dir", str(taken),
         "--threads", "1", cwd=tmp_path,
     )  # fmt: skip
-    assert time.monotonic() - began < 60
     assert result.returncode == 1
+    # Rank 1's line: it stopped on hearing rank 0's error, not at a collective's timeout.
     assert "rank 0 could not start the run" in result.stderr
     assert sorted(p.name for p in taken.iterdir()) == ["notes.txt"]
 
