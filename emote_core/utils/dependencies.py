@@ -22,7 +22,6 @@ EXTRAS: dict[str, str] = {
     "skrl": "skrl",
     "imageio": "video",
     "imageio_ffmpeg": "video",
-    "zarrs": "fast",
     "zlib_ng": "fast",
     "pettingzoo": "multiagent",
     "mpe2": "multiagent",

@@ -438,7 +438,6 @@ def test_without_a_policy_to_relay_no_wait_refuses_before_any_worker_starts(
     run_dir = tmp_path / "learner"
     run_dir.mkdir()
     store = tmp_path / "h.zarr"
-    started = time.monotonic()
     result = runner.invoke(
         app,
         ["collect", "sac_hit_the_middle", "--out", str(store), "--episodes", "2", "--workers",
@@ -461,5 +460,4 @@ def test_without_a_policy_to_relay_no_wait_refuses_before_any_worker_starts(
     collection = RayCollection(load_recipe("sac_pendulum"), str(store), **options)
     with pytest.raises(ConfigurationError, match="observation"):
         collection.run()
-    assert time.monotonic() - started < 20
-    assert collection.runs == [] and not store.exists()
+    assert collection.runs == [] and not store.exists()  # no worker was started

@@ -1,10 +1,8 @@
-"""Faster reading where optional packages allow: the zarrs codec pipeline and a SIMD crc32.
+"""The zarrs codec pipeline for local stores, and the crc32 that checksums use.
 
-Both are optional (the ``fast`` extra installs them); without them stores read through
-zarr-python's default codec pipeline and checksums through :func:`zlib.crc32`, with the same
-results. Measured here on a 1M-transition store (``benchmarks/store_bench.py``, 2 cores): the
-zarrs pipeline decodes the columns ~2.5x faster than the default one, and zlib-ng's crc32 runs
-~5x faster than zlib's (the same checksum values: both are the zlib CRC-32).
+zarrs (a default dependency) decodes local stores' columns; where it cannot be imported or does
+not fit the installed zarr, stores read through zarr-python's default pipeline with the same
+results. zlib-ng's crc32 (the ``fast`` extra) gives the same checksum values as zlib's, faster.
 """
 
 from __future__ import annotations
@@ -15,6 +13,8 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,7 @@ def zarrs_enabled() -> bool:
 
 def reads_with_zarrs(group: Any) -> bool:
     """Whether arrays of ``group`` are opened with the zarrs pipeline: it is enabled and the
-    group is on the local file system (zarrs reads local files itself and refuses most fsspec
-    stores; those read through zarr's default pipeline)."""
+    group is on the local file system (zarrs refuses most fsspec stores)."""
     from zarr.storage import LocalStore
 
     return zarrs_enabled() and isinstance(getattr(group, "store", None), LocalStore)
@@ -57,14 +56,14 @@ def reads_with_zarrs(group: Any) -> bool:
 @contextmanager
 def reading_config(group: Any) -> Iterator[bool]:
     """zarr settings for bulk reads of ``group``'s arrays: arrays opened inside decode with the
-    zarrs pipeline where :func:`reads_with_zarrs` allows, chunks decoded on one thread per core.
+    zarrs pipeline where :func:`reads_with_zarrs` allows, chunks decoded on one thread per core
+    (zarr's default pool is larger, and slower).
 
     Yields:
         Whether arrays opened inside use the zarrs pipeline.
     """
     import zarr
 
-    # One decoding thread per core: zarr's default pool is larger and measured ~1.5x slower.
     settings: dict[str, Any] = {"threading.max_workers": os.cpu_count() or 1}
     fast = reads_with_zarrs(group)
     if fast:
@@ -104,12 +103,43 @@ def with_default_pipeline(array: Any) -> Any:
         return zarr.open_array(store=array.store, path=array.path, mode="r", zarr_format=3)
 
 
+def read_into(array: Any, low: int, high: int, out: np.ndarray) -> np.ndarray:
+    """Rows ``low:high`` of ``array`` decoded into ``out``, one decoding thread per core.
+
+    Under zarrs, the chunks at either end that the rows take only part of are decoded by zarr's
+    own pipeline: zarrs decodes part of a chunk without checking that the chunk holds one
+    chunk's bytes, which zarr's pipeline refuses as damage.
+
+    Raises:
+        Exception: Whatever the codec pipeline raises for an unreadable chunk.
+    """
+    import zarr
+    from zarr.core.buffer import default_buffer_prototype
+
+    rows = int(array.chunks[0])
+    head = min(high, -(-low // rows) * rows)  # the first chunk boundary from low on
+    tail = max(head, high // rows * rows)  # the last one up to high
+    parts = [(low, high, array)]
+    if uses_zarrs(array) and (low < head or tail < high):
+        default = with_default_pipeline(array)
+        parts = [(low, head, default), (head, tail, array), (tail, high, default)]
+    with zarr.config.set({"threading.max_workers": os.cpu_count() or 1}):
+        for first, stop, source in parts:
+            if first < stop:
+                into = default_buffer_prototype().nd_buffer.from_numpy_array(
+                    out[first - low : stop - low]
+                )
+                source.get_basic_selection(slice(first, stop), out=into)
+    return out
+
+
 __all__ = [
     "FAST_CRC32",
     "ZARRS_PIPELINE",
     "ZARRS_SWITCH",
     "crc32",
     "open_array",
+    "read_into",
     "reading_config",
     "reads_with_zarrs",
     "uses_zarrs",

@@ -10,26 +10,18 @@ the table empty, and the episode-by-episode path reads the stores and says what 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, nullcontext
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from emote_core.errors import FormatError, MemoryTableError
 from emote_core.stores.stored import check_schema
-from emote_core.stores.zarr_store.acceleration import open_array, reading_config, uses_zarrs
+from emote_core.stores.zarr_store.acceleration import open_array, read_into
 from emote_core.stores.zarr_store.checks import EpisodeChecks, episode_rows
 from emote_core.stores.zarr_store.layout import COLUMNS, RowKind, StoreColumn
-from emote_core.stores.zarr_store.local_arrays import LocalArray, open_local, whole_chunks
-from emote_core.stores.zarr_store.raw_chunks import RawChunkError, RawColumnReader, raw_files
 from emote_core.stores.zarr_store.reader import MemoryStore, ShardView
 from emote_core.typing import EpisodeState
-from emote_core.utils.arrays import aligned_empty
-from emote_core.utils.page_cache import needs_reading, read_ahead
-from emote_core.utils.threading import quick_switches
 
 if TYPE_CHECKING:
     from emote_core.memory.table import ArrayMemoryTable
@@ -182,207 +174,35 @@ def _read_shard(
     runs = list(zip([0, *breaks.tolist()], [*breaks.tolist(), len(indices)], strict=True))
     data: dict[str, tuple[np.ndarray, None]] = {}
     rows_at: dict[str, np.ndarray] = {}  # per column, the row of data each episode starts at
-    raw: list[_RawRead] = []
     placed: list[tuple[StoreColumn, np.ndarray, np.ndarray]] = []
-    with ExitStack() as files:
-        with reading_config(shard.group):
-            arrays = [_open_column(shard.group, c.name) for c in store.columns]
-            decoded = []  # metadata first: read-ahead of raw columns would queue it
-            for column, array in zip(store.columns, arrays, strict=True):
-                first, stops = episode_rows(column.rows, shard.table, indices)
-                low, high = int(first.min()), int(stops.max())
-                if high > int(shard.commit["rows"].get(column.name, -1)):
-                    raise _StepAside(f"column '{column.name}' commits fewer rows than its episodes")
-                if high > array.shape[0]:
-                    raise _StepAside(f"{array.path} holds fewer rows than committed")
-                target = destinations.get(column.name)
-                directory = raw_files(array)
-                if directory is not None and target is not None and _fits(target, array):
-                    values, at = target, starts[positions]  # raw: read to the table's rows
-                elif target is not None and column.rows == RowKind.OBSERVATIONS and len(runs) == 1:
-                    row = int(starts[positions[0]])  # the same layout: decode in place
-                    values, at = target[row : row + high - low], first - low
-                else:
-                    values = aligned_empty((high - low, *array.shape[1:]), array.dtype)
-                    at = first - low
-                    placed.append((column, values, at))
-                if directory is not None and _fits(values, array):
-                    reader = files.enter_context(RawColumnReader(array, directory))
-                    raw.append(_RawRead(reader, first, stops - first, values, at))
-                else:
-                    if isinstance(array, LocalArray):  # into another dtype: zarr decodes it
-                        array = open_array(shard.group, f"{COLUMNS}/{column.name}")
-                    decoded.append((array, low, high, values))
-                data[column.name] = (values, None)
-                rows_at[column.name] = at
-            for array, low, high, values in decoded:
-                if uses_zarrs(array) and not whole_chunks(array, low, high):
-                    raise _StepAside(f"{array.path} has chunks that are not one chunk's size")
-                _touch_pages(values)  # before zarr's decoding threads write it
-                _read_into(array, low, high, values)
-        try:
-            for read in raw:
-                read.reader.open(int(read.first.min()), int((read.first + read.counts).max()))
-            damaged = _read_and_check(store.columns, shard.table, indices, raw, data, rows_at)
-        except (OSError, RawChunkError) as error:  # the other path names the damage
-            raise _StepAside(f"shard '{shard.name}': {error}") from error
+    for column in store.columns:
+        array = open_array(shard.group, f"{COLUMNS}/{column.name}")
+        first, stops = episode_rows(column.rows, shard.table, indices)
+        low, high = int(first.min()), int(stops.max())
+        if high > int(shard.commit["rows"].get(column.name, -1)):
+            raise _StepAside(f"column '{column.name}' commits fewer rows than its episodes")
+        if high > array.shape[0]:
+            raise _StepAside(f"{array.path} holds fewer rows than committed")
+        target = destinations.get(column.name)
+        if target is not None and column.rows == RowKind.OBSERVATIONS and len(runs) == 1:
+            row = int(starts[positions[0]])  # the same layout: decode in place
+            values = target[row : row + high - low]
+        else:
+            values = np.empty((high - low, *array.shape[1:]), array.dtype)
+            placed.append((column, values, first - low))
+        read_into(array, low, high, values)
+        data[column.name] = (values, None)
+        rows_at[column.name] = first - low
+    checks = EpisodeChecks(store.columns, shard.table, data, indices, row_starts=rows_at)
+    damaged = checks.all_damaged()
+    if damaged.any():
+        raise _StepAside(f"shard '{shard.name}' holds {int(damaged.sum())} damaged episodes")
     for column, values, offsets in placed:
         target = destinations.get(column.name)
         if target is not None:
             _place(column, values, offsets, runs, positions, starts, lengths, target)
         elif column.name in tags:
             tags[column.name][positions] = values[offsets]
-    if damaged.any():
-        raise _StepAside(f"shard '{shard.name}' holds {int(damaged.sum())} damaged episodes")
-
-
-def _open_column(group: Any, name: str) -> Any:
-    """A shard's column: straight from its files where it is stored raw on the local file
-    system (no zarr array to open, ~1 ms each), else opened for zarr to decode."""
-    local = open_local(group, f"{COLUMNS}/{name}")
-    if local is not None and raw_files(local) is not None:
-        return local
-    return open_array(group, f"{COLUMNS}/{name}")
-
-
-def _fits(values: np.ndarray, array: Any) -> bool:
-    """Whether a raw column's chunk bytes can be read straight into ``values``."""
-    return values.dtype == array.dtype and values.flags.c_contiguous
-
-
-class _RawRead(NamedTuple):
-    """A raw column's episodes to read: ``counts[j]`` rows from row ``first[j]`` of the
-    column into ``values[at[j]:]``."""
-
-    reader: RawColumnReader
-    first: np.ndarray
-    counts: np.ndarray
-    values: np.ndarray
-    at: np.ndarray
-
-
-PART_BYTES = 8 << 20
-"""Raw columns are read in parts of about this many bytes. Two threads take the parts in turn,
-each reading a part's rows and then checking its episodes, so that both cores copy, fault in
-the table's fresh pages and check. Loads of 1M transitions (140 MB of rows) from the page cache
-took a median 36-50 ms that way, against 46-62 ms reading on one thread while a second checked
-the parts behind it (loads taking turns in one process, 8 of 12 such comparisons), and 53-99 ms
-against 65-560 ms in fresh processes. Where one core faults in fresh pages slowly (on the VMs
-this was measured on, the first core after another had freed the last table: ~25x slower
-zeroing), the other takes most parts. Smaller parts lose to the work each part costs: 1 MB
-parts took 66 ms, 4 MB ones 38-53 ms."""
-
-READ_THREADS = 2
-"""Threads that read and check the parts (one where the machine has one core)."""
-
-
-def _read_and_check(
-    columns: list[StoreColumn],
-    table: dict[str, np.ndarray],
-    indices: np.ndarray,
-    raw: list[_RawRead],
-    data: dict[str, tuple[np.ndarray, None]],
-    rows_at: dict[str, np.ndarray],
-) -> np.ndarray:
-    """Reads the raw columns' episodes (their chunk files opened) part by part on
-    :data:`READ_THREADS` threads, each checking a part's episodes right after reading it, while
-    more threads read the chunk files not yet cached ahead of the parts; returns which episodes
-    are damaged. The other columns are in ``data`` already, each episode's rows from row
-    ``rows_at[column][j]`` on."""
-    checks = EpisodeChecks(columns, table, data, indices, row_starts=rows_at)
-    total = sum(int(r.counts.sum()) * r.values[:1].nbytes for r in raw)
-    parts = max(1, min(len(indices), total // PART_BYTES))
-    bounds = np.linspace(0, len(indices), parts + 1).astype(int)
-    heads, ends = bounds[:-1].tolist(), bounds[1:].tolist()
-    plans = [r.reader.plan(r.first, r.counts, r.at, ends) for r in raw]
-    ahead = _not_cached(raw, bounds[:-1]) if len(indices) else []
-    found: list[np.ndarray] = [np.zeros(0, dtype=np.uint32)] * parts
-    pending = iter(range(parts))  # each thread takes the next part (one call: thread-safe)
-    failed = []
-
-    def work() -> None:
-        for k in pending:
-            if failed:
-                return
-            try:
-                for r, plan in zip(raw, plans, strict=True):
-                    r.reader.read_planned(plan[k], r.values)
-                found[k] = checks.checksums(heads[k], ends[k])
-            except BaseException:
-                failed.append(k)  # the other threads stop at their next part
-                raise
-
-    threads = 1 if (os.cpu_count() or 1) == 1 else READ_THREADS
-    with (
-        quick_switches() if threads > 1 else nullcontext(),  # neither thread waits out 5 ms
-        ThreadPoolExecutor(max(1, threads - 1)) as helpers,
-        ThreadPoolExecutor(max(1, min(READ_AHEAD_THREADS, len(ahead)))) as reading_ahead,
-    ):
-        try:
-            for file in ahead:
-                reading_ahead.submit(read_ahead, *file)
-            helping = [helpers.submit(work) for _ in range(threads - 1)]
-            try:
-                work()
-            finally:  # the files stay open until every thread is done with them
-                errors = [error for future in helping if (error := future.exception())]
-            if errors:
-                raise errors[0]
-        finally:  # before the files close: nothing left to read ahead once read
-            reading_ahead.shutdown(cancel_futures=True)
-    return checks.damaged(np.concatenate(found))
-
-
-def _not_cached(raw: list[_RawRead], heads: np.ndarray) -> list[tuple[int, int, int]]:
-    """The chunk files' spans that the parts starting at episodes ``heads`` read, in the order
-    the parts read them, of the files the page cache does not hold whole (one question per
-    file, whichever parts share it)."""
-    spans = [
-        (
-            np.minimum.reduceat(r.first, heads).tolist(),
-            np.maximum.reduceat(r.first + r.counts, heads).tolist(),
-        )
-        for r in raw
-    ]
-    files = [
-        file
-        for k in range(len(heads))
-        for r, (lows, highs) in zip(raw, spans, strict=True)
-        for file in r.reader.to_read_ahead(lows[k], highs[k])
-    ]
-    reach: dict[int, tuple[int, int]] = {}  # per file, the bytes read from it
-    for descriptor, offset, size in files:
-        low, high = reach.get(descriptor, (offset, offset + size))
-        reach[descriptor] = (min(low, offset), max(high, offset + size))
-    wanted = {d for d, (low, high) in reach.items() if needs_reading(d, low, high - low)}
-    return [file for file in files if file[0] in wanted]
-
-
-READ_AHEAD_THREADS = 8
-"""Threads that read chunk files ahead of the loader (:func:`~emote_core.utils.page_cache.
-read_ahead` waits for each file's read: several keep the disk busy). From disk, 8 read 123 MB
-of 1 MB files about as fast as asking for all of them at once (``posix_fadvise``), and the
-page cache then holds them in 1 MB pages instead of 4 KB ones: repeat loads copy them out
-about twice as fast."""
-
-
-def _touch_pages(rows: np.ndarray) -> None:
-    """Faults the pages of a fresh destination in, one thread in order: zarr's decoders writing
-    them from several threads at once were measured 1.3-5x slower at it (the kernel's page
-    faults contend), more than this costs (~12 ms for 128 MB). Raw columns need none: the
-    reads fault them in, each thread its own parts' (touching them first on one thread cost
-    ~6 ms more for 128 MB here)."""
-    flat = rows.reshape(-1).view(np.uint8)
-    flat[:: 1 << 12] = 0
-
-
-def _read_into(array: Any, low: int, high: int, out: np.ndarray) -> np.ndarray:
-    """Rows ``low:high`` of a Zarr array decoded into ``out`` by zarr's codec pipeline."""
-    from zarr.core.buffer import default_buffer_prototype
-
-    buffer = default_buffer_prototype().nd_buffer.from_numpy_array(out)
-    array.get_basic_selection(slice(low, high), out=buffer)
-    return out
 
 
 def _place(

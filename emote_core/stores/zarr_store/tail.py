@@ -27,7 +27,6 @@ from emote_core.stores.zarr_store.layout import (
     RowKind,
     StoreColumn,
 )
-from emote_core.stores.zarr_store.local_arrays import read_rows_locally
 from emote_core.stores.zarr_store.reader import read_rows
 from emote_core.typing import EpisodeState
 
@@ -152,12 +151,8 @@ def read_episode_run(
 
 
 def _table_rows(group: Any, where: str, start: int, stop: int) -> dict[str, np.ndarray]:
-    """Rows ``start:stop`` of the shard's episode table (and its checksums, when it has them):
-    straight from the files of a local shard, else (or where they do not read) through zarr."""
+    """Rows ``start:stop`` of the shard's episode table (and its checksums, when it has them)."""
     names = [*EPISODE_FIELDS, TABLE_CHECKSUM]
-    local = read_rows_locally(group, [f"{EPISODES}/{name}" for name in names], start, stop)
-    if local is not None:
-        return dict(zip(names, local, strict=True))
     table = {}
     for name in names:
         try:

@@ -1,7 +1,7 @@
 """A column whose array metadata was edited (its chunk shape) reads the same on the local file
-system, where emote reads chunk files itself or through zarrs, and on S3, where zarr-python
-decodes them: damaged where zarr-python cannot read the chunks back, to verify, to loading and to
-a writer appending (one line, nothing committed)."""
+system, where zarrs decodes it, and on S3, where zarr-python's own pipeline does: damaged where
+zarr-python cannot read the chunks back, to verify, to loading and to a writer appending (one
+line, nothing committed)."""
 
 from __future__ import annotations
 
