@@ -1,18 +1,8 @@
-"""emote-memory Zarr stores on the issue's workload, each figure beside its baseline.
-
-Workload: 1,000,000 transitions in 1,000-step episodes; float32 obs[32], actions[2], rewards[1]
-(random values: the worst case for compression).
-- append: batched ShardWriter appends, against writing the same columns with ``np.save``;
-- load: the whole store into an ArrayMemoryTable, against ``np.load`` of the same columns: first
-  loads (both sides' files dropped from the page cache with ``posix_fadvise(DONTNEED)`` before
-  each) and repeat loads (files cached), medians, with zarr's default codec pipeline and with
-  the zarrs pipeline where it is installed (the ``fast`` extra); and loads in a fresh process
-  (files cached), the way ``emote train --memory`` loads once: a process's first large arrays
-  are fresh memory, which a repeat load in one process mostly does not fault in;
-- size on disk against the raw bytes of the columns (random columns are stored raw: Blosc
-  saves them under 10%, see ``raw_chunks.RAW_RATIO``);
-- ``emote memory inspect --json`` wall time (a fresh process, as a user runs it);
-- ``verify`` throughput in MB/s of column data checked.
+"""emote-memory Zarr stores on 1M transitions (1,000-step episodes of random float32 obs[32],
+actions[2], rewards[1]), each figure beside its baseline: appends against ``np.save``; loads into
+an ArrayMemoryTable against ``np.load`` of the same columns (first loads with both sides' files
+dropped from the page cache, repeat loads, loads in a fresh process), with zarr's default codec
+pipeline and with zarrs; size on disk; ``emote memory inspect --json``; ``verify`` throughput.
 
 Run: ``python benchmarks/store_bench.py`` (or ``nox -s bench``).
 """
@@ -193,7 +183,7 @@ def stored_raw(url: str) -> list[str]:
 
 
 def pipelines() -> list[str]:
-    """The codec pipelines to measure: zarr's default, and zarrs where it is installed."""
+    """The codec pipelines to measure: zarr's default, and zarrs where it imports."""
     return ["zarr default", *(["zarrs"] if acceleration.zarrs_installed() else [])]
 
 
@@ -225,9 +215,7 @@ def drop_cached(files: list[Path]) -> None:
 
 def load_figures(numpy_load, store_load, npy_files, store_files) -> tuple[float, ...]:
     """Medians of first loads (page cache dropped before each, for np.load's files and the
-    store's alike) and of repeat loads (files cached), np.load and the store taking turns.
-    Seven first loads a side: on the 2-core VM this was measured on, medians of three swung
-    from 1.1x to 2.9x between runs, of nine from 1.4x to 1.5x."""
+    store's alike) and of repeat loads (files cached), np.load and the store taking turns."""
     first, first_numpy, repeat, repeat_numpy = [], [], [], []
     for _ in range(7):
         drop_cached(npy_files)
@@ -263,8 +251,7 @@ print(time.perf_counter() - start)
 def fresh_process_figures(url: str, root: Path, pairs: int = 5) -> tuple[float, float]:
     """Medians of one load in each of ``pairs`` fresh processes, against ``np.load`` of the same
     columns in its own fresh process (files cached, imports warmed). Which of the two goes first
-    alternates: on the 2-core VMs this was measured on, a process's first touch of fresh memory
-    swung 5-10x with what the process before it had freed (``np.load`` took 0.03-0.5 s)."""
+    alternates: a process's first touch of fresh memory depends on what the one before freed."""
     names = [str(root / f"{name}.npy") for name in ("obs", "actions", "rewards")]
     here = str(Path(__file__).resolve().parent)
     found: dict[bool, list[float]] = {True: [], False: []}
@@ -280,8 +267,7 @@ def fresh_process_figures(url: str, root: Path, pairs: int = 5) -> tuple[float, 
 
 def checksum_cost(store_load) -> float:
     """The share of a load spent checking episode checksums (best of 3 loads, each timed whole
-    and inside ``EpisodeChecks.checksums``, summed over the threads that take them: the bulk
-    loader's two threads each check the parts they read)."""
+    and inside ``EpisodeChecks.checksums``, summed over the threads that take them)."""
     from emote_core.stores.zarr_store.checks import EpisodeChecks
 
     check = EpisodeChecks.checksums
@@ -309,7 +295,7 @@ def checksum_cost(store_load) -> float:
 def checksum_wall_share(store_load) -> float:
     """The share of a load's wall time that checking checksums adds: best of 5 loads against
     best of 5 with the checksums taken as the episode table says, the rows unread (the checks
-    share the cores with the reads, so time inside them overstates their cost)."""
+    may share the cores with the reads, so time inside them can overstate their cost)."""
     from emote_core.stores.zarr_store.checks import EpisodeChecks
 
     check = EpisodeChecks.checksums

@@ -1,16 +1,9 @@
 """Large host arrays that start on a page boundary.
 
-numpy takes large arrays from ``malloc``, which hands them out 16 bytes past a page boundary.
-The kernel copies file bytes into such an array (``read``, ``preadv``) about half as fast as into
-one that starts on a boundary: on this project's machines, 122 MB from the page cache took
-20-25 ms into a numpy array and 11-13 ms into a page-aligned one (each already faulted in).
-Landing 64, 128 or 2048 bytes into a page copied at full speed too; 16 bytes, or 16 short of
-the next page, did not. Tables that load stores keep their rows in arrays from
-:func:`aligned_empty` for that reason.
-
-Each call takes fresh memory for a large array (past the sizes ``malloc`` recycles), so its
-pages are faulted in on first use: for long-lived rows and one-off buffers, not for arrays made
-on every sample (a batch of 256 pixel frames took 5.2 ms into a fresh one, 0.46 ms into numpy's).
+numpy takes large arrays from ``malloc``, which hands them out 16 bytes past a page boundary;
+the kernel copies file bytes into an array that starts on a boundary faster. Each call takes
+fresh memory (past the sizes ``malloc`` recycles), so its pages are faulted in on first use:
+for long-lived rows and one-off buffers, not for arrays made on every sample.
 """
 
 from __future__ import annotations

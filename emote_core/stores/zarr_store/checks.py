@@ -40,10 +40,8 @@ class EpisodeChecks:
     """Which of episodes ``indices`` have unreadable rows, data that does not match their
     checksum, or a row of the episode table (id, offsets, length, end state, return) that does
     not match the table's checksum (where the shard has one): :meth:`all_damaged` answers for
-    every episode at once. Made ready once (where each episode's rows are, which are out of
-    reach or unreadable), the data's checksums can also be taken a few episodes at a time
-    (:meth:`checksums`, on any thread, then :meth:`damaged`): the bulk loader checks each part
-    right after reading it.
+    every episode at once; :meth:`checksums` of a few episodes at a time (on any thread), then
+    :meth:`damaged`, give the same answer.
 
     Args:
         columns: The stored columns, in the store's order (the order checksums chain them in).

@@ -276,7 +276,7 @@ def test_switched_off_zarrs_reads_with_the_default_pipeline(kit, tmp_path, monke
 
 
 def test_with_zarrs_installed_local_stores_read_through_it(kit, tmp_path, monkeypatch):
-    pytest.importorskip("zarrs", reason="the fast extra (zarrs) is not installed")
+    pytest.importorskip("zarrs", reason="zarrs (a dependency of emote) is not installed")
     url = str(tmp_path / "s.zarr")
     write_shards(kit, url, {"main": [range(0, 8)]})
     array = acceleration.open_array(MemoryStore(url).shards[0].group, "columns/obs")
@@ -323,7 +323,7 @@ def test_bulk_steps_aside_for_a_table_that_holds_episodes(kit, tmp_path):
 
 
 def test_a_zarrs_that_fails_to_read_costs_speed_never_data(kit, tmp_path, monkeypatch, caplog):
-    zarrs = pytest.importorskip("zarrs", reason="the fast extra (zarrs) is not installed")
+    zarrs = pytest.importorskip("zarrs", reason="zarrs (a dependency of emote) is not installed")
     from emote_core.stores.zarr_store.verify import verify_store
 
     url = str(tmp_path / "s.zarr")
