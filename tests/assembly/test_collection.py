@@ -7,12 +7,14 @@ import errno
 import logging
 import os
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from emote_core.assembly import published_policy
 from emote_core.assembly.collection import CollectionProgress, collect_to_store
 from emote_core.errors import ConfigurationError, FormatError, StorageError
 from emote_core.recipes import load_recipe
@@ -65,7 +67,7 @@ def test_a_follower_switches_to_each_newly_published_policy_and_keeps_its_own_on
 
 
 def test_without_a_published_policy_a_follower_waits_or_refuses(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     recipe = load_recipe("sac_hit_the_middle")
     store = tmp_path / "h.zarr"
@@ -73,17 +75,21 @@ def test_without_a_published_policy_a_follower_waits_or_refuses(
         collect_to_store(recipe, str(store), episodes=1, policy=str(tmp_path), follow_policy=True,
                          wait_for_policy=False)  # fmt: skip
     caplog.set_level(logging.INFO, logger="emote_core")
-    asked: list[float] = []
+    asked: list[int] = []
+    slept: list[float] = []  # the waits between looks, taken at once here
+    clock = types.SimpleNamespace(monotonic=time.monotonic, sleep=slept.append)
+    monkeypatch.setattr(published_policy, "time", clock)
 
     def should_stop() -> bool:
-        asked.append(time.monotonic())
+        asked.append(len(slept))
         return len(asked) >= 2
 
     result = collect_to_store(recipe, str(store), episodes=1, policy=str(tmp_path),
                               follow_policy=True, should_stop=should_stop)  # fmt: skip
     assert result.interrupted and result.summary["episodes"] == 0
     assert result.summary["policy_training_steps"] == []
-    assert asked[1] - asked[0] >= 0.9  # it looked again about a second later
+    # It looked again a poll interval later: one wait of a second between the two asks.
+    assert asked == [0, 1] and slept == [published_policy.POLL_INTERVAL_S] == [1.0]
     assert any("waiting for a policy" in r.getMessage() for r in caplog.records)
     assert not store.exists()  # nothing written while waiting
 
