@@ -26,6 +26,7 @@ def test_a_follower_switches_to_each_newly_published_policy_and_keeps_its_own_on
     publish_policy: Callable[[bytes, Path], None],
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     policies, publish = exported_policies, publish_policy
     run_dir = tmp_path / "run"
@@ -33,13 +34,23 @@ def test_a_follower_switches_to_each_newly_published_policy_and_keeps_its_own_on
     seen: list[int | None] = []
     started = time.monotonic()
     published_60 = False
+    clock = types.SimpleNamespace(now=0.0, reads=0)  # the follower's: a poll interval a report
+
+    def monotonic() -> float:
+        clock.reads += 1  # one a poll: with the clock moved on, each poll looks at the file
+        return clock.now
+
+    monkeypatch.setattr(published_policy, "time", types.SimpleNamespace(monotonic=monotonic))
+    bad_at = 0
 
     def on_progress(progress: CollectionProgress) -> None:
-        nonlocal published_60
+        nonlocal published_60, bad_at
         seen.append(progress.training_step)
+        clock.now += published_policy.POLL_INTERVAL_S
         if progress.phase == "start":
             publish(b"not an onnx file", run_dir)  # refused, the policy in use is kept
-        elif not published_60 and time.monotonic() - started > 1.5:
+            bad_at = clock.reads
+        elif not published_60 and clock.reads - bad_at >= 3:  # it looked at it three times
             publish(policies[60].read_bytes(), run_dir)
             published_60 = True
 
@@ -61,7 +72,7 @@ def test_a_follower_switches_to_each_newly_published_policy_and_keeps_its_own_on
     assert seen[0] == 30 and seen[-1] == 60
     assert seen == sorted(seen)  # switched once, never back
     refused = [r for r in caplog.records if "is refused" in r.getMessage()]
-    assert len(refused) == 1  # logged once, though the file was looked at every second
+    assert len(refused) == 1  # logged once, though the file was looked at three times
     assert result.interrupted  # stopped by should_stop, with what finished committed
     assert MemoryStore(tmp_path / "h.zarr").episode_count == result.summary["episodes"] > 0
 
