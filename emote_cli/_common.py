@@ -149,7 +149,7 @@ ARGUMENT_FLAGS: dict[str, str] = {
     "trust": "--trust-pickle",
     "trust_pickle": "--trust-pickle",
     "video_dir": "--video",
-    "wait": "--wait",
+    "wait_for_policy": "--wait",  # written --no-wait for wait_for_policy=False
 }
 """Each argument that library errors name (in backticks, as in a call; see
 :mod:`emote_core.errors`) and the flag every command passes it from. A command whose flag for an
@@ -207,13 +207,14 @@ def abort(message: str, code: ExitCode | int = ExitCode.ERROR) -> NoReturn:
     JSON document as ``"error"``, with ``code`` as ``"exit_code"``.
 
     Args:
-        message: What went wrong: the rule, the value received and the fix.
+        message: What went wrong: the rule, the value received and the fix. Arguments that
+            library text in it names are shown as flags (:func:`in_flags`).
         code: The exit status; :attr:`ExitCode.ERROR` unless a more specific one applies.
 
     Raises:
         typer.Exit: Always, carrying ``code``.
     """
-    _write_error_line(message)
+    _write_error_line(in_flags(message))
     raise typer.Exit(int(code))
 
 

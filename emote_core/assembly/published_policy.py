@@ -101,7 +101,7 @@ class PublishedFile(Generic[T]):
             if not wait:
                 raise ConfigurationError(
                     f"no policy is published at '{self.path}' yet; start the learner that "
-                    "publishes it, or leave out `wait=False` to wait for one"
+                    "publishes it, or leave out `wait_for_policy=False` to wait for one"
                 )
             if not told:
                 log.info("waiting for a policy to be published at %s (Ctrl-C stops)", self.path)
