@@ -54,6 +54,8 @@ def _raise(kind: str) -> None:
             "over, or choose another `path`; it ran `live=False` on `device='cpu'`; "
             "`emote memory verify` names what is damaged"
         )
+    if kind == "lost-worker":  # a library error's text quoted in the command's own message
+        abort("worker 2 lost: shard 'w2' is held; write to another shard (`shard`)")
     if kind == "multiline":
         raise EmoteError("first line\n  second line\n")
     if kind == "empty":
@@ -164,6 +166,13 @@ def test_the_arguments_an_error_names_are_printed_as_the_commands_flags(
     assert json.loads(result.stdout)["error"] == flags.format("--run-dir")
     other = runner.invoke(demo, ["fail", "arguments"])  # a command without --run-dir
     assert _stderr_lines(other) == ["error: " + flags.format("`path`")]
+
+
+def test_library_text_in_an_abort_message_shows_flags(runner: CliRunner) -> None:
+    result = runner.invoke(demo, ["fail", "lost-worker"])
+    assert _stderr_lines(result) == [
+        "error: worker 2 lost: shard 'w2' is held; write to another shard (--shard)"
+    ]
 
 
 def test_os_error_is_an_expected_error(runner: CliRunner) -> None:
