@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import ray
 from typer.testing import CliRunner
 
 from emote_cli.app import app
+from emote_core.assembly import published_policy
 from emote_core.errors import ConfigurationError, FormatError
 from emote_core.recipes import load_recipe
 from emote_core.scale.collection import RayCollection, ScaleProgress
@@ -405,18 +407,29 @@ def test_a_broken_published_file_is_logged_once_and_the_workers_keep_their_polic
     exported_policies: dict[int, Path],
     publish_policy: Callable[[bytes, Path], None],
     caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     run_dir = tmp_path / "learner"
     publish_policy(exported_policies[30].read_bytes(), run_dir)
-    broken_at: list[float] = []
+    broken_at: list[int] = []
+    clock = types.SimpleNamespace(now=0.0, reads=0)  # the relay's: a poll interval a poll
+
+    def monotonic() -> float:
+        clock.reads += 1  # one a look: with the clock moved on, each poll looks at the file
+        return clock.now
+
+    monkeypatch.setattr(
+        published_policy, "time", types.SimpleNamespace(monotonic=monotonic, sleep=time.sleep)
+    )
 
     def learner(collection: RayCollection) -> None:
+        clock.now += published_policy.POLL_INTERVAL_S
         if not broken_at and _acting_with(collection, 30):
             publish_policy(b"not an onnx file", run_dir)
-            broken_at.append(time.monotonic())
-        elif len(broken_at) == 1 and time.monotonic() - broken_at[0] > 2.5:  # looked at 2x
+            broken_at.append(clock.reads)
+        elif len(broken_at) == 1 and clock.reads - broken_at[0] >= 3:  # looked at 3 times
             publish_policy(exported_policies[60].read_bytes(), run_dir)
-            broken_at.append(time.monotonic())
+            broken_at.append(clock.reads)
 
     caplog.set_level(logging.INFO, logger="emote_core")
     collection = _following(tmp_path / "h.zarr", run_dir, 1, learner)
