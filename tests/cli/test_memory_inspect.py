@@ -296,7 +296,9 @@ def test_bad_sources_are_one_error_line(runner, tmp_path, make, message):
     assert message in result.stderr and "Traceback" not in result.stderr
 
 
-def test_inspecting_a_million_transition_store_is_fast_and_never_imports_torch(tmp_path):
+def test_inspecting_a_million_transition_store_reads_no_column_data_and_never_imports_torch(
+    tmp_path,
+):
     columns = [
         ColumnSchema("obs", "Column", (1,), np.dtype(np.float32)),
         ColumnSchema("actions", "Column", (1,), np.dtype(np.float32)),
@@ -309,28 +311,29 @@ def test_inspecting_a_million_transition_store_is_fast_and_never_imports_torch(t
     ]
     store = tmp_path / "big.zarr"
     write_target(StoredTable("generated", "test", columns, episodes, length_key="actions"), store)
+    # What makes inspect fast: it reads the episode table, never the columns' chunks (garbled
+    # here, so that reading any would fail the command).
+    chunks = [path for path in store.glob("shards/*/columns/*/c/**/*") if path.is_file()]
+    assert chunks
+    for chunk in chunks:
+        chunk.write_bytes(b"not a blosc chunk")
     probe = (
-        "import json, sys, time\n"
-        "started = time.process_time()\n"
+        "import json, sys\n"
         f"sys.argv = ['emote', 'memory', 'inspect', {str(store)!r}, '--json']\n"
         "from emote_cli.app import main\n"
         "try:\n"
         "    main()\n"
         "except SystemExit as exit_:\n"
         "    assert exit_.code in (0, None), exit_.code\n"
-        "print(json.dumps([time.process_time() - started, 'torch' in sys.modules]), "
-        "file=sys.stderr)\n"
+        "print(json.dumps('torch' in sys.modules), file=sys.stderr)\n"
     )
     completed = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
     )
     assert completed.returncode == 0, completed.stderr
-    seconds, torch_imported = json.loads(completed.stderr.strip().splitlines()[-1])
+    torch_imported = json.loads(completed.stderr.strip().splitlines()[-1])
     assert json.loads(completed.stdout)["transitions"] == 1_000_000
     assert not torch_imported
-    # CPU seconds of the whole command after interpreter start (imports included); CPU time, so
-    # other processes on a busy machine do not count.
-    assert seconds < 1.0
 
 
 def test_memory_help_lists_its_three_commands(runner):
