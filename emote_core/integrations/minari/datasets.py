@@ -76,11 +76,11 @@ def dataset_id_problem(dataset_id: Any) -> str | None:
 
 def datasets_root(root: str | os.PathLike[str] | None = None) -> Path:
     """Where local datasets live: ``root``, else ``$MINARI_DATASETS_PATH``, else
-    ``~/.minari/datasets`` (Minari's own rule)."""
-    if root is not None:
-        return Path(root)
-    configured = os.environ.get("MINARI_DATASETS_PATH")
-    return Path(configured) if configured else Path.home() / ".minari" / "datasets"
+    ``~/.minari/datasets`` (Minari's own rule), made absolute: Minari's HDF5 backend joins a
+    relative folder to itself."""
+    if root is None:
+        root = os.environ.get("MINARI_DATASETS_PATH") or Path.home() / ".minari" / "datasets"
+    return Path(root).expanduser().absolute()
 
 
 @contextlib.contextmanager

@@ -228,6 +228,17 @@ def test_existing_dataset_is_refused_unless_forced(root: Path) -> None:
     assert sorted(p.name for p in (root / "keep").iterdir()) == ["me-v0", "namespace_metadata.json"]
 
 
+def test_a_relative_datasets_path_is_taken_from_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MINARI_DATASETS_PATH", "datasets")
+    path = write_minari(_small_table(3.0), "relative/me-v0")
+    assert path == tmp_path / "datasets" / "relative" / "me-v0"
+    assert minari.load_dataset("relative/me-v0").total_episodes == 1
+    assert read_minari("relative/me-v0").episodes[0][1]["obs"][0, 0] == 3.0
+
+
 def test_force_never_replaces_a_directory_that_is_not_a_dataset(root: Path) -> None:
     (root / "notes-v0").mkdir()
     (root / "notes-v0" / "precious.txt").write_text("mine")
