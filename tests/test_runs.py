@@ -65,7 +65,7 @@ def test_resume_appends_to_the_run_record(tmp_path: Path) -> None:
 def test_device_choice_is_explicit() -> None:
     assert resolve_device("cpu").type == "cpu"
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
-    with pytest.raises(ConfigurationError, match="^`device='gpu'`: 'gpu' is not a device"):
+    with pytest.raises(ConfigurationError, match=r"^`device='gpu'`: 'gpu' is not a device"):
         resolve_device("gpu")
     if not torch.cuda.is_available():
         with pytest.raises(ConfigurationError, match="no CUDA device"):
