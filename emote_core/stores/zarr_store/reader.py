@@ -94,18 +94,23 @@ def chunk_key(array: Any, row: int) -> str:
     return f"{array.path}/{array.metadata.encode_chunk_key(coords)}"
 
 
-async def _read_fields(group: Any, fields: list[str], count: int) -> list[Any]:
-    """The first ``count`` rows of each episode-table field of a shard, read concurrently: per
-    field its rows, its row count where it holds fewer, or the error reading it raised."""
+def read_fields(group: Any, fields: list[str], start: int, stop: int) -> list[Any]:
+    """Rows ``start:stop`` of each episode-table field of a shard, read concurrently: per field
+    its rows, its row count where it holds fewer than ``stop``, or the error reading it raised."""
     import asyncio
+
+    from zarr.core.sync import sync
 
     async def read(field: str) -> np.ndarray | int:
         array = await group._async_group.getitem(f"{EPISODES}/{field}")
-        if array.shape[0] < count:
+        if array.shape[0] < stop:
             return int(array.shape[0])
-        return np.asarray(await array.getitem(slice(0, count)))
+        return np.asarray(await array.getitem(slice(start, stop)))
 
-    return await asyncio.gather(*(read(field) for field in fields), return_exceptions=True)
+    async def read_all() -> list[Any]:
+        return await asyncio.gather(*(read(field) for field in fields), return_exceptions=True)
+
+    return sync(read_all())
 
 
 class MemoryStore:
@@ -166,10 +171,8 @@ class MemoryStore:
             if problems := table_problems(commit, empty):
                 raise malformed(where, path, problems)
             return ShardView(name, group, commit, empty)
-        from zarr.core.sync import sync
-
         fields = [*EPISODE_FIELDS, TABLE_CHECKSUM]
-        found = sync(_read_fields(group, fields, count))  # at once, not in turn
+        found = read_fields(group, fields, 0, count)
         table = {}
         for field, value in zip(fields, found, strict=True):
             if isinstance(value, np.ndarray):
@@ -422,5 +425,6 @@ __all__ = [
     "ShardView",
     "chunk_key",
     "episode_rows",
+    "read_fields",
     "read_rows",
 ]

@@ -27,7 +27,7 @@ from emote_core.stores.zarr_store.layout import (
     RowKind,
     StoreColumn,
 )
-from emote_core.stores.zarr_store.reader import read_rows
+from emote_core.stores.zarr_store.reader import read_fields, read_rows
 from emote_core.typing import EpisodeState
 
 log = logging.getLogger(__name__)
@@ -154,24 +154,20 @@ def _table_rows(group: Any, where: str, start: int, stop: int) -> dict[str, np.n
     """Rows ``start:stop`` of the shard's episode table (and its checksums, when it has them)."""
     names = [*EPISODE_FIELDS, TABLE_CHECKSUM]
     table = {}
-    for name in names:
-        try:
-            if name == TABLE_CHECKSUM and TABLE_CHECKSUM not in group[EPISODES]:
-                continue  # shards written before it have none
-            array = group[f"{EPISODES}/{name}"]
-            if array.shape[0] < stop:
-                raise FormatError(
-                    f"{where}: {EPISODES}/{name} has {array.shape[0]} rows but the commit counts "
-                    f"{stop} episodes"
-                )
-            table[name] = array[start:stop]
-        except FormatError:
-            raise
-        except Exception as error:  # missing or undecodable metadata or chunks
-            text = str(error).splitlines()[0] if str(error) else ""
+    for name, found in zip(names, read_fields(group, names, start, stop), strict=True):
+        if isinstance(found, np.ndarray):
+            table[name] = found
+        elif isinstance(found, int):
             raise FormatError(
-                f"{where}: {EPISODES}/{name} is unreadable ({type(error).__name__}: {text})"
-            ) from error
+                f"{where}: {EPISODES}/{name} has {found} rows but the commit counts {stop} episodes"
+            )
+        elif name == TABLE_CHECKSUM and isinstance(found, KeyError):
+            continue  # shards written before it have none
+        else:  # missing or undecodable metadata or chunks
+            text = str(found).splitlines()[0] if str(found) else ""
+            raise FormatError(
+                f"{where}: {EPISODES}/{name} is unreadable ({type(found).__name__}: {text})"
+            ) from found
     return table
 
 
