@@ -132,6 +132,7 @@ ARGUMENT_FLAGS: dict[str, str] = {
     "device": "--device",
     "env": "--env",
     "follow": "--follow",
+    "format": "--from",
     "force": "--force",
     "live": "--live",
     "memory": "--memory",

@@ -19,11 +19,6 @@ CORE = ROOT / "emote_core"
 # Modules whose errors still name flags, each with the flags it names.
 PENDING: dict[str, str] = {
     "emote_core/assembly/evaluation.py": "video_dir (--video), which a CLI test asserts",
-    "emote_core/integrations/convert.py": "--force",
-    "emote_core/integrations/detect.py": "--from",
-    "emote_core/integrations/minari/datasets.py": "--force",
-    "emote_core/integrations/skrl/files.py": "--trust-pickle",
-    "emote_core/stores/sources.py": "--allow-nonfinite",
     "emote_core/stores/zarr_store/reader.py": "--skip-damaged",
     "emote_core/stores/zarr_store/tail.py": "--skip-damaged",
 }

@@ -248,7 +248,9 @@ def _check_destination(
             )
     if target.exists() or target.is_symlink():
         if not force:
-            raise FormatError(f"destination '{destination}' exists; pass --force to replace it")
+            raise FormatError(
+                f"destination '{destination}' exists; pass `force=True` to replace it"
+            )
         _check_replaceable(target, target_format)
     if not target.parent.is_dir():
         raise StorageError(
@@ -263,22 +265,22 @@ def _check_replaceable(target: Path, target_format: str) -> None:
         FormatError: If ``target`` is a link, or not a store or file of ``target_format``.
     """
     if target.is_symlink():
-        raise FormatError(f"'{target}' is a symbolic link; --force replaces no links")
+        raise FormatError(f"'{target}' is a symbolic link; `force=True` replaces no links")
     if target_format == "zarr":
         if target.is_dir() and is_store(target):
             return
         raise FormatError(
-            f"'{target}' is not an emote memory store; --force replaces only a store (it would "
-            "delete what is there) — choose another destination"
+            f"'{target}' is not an emote memory store; `force=True` replaces only a store "
+            "(it would delete what is there) — choose another destination"
         )
     if not target.is_file():
         raise FormatError(
-            f"'{target}' is a directory; --force replaces only a {target_format} file — choose "
-            "another destination"
+            f"'{target}' is a directory; `force=True` replaces only a {target_format} file — "
+            "choose another destination"
         )
     if not _is_format(target, target_format):
         raise FormatError(
-            f"'{target}' is not a {target_format} file; --force replaces only a file of the "
+            f"'{target}' is not a {target_format} file; `force=True` replaces only a file of the "
             "format it writes — choose another destination"
         )
 
@@ -378,7 +380,9 @@ def _move_into_place(temporary: Path, destination: Path, force: bool) -> None:
             os.rename(temporary, destination)
             return
         if not force:
-            raise FormatError(f"destination '{destination}' exists; pass --force to replace it")
+            raise FormatError(
+                f"destination '{destination}' exists; pass `force=True` to replace it"
+            )
         if temporary.is_file() and destination.is_file():
             os.replace(temporary, destination)
             return

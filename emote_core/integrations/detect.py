@@ -159,7 +159,7 @@ def read_peer_file(
         raise FormatError(f"unknown peer format {format!r}; choose one of {list(PEER_FORMATS)}")
     raise FormatError(
         f"'{path}' is not a file emote recognises as one of {list(PEER_FORMATS)} (missing, empty, "
-        "or another kind of file); name its format with --from"
+        "or another kind of file); name its format with `format`"
     )
 
 

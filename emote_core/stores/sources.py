@@ -251,7 +251,7 @@ def check_finite(stored: StoredTable) -> None:
                 f"{stored.source}: column '{column.name}' holds {count:,} non-finite values "
                 f"(NaN or inf) in {episodes:,} episode(s), the first in episode {first[0]} at row "
                 f"{first[1]}; training on them turns losses into NaN — repair the source, or "
-                "pass allow_nonfinite=True (--allow-nonfinite) to keep them"
+                "pass `allow_nonfinite=True` to keep them"
             )
 
 

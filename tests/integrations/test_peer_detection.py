@@ -61,7 +61,7 @@ def test_emote_and_other_files_are_not_peer_files(tmp_path):
 def test_undetectable_files_name_the_formats_and_the_fix(tmp_path):
     path = tmp_path / "notes.csv"
     path.write_text("a,b\n1,2\n")
-    with pytest.raises(FormatError, match="--from"):
+    with pytest.raises(FormatError, match="name its format with `format`"):
         read_peer_file(path)
     with pytest.raises(FormatError, match="unknown peer format 'minari'"):
         read_peer_file(path, "minari")

@@ -365,8 +365,8 @@ def _check_target(target: Path, dataset_id: str, force: bool) -> None:
         return
     if not force:
         raise StorageError(
-            f"Minari dataset '{dataset_id}' already exists at {target}; pass force=True "
-            "(--force) to replace it, or choose another id or version"
+            f"Minari dataset '{dataset_id}' already exists at {target}; pass `force=True` "
+            "to replace it, or choose another id or version"
         )
     if not (target / "data" / METADATA).is_file():
         raise StorageError(

@@ -120,7 +120,7 @@ def _charge_storages(
         raise FormatError(
             f"{source} is in torch.save's legacy (pre-1.6) format, whose tensors cannot be sized "
             "before they are allocated; re-save it with torch >= 1.6 (as skrl does), or pass "
-            "--trust-pickle if you trust where it comes from"
+            "`trust_pickle=True` if you trust where it comes from"
         )
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
@@ -145,7 +145,7 @@ def _load_pt(
         first = str(error).strip().splitlines()[0] if str(error).strip() else "refused"
         raise FormatError(
             f"{source} holds more than tensors, so torch.load(weights_only=True) refused it "
-            f"({first}); if you trust where the file comes from, pass --trust-pickle"
+            f"({first}); if you trust where the file comes from, pass `trust_pickle=True`"
         ) from error
     except Exception as error:  # torch reports damage with many exception types
         raise FormatError(

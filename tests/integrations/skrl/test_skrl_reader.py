@@ -123,7 +123,7 @@ def test_pt_with_more_than_tensors_is_refused_naming_trust_pickle(tmp_path):
         {"states": torch.zeros(2, 1, 3), "rewards": torch.zeros(2, 1, 1), "payload": Payload()},
         path,
     )
-    with pytest.raises(FormatError, match="--trust-pickle"):
+    with pytest.raises(FormatError, match="`trust_pickle=True`"):
         read_skrl_memory(path)
     assert not marker.exists()
 
