@@ -45,7 +45,8 @@ def discriminator(checkpoint: Path) -> dict[str, torch.Tensor]:
 def test_amp_pendulum_trains_from_a_trained_runs_store_resumes_exports_and_evaluates(
     runner: CliRunner, in_tmp: Path
 ) -> None:
-    # The README's two commands, at a tiny budget: a SAC run, then its policy's episodes.
+    # The AMP guide's (docs/algorithms.md) two commands, at a tiny budget: a SAC run, then its
+    # policy's episodes.
     expert = invoke(runner, "train", "sac_pendulum", "--run-dir", "expert", "--steps", "20", *SMALL)
     assert expert.exit_code == 0, expert.output
     collect(runner, "sac_pendulum", "expert.zarr", 2, "--policy", "expert")
