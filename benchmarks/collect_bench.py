@@ -9,8 +9,7 @@ the ratio is the median of the pairs' ratios):
   after its setup to its last running report (every step taken, every commit that fell due
   made), the seconds of its final cut and commit printed beside it; ``in turns``: the two
   again, taking turns every collector call (64 vector steps, 512 steps of one env) in one run,
-  each timed on its own, so that both see the same seconds of the machine (the separate runs'
-  ratios swing by a fifth between pairs here; these stay within 0.03); ``cli``: the figure
+  each timed on its own, so that both see the same seconds of the machine; ``cli``: the figure
   ``emote collect --json`` reports from a subprocess (final commit included). The issue's
   targets: >= 0.9x bare with 8 envs, >= 0.75x with 1 env.
 * a real torch policy (the recipe's acting network, untrained: SAC's Gaussian policy, DQN's
@@ -22,13 +21,11 @@ the ratio is the median of the pairs' ratios):
   ``training`` path (GymCollector, MemoryTableProxy and store appends, as ``emote train``
   collects).
 
-The final commit is a fixed cost per run (~0.1 s of zarr appends here, whatever the batch
-size); over a short run it would hide the steady rate, which is what the targets are about. In a
+The final commit is a fixed cost per run (zarr appends, whatever the batch size); over a short
+run it would hide the steady rate, which is what the targets are about. In a
 long run a commit falls due every 16 MB or 10 s and counts in the ``emote`` figure.
 
-Each figure runs 160k env steps by default: on this 2-core machine the ratio of 32k-step runs
-(about half a second each) swung from 0.54 to 0.90 between pairs, of 160k-step runs from 0.81 to
-1.08 (CartPole-v1, 8 envs).
+Each figure runs 160k env steps by default: shorter runs' ratios swing widely between pairs.
 
 Run: ``python benchmarks/collect_bench.py`` (CPU; torch runs on one thread; ``--cpu-time`` on a
 machine shared with other work).
@@ -134,9 +131,8 @@ def interleaved_rates(
     """Bare stepping and ``collect_to_store`` taking turns: after each collector call, a second
     vector env steps as many vector steps with pre-drawn actions (and ``agent``'s batched
     forward pass on each step's observations, with a policy), timed on its own and taken out
-    of the collection's time. The two share every second of the machine's drift (on this
-    machine the separate runs' ratios swing by a fifth between pairs). Returns both env
-    steps/s: ``(bare, emote)``."""
+    of the collection's time. The two share every second of the machine's drift. Returns both
+    env steps/s: ``(bare, emote)``."""
     bare = make_vector_env(env_id, num_envs=num_envs)
     observations = [bare.reset(seed=0)[0]]
     bare.action_space.seed(0)

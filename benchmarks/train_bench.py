@@ -12,7 +12,7 @@ none; emote's losses get ``max_grad_norm=None``).
   ``GaussianMlpPolicy`` and ``ActionValueMlp``) and the same Adam: indices drawn with numpy from
   flat arrays of the same transitions, twin Q, policy and temperature losses, ``lerp_`` Polyak
   updates; no Trainer, no callbacks, no logging, no gradient-norm measurement. The engine's own
-  overhead is the gap between emote and this loop (issue 20's target: emote >= 0.95x of it).
+  overhead is the gap between emote and this loop (the target: emote >= 0.95x of it).
 * SB3: ``SAC.train(gradient_steps=N, batch_size=256)`` on a filled replay buffer (its sampling
   included too).
 
@@ -298,7 +298,7 @@ def collection_rates(
     store); ``emote collect`` into a Zarr store (its own figure, from a subprocess); and the
     training path (GymCollector, MemoryTableProxy, store appends). Each figure runs ``repeats``
     times right after a bare run: the rate is the median, the ratio the median of the pairs'
-    ratios (a single run swung by ±20% here)."""
+    ratios."""
     import tempfile
 
     from collect_bench import bare_rate, cli_rate, floor_rate, paired, training_path_rate
