@@ -1,13 +1,12 @@
 """BatchGymCollector: whole episodes from a vector environment, recorded a step at a time in bulk.
 
-:class:`~emote_core.env.collectors.GymCollector` feeds a memory proxy one agent at a time, which
-is what training needs (episodes enter the table the moment they end). Filling a store with
-experience needs less: this collector keeps each vector step as the arrays the environment
-returned (a list append per array, no per-agent objects) and cuts them into episodes every
-``chunk_steps`` vector steps, with one gather per column. The episodes it hands out are exactly
-those a ``GymCollector`` + ``MemoryTableProxy`` pair would store for the same
+It keeps each vector step as the arrays the environment returned (a list append per array, no
+per-agent objects) and cuts them into episodes every ``chunk_steps`` vector steps (or sooner, at
+:meth:`BatchGymCollector.cut_finished`), with one gather per column. The episodes it hands out
+are exactly those a ``MemoryTableProxy`` fed every agent's step would store for the same
 environment, seed and agent draws: the same rows, the same end states, in the same order (by the
-step they ended in, then by slot), which tests/env/test_batch_collector.py checks.
+step they ended in, then by slot). ``emote collect`` and
+:class:`~emote_core.env.collectors.GymCollector` record through it.
 
 Agents act on the whole batch at once through ``act_batch({key: (num_envs, ...)})`` when they
 have it and answer with ``"actions"`` only (the policy proxies, ONNX agents); any other agent
