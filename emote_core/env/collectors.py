@@ -155,6 +155,10 @@ class GymCollector(LoggingMixin, Callback):
             steps: Vector steps (each is one step of every environment).
             agent: Acts instead of :attr:`agent` for these steps.
 
+        Raises:
+            ConfigurationError: If ``agent`` answers more than ``"actions"`` while whole episodes
+                go to the memory (:attr:`records_episodes`).
+
         Returns:
             The environment steps taken (``steps * num_envs``).
         """
@@ -185,6 +189,12 @@ class GymCollector(LoggingMixin, Callback):
                 self._step(agent)
             return
         if agent is not recorder.agent:
+            if not acts_only(agent):  # whole episodes would drop its other outputs
+                raise ConfigurationError(
+                    f"'{self.name}' hands whole episodes to its memory, which hold actions only; "
+                    f"got an agent answering {tuple(agent.output_names)}; give it as agent= or "
+                    "warmup_agent= when making the collector, which then records every step"
+                )
             recorder.switch_agent(agent)
         if not recorder.started:
             recorder.seed = self._next_seed()

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from emote_core.env import DictGymWrapper, GymCollector, ThreadedGymCollector, make_vector_env
-from emote_core.errors import EpisodeCollationError
+from emote_core.errors import ConfigurationError, EpisodeCollationError
 from emote_core.memory.builders import DictObsMemoryTable
 from emote_core.memory.logging_wrapper import LoggingProxyWrapper
 from emote_core.memory.proxy import MemoryTableProxy
@@ -181,6 +181,20 @@ def test_episodes_are_handed_over_only_where_every_part_takes_them() -> None:
     assert not records(proxy, acting=WithLogProbs(action_space=env.single_action_space))
     with pytest.raises(TypeError, match="takes steps only"):
         StepsOnly(proxy).add_episode({"rewards": np.zeros(1, np.float32)}, EpisodeState.TERMINAL)
+    env.close()
+
+
+def test_an_agent_answering_more_than_actions_is_refused_mid_run_with_whole_episodes() -> None:
+    env = DictGymWrapper(make_vector_env("CartPole-v1", num_envs=2))
+    proxy = MemoryTableProxy(DictObsMemoryTable(spaces=env.spaces, maxlen=1_000))
+    agent = RandomAgentProxy(action_space=env.single_action_space, seed=0)
+    collector = GymCollector(env=env, agent=agent, memory=proxy, seed=0)
+    collector.collect(3)
+    with pytest.raises(ConfigurationError, match=r"answering \('actions', 'log_probs'\)"):
+        collector.collect(1, agent=WithLogProbs(action_space=env.single_action_space))
+    assert collector.env_steps == 6
+    collector.collect(1)  # the collector goes on with its own agent
+    assert collector.env_steps == 8
     env.close()
 
 
