@@ -1,6 +1,6 @@
 """Columns stored raw where Blosc does not pay: the writer's choice, plain zarr reading it, the
-bulk loader giving the same table as the episode-by-episode path, damage in a raw chunk still
-reported, and stores of the old policy (Blosc everywhere) as before."""
+bulk loader's straight-from-file reads giving the same table as the episode-by-episode path,
+damage in a raw chunk still reported, and stores of the old policy (Blosc everywhere) as before."""
 
 from __future__ import annotations
 
@@ -122,6 +122,9 @@ def test_a_store_mixing_raw_and_blosc_loads_in_bulk_as_episode_by_episode(tmp_pa
     write(url, {"a": [range(0, 30), range(60, 64)], "b": [range(30, 60), range(70, 71)]})
     assert codecs(url, "a")["obs"] == ["bytes"] and codecs(url, "b")["obs"] == ["bytes"]
     assert codecs(url, "a")["actions"] == ["bytes", "blosc"]
+    group = MemoryStore(url).shards[0].group
+    assert raw_chunks.raw_files(group["columns/obs"]) is not None  # read straight from files
+    assert raw_chunks.raw_files(group["columns/actions"]) is None  # through zarr
     fast, slow, taken = load_both(monkeypatch, table, [url])
     assert taken == [65]
     assert_same_tables(fast, slow)  # 65 episodes: also past the index's first 64 slots
@@ -260,6 +263,22 @@ def test_only_emote_s_stores_are_walked_not_other_folders_or_zarr_groups(tmp_pat
     os.mkfifo(Path(store) / "zarr.json")  # the root metadata itself is never opened
     with pytest.raises(FormatError, match=r"zarr\.json' is a named pipe"):
         is_store(store)
+
+
+def test_the_raw_reader_itself_refuses_a_named_pipe(tmp_path, no_hang):
+    import os
+
+    import zarr
+
+    url = str(tmp_path / "s.zarr")
+    write(url, {"main": [range(0, 30)]})
+    chunk = raw_obs_chunk(url)
+    chunk.unlink()
+    os.mkfifo(chunk)  # put there after the store was opened, say
+    array = zarr.open_group(url, mode="r")["shards/main/columns/obs"]
+    reader = raw_chunks.RawColumnReader(array, Path(url) / "shards/main/columns/obs")
+    with pytest.raises(FormatError, match="is not a file"):
+        reader.open(0, 10)
 
 
 def test_plain_zarr_with_its_default_pipeline_reads_raw_columns(tmp_path):
