@@ -19,8 +19,6 @@ CORE = ROOT / "emote_core"
 # Modules whose errors still name flags, each with the flags it names.
 PENDING: dict[str, str] = {
     "emote_core/assembly/evaluation.py": "video_dir (--video), which a CLI test asserts",
-    "emote_core/stores/zarr_store/reader.py": "--skip-damaged",
-    "emote_core/stores/zarr_store/tail.py": "--skip-damaged",
 }
 _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]*")
 _ADVICE = re.compile(r"`[^`]*`|emote (?:train|collect|eval|export|memory|env)\b[^;)'`]*")

@@ -209,7 +209,7 @@ def test_an_existing_destination_is_refused_without_force_and_kept(tmp_path, ups
     for target, destination in (("zarr", tmp_path / "a.zarr"), ("emote-v1", tmp_path / "a.zip")):
         convert(upstream_v1, destination, target_format=target)
         before = source_sha256(str(destination))[0]
-        with pytest.raises(FormatError, match="exists; pass --force"):
+        with pytest.raises(FormatError, match="exists; pass `force=True`"):
             convert(LEGACY_ZIPS[0], destination, target_format=target)
         assert source_sha256(str(destination))[0] == before
 

@@ -205,7 +205,7 @@ class MemoryStore:
             more = len(self.damaged_shards) - 1
             raise FormatError(
                 f"{first}{f' (and {more} more damaged shards)' if more else ''} — run `emote "
-                "memory verify`, or pass --skip-damaged to read the other shards"
+                "memory verify`, or pass `skip_damaged=True` to read the other shards"
             )
 
     @property
@@ -292,7 +292,7 @@ class MemoryStore:
         if not skip:
             raise FormatError(
                 f"{what}; nothing is read from a damaged store — run `emote memory verify`, or "
-                "pass --skip-damaged to use the other episodes"
+                "pass `skip_damaged=True` to use the other episodes"
             )
         log.warning("%s: skipped", what)
 

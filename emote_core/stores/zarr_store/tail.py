@@ -139,7 +139,7 @@ def read_episode_run(
         if not skip_damaged:
             raise FormatError(
                 f"{what}; nothing is read from a damaged store — run `emote memory verify`, or "
-                "pass --skip-damaged to use the other episodes"
+                "pass `skip_damaged=True` to use the other episodes"
             )
         log.warning("%s: skipped", what)
         run.skipped = [start + int(k) for k in np.flatnonzero(damaged)]

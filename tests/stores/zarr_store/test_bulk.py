@@ -230,7 +230,7 @@ def test_a_damaged_chunk_is_still_reported_with_where_it_is(kit, tmp_path, monke
     with pytest.raises(FormatError, match=r"shard 'main': \d+ damaged episodes") as refused:
         tables.load_table(table(), [url])
     assert key in str(refused.value)  # the chunk file that could not be read
-    assert "--skip-damaged" in str(refused.value)
+    assert "`skip_damaged=True`" in str(refused.value)
     fast, slow, _ = load_both(monkeypatch, table, [url], skip_damaged=True)
     assert_same_tables(fast, slow)
     assert {i for i, _, _ in fast.episodes()} >= set(range(100, 104))

@@ -75,14 +75,14 @@ def test_a_damaged_commit_record_is_damage_to_every_reader_and_writer(
     assert named in json.loads(inspected.stdout)["damaged_shards"]["main"]
 
     memory = table()
-    with pytest.raises(FormatError, match=f"{named}.*--skip-damaged"):
+    with pytest.raises(FormatError, match=f"{named}.*`skip_damaged=True`"):
         load_table(memory, [url])
     load_table(memory, [url], skip_damaged=True)  # only the intact shard
     assert sorted(int(data["obs"][0, 0]) for _, data, _ in memory.episodes()) == list(
         range(100, 105)
     )
 
-    with pytest.raises(FormatError, match=f"{named}.*--skip-damaged"):
+    with pytest.raises(FormatError, match=f"{named}.*`skip_damaged=True`"):
         StoreFollower(table(), [url]).fill()
     follower = StoreFollower(table(), [url], skip_damaged=True)
     assert follower.fill().episodes == 5

@@ -344,7 +344,7 @@ def test_damaged_episodes_are_refused_by_readers_and_skipped_only_when_asked(
 
     with pytest.raises(FormatError, match=r"shard 'main': \d+ damaged episodes .*ids \[") as no:
         list(MemoryStore(url).episodes())
-    assert "--skip-damaged" in str(no.value)
+    assert "`skip_damaged=True`" in str(no.value)
     kept = list(MemoryStore(url).episodes(skip_damaged=True))
     for record in kept:
         kit.check(record)  # every episode handed out is exactly what was written
