@@ -16,10 +16,6 @@ from emote_cli.app import app
 ROOT = Path(__file__).parents[1]
 CORE = ROOT / "emote_core"
 
-# Modules whose errors still name flags, each with the flags it names.
-PENDING: dict[str, str] = {
-    "emote_core/assembly/evaluation.py": "video_dir (--video), which a CLI test asserts",
-}
 _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]*")
 _ADVICE = re.compile(r"`[^`]*`|emote (?:train|collect|eval|export|memory|env)\b[^;)'`]*")
 
@@ -100,12 +96,7 @@ def test_an_error_naming_a_flag_is_found_and_advice_to_run_a_command_is_not(tmp_
 
 @pytest.mark.parametrize(
     "path",
-    [
-        pytest.param(path, marks=pytest.mark.xfail(strict=True, reason=PENDING[where]))
-        if (where := str(path.relative_to(ROOT))) in PENDING
-        else path
-        for path in sorted(CORE.rglob("*.py"))
-    ],
+    sorted(CORE.rglob("*.py")),
     ids=lambda p: str(p.relative_to(ROOT)),
 )
 def test_library_errors_name_arguments_not_flags(path: Path) -> None:

@@ -129,7 +129,7 @@ def evaluate(
     if video_dir is not None and isinstance(env, ParallelEnvWrapper):
         env.close()
         raise ConfigurationError(
-            f"video_dir (--video) records the episodes of gymnasium envs; '{recipe.env.name}' is a "
+            f"`video_dir` records the episodes of gymnasium envs; '{recipe.env.name}' is a "
             "PettingZoo multi-agent env, whose frames are not recorded — leave it out"
         )
     several = several_groups(env)

@@ -169,7 +169,7 @@ def test_eval_video_of_a_multi_agent_env_is_refused_in_one_line(
     assert result.exit_code == 1, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith("error: video_dir (--video) records the episodes of gymnasium")
+    assert lines[0].startswith("error: --video records the episodes of gymnasium")
     assert not (in_tmp / "videos").exists()
 
 
