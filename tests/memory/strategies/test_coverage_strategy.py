@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from emote_core.errors import ConfigurationError, SamplingError
+from emote_core.integrations.upstream import restore_table, store_table
 from emote_core.memory.columns import Column
 from emote_core.memory.strategies import (
     CoverageBasedSampleStrategy,
@@ -17,7 +18,6 @@ from emote_core.memory.strategies import (
     UniformSampleStrategy,
 )
 from emote_core.memory.table import ArrayMemoryTable
-from emote_core.integrations.upstream import restore_table, store_table
 
 STEPS_PER_ID = 1000
 

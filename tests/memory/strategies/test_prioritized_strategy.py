@@ -13,12 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from emote_core.errors import ConfigurationError, SamplingError
+from emote_core.integrations.upstream import restore_table, store_table
 from emote_core.memory.columns import Column, VirtualColumn
 from emote_core.memory.mappers import NextElementMapper
 from emote_core.memory.strategies import FifoEjectionStrategy, PrioritizedSampleStrategy
 from emote_core.memory.table import IMPORTANCE_WEIGHTS_KEY, ArrayMemoryTable
 from emote_core.schedules import LinearSchedule
-from emote_core.integrations.upstream import restore_table, store_table
 
 STEPS_PER_ID = 1000
 EPSILON = 1e-6
