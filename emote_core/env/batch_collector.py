@@ -1,28 +1,11 @@
-"""BatchGymCollector: whole episodes from a vector environment, recorded a step at a time in bulk.
+"""BatchGymCollector: whole episodes from a vector environment, recorded a vector step at a time.
 
-It keeps each vector step as the arrays the environment returned (a list append per array, no
-per-agent objects) and cuts them into episodes every ``chunk_steps`` vector steps (or sooner, at
-:meth:`BatchGymCollector.cut_finished`), with one gather per column. The episodes it hands out
-are exactly those a ``MemoryTableProxy`` fed every agent's step would store for the same
-environment, seed and agent draws: the same rows, the same end states, in the same order (by the
-step they ended in, then by slot). ``emote collect`` and
-:class:`~emote_core.env.collectors.GymCollector` record through it.
-
-Agents act on the whole batch at once through ``act_batch({key: (num_envs, ...)})`` when they
-have it and answer with ``"actions"`` only (the policy proxies, ONNX agents); any other agent
-proxy is called with per-agent observations built from the batch, as a ``DictGymWrapper`` would
-give them: an id per episode, ``INITIAL`` at an episode's first step and ``RUNNING`` with the
-previous reward after it. Agents whose actions do not depend on the observations
-(:class:`~emote_core.proxies.RandomAgentProxy`) draw a whole :meth:`BatchGymCollector.collect`
-call's actions at once through ``act_steps(steps, num_envs)``, mapped to the environment's
-action space in one go.
-
-Per-episode work is kept small, since random episodes are short: steps are kept as the arrays
-the environment returned, and at a cut every column of the episodes that finished is built in two
-copies, whatever their number: the chunk's steps, the rows carried over from earlier chunks and
-the final observations joined end to end, then gathered into episode order with one index. The
-finished episodes go out together as one :class:`~emote_core.stores.episode_batch.EpisodeBatch`
-(``on_batch``, what a store appends in one go) or one by one as views of it (``on_episode``).
+Steps are kept as the arrays the environment returned and cut into episodes every
+``chunk_steps`` steps (or at :meth:`BatchGymCollector.cut_finished`), one gather per column. The
+episodes equal, row for row and in order, what a ``MemoryTableProxy`` fed every agent's step
+would store. Agents act through ``act_batch`` where they have it, else per agent; finished
+episodes go out as one :class:`~emote_core.stores.episode_batch.EpisodeBatch` (``on_batch``) or
+one by one (``on_episode``). ``emote collect`` and the training collectors record through it.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """Collectors: play a DictGymWrapper with an agent proxy and feed a memory proxy.
 
-:class:`GymCollector` collects on the training thread: ``warmup_steps`` environment steps in
-``begin_training``, then ``inference_steps_per_batch`` vector steps before every batch.
-:class:`~emote_core.env.threaded_collector.ThreadedGymCollector` collects in a thread of its own.
-
-Both log, through :class:`~emote_core.callbacks.logging_mixin.LoggingMixin`:
-
-* ``episode/reward`` and ``episode/length``: windowed, one value per finished episode;
-* ``training/scaled_reward``: the mean of the ``episode/reward`` window (what
-  ``FinalRewardTestCheck`` reads by default);
-* ``training/env_steps`` and ``training/completed_episodes``: counters.
-
-A collector records a vector environment's steps with a
-:class:`~emote_core.env.batch_collector.BatchGymCollector` and hands every episode to the memory
-whole (``memory.add_episode``) before the call that finished it returns. It gives the memory
-every agent's step (``memory.add``) only where whole episodes cannot carry what the memory gets:
-a multi-agent env (agents come and go), a memory that takes steps only (``accepts_episodes``
-false), or an agent whose responses hold more than ``"actions"``.
+:class:`GymCollector` collects on the training thread (``warmup_steps`` first, then
+``inference_steps_per_batch`` vector steps per batch); ``ThreadedGymCollector`` in a thread of
+its own. Both record through :class:`~emote_core.env.batch_collector.BatchGymCollector` and hand
+each finished episode to the memory whole, falling back to every agent's step (``memory.add``)
+for multi-agent envs, step-only memories and agents that answer more than ``"actions"``. They log
+``episode/reward``, ``episode/length``, ``training/scaled_reward``, ``training/env_steps`` and
+``training/completed_episodes``.
 """
 
 from __future__ import annotations
