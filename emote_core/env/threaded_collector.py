@@ -34,19 +34,15 @@ _POLL_SECONDS = 0.05
 class ThreadedGymCollector(GymCollector):
     """A :class:`GymCollector` whose collection runs in its own thread.
 
-    The thread starts in ``begin_training``, which returns once ``warmup_steps`` are collected,
-    and stops in ``end_training`` (also when the trainer's shutdown signal is set). Finished
-    episodes are logged on the training thread in ``end_batch``, so loggers never read logs
-    being written. An error in the thread is raised on the training thread at the next hook.
-
-    The memory proxy is filled from the collector thread while the trainer samples its table;
-    emote's tables lock ``add_sequence`` against sampling.
+    The thread starts in ``begin_training``, which returns after the warm-up, and stops in
+    ``end_training`` or at the trainer's shutdown signal. Episodes are logged, and an error in
+    the thread is raised, on the training thread at its next hook. The memory is filled while
+    the trainer samples it (emote's tables lock ``add_sequence`` against sampling).
 
     Args:
         env: The wrapped vector environment (used only by the collector thread once started).
-        agent: Acts in the collector thread. If it has a ``policy_attribute`` attribute holding
-            an ``nn.Module`` (the network being trained), the thread acts with copies of it
-            synced every ``sync_every`` batches; the attribute is restored in ``end_training``.
+        agent: Acts in the collector thread, with a copy of its ``policy_attribute`` module
+            synced every ``sync_every`` batches (restored in ``end_training``).
         memory: Receives every step.
         warmup_steps: Environment steps collected before ``begin_training`` returns.
         inference_steps_per_batch: With ``free_running=False``, vector steps the thread may

@@ -85,31 +85,20 @@ class LoggingProxyWrapper(LoggingMixin, MemoryTableProxyWrapper):
       (windowed scalars);
     * ``training/scaled_reward``: mean of the ``episode/reward`` window (a scalar, the default key
       of ``FinalRewardTestCheck``);
-    * every key of an observation's ``metadata.info`` as a windowed scalar, and every key of its
-      ``metadata.info_lists`` both as a windowed scalar (upstream emote's reading) and as a
-      histogram of the values gathered since the logger last wrote; a key starting with
-      ``histogram:`` in either goes to the histogram of the rest of the key only (see
+    * every key of ``metadata.info`` as a windowed scalar, and of ``metadata.info_lists`` as a
+      windowed scalar and a histogram (a ``histogram:`` key prefix: the histogram only, see
       :meth:`report`);
-    * every ``cycle_in_steps`` agent steps: ``performance/inf_steps_per_sec`` and the mean
-      duration (seconds) of each of the proxy's timers as ``timing/<name>``.
+    * every ``cycle_in_steps`` agent steps: ``performance/inf_steps_per_sec`` and each timer's
+      mean duration (seconds) as ``timing/<name>``.
 
-    An agent step is an observation that got an action (INITIAL or RUNNING). Episode returns are
-    computed here from the observations' ``rewards["reward"]``, following the proxy's episode
-    rules; final observations of agents with no open episode are not counted.
-
-    Collectors usually call :meth:`add` from their own thread while a logger reads from the
-    training thread: the logs (``scalar_logs``, ``windowed_scalar``,
-    ``windowed_scalar_cumulative``, ``hist_logs``) are therefore read as snapshots taken under a
-    lock, and written only through this class's methods.
-
-    Given a ``writer`` (upstream emote's call, ``LoggingProxyWrapper(inner, writer,
-    log_interval)``), it also writes its logs to that TensorBoard writer itself every
-    ``log_interval`` calls of :meth:`add` (see :meth:`write_logs`), at the agent step count.
+    An agent step is an observation that got an action; returns sum ``rewards["reward"]``.
+    :meth:`add` may run on a collector thread while a logger reads: the logs are read as
+    snapshots under a lock, and written only through this class's methods.
 
     Args:
         inner: The wrapped proxy.
-        writer: A ``torch.utils.tensorboard.SummaryWriter`` to write to; ``None`` leaves writing
-            to a logger callback.
+        writer: A ``torch.utils.tensorboard.SummaryWriter`` written to every ``log_interval``
+            calls of :meth:`add` (upstream's call); ``None`` leaves writing to a logger callback.
         log_interval: Calls of :meth:`add` between writes to ``writer`` (needed with it).
         name: The name checkpoints store this wrapper's counters under.
         cycle_in_steps: How many agent steps between refreshes of rates, timers and histograms.

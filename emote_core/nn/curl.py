@@ -57,27 +57,22 @@ class _CurlNetworks(nn.Module):
 class CurlLoss(LossCallback):
     """Trains an image encoder contrastively (InfoNCE), as CURL does beside an RL loss.
 
-    Each batch, the observation images are augmented twice, independently. The first copy (the
-    anchors) goes through the online encoder and the projection to codes ``z_a``; the second (the
-    positives) through the target encoder and the target projection, without gradients, to
-    ``z_p``. The logits ``z_a[i]^T W z_p[j] / temperature`` (``W`` learned) are classified with
-    cross-entropy, each anchor's own positive (the diagonal) being the right class among the
-    batch. After each optimiser step the target encoder and projection move a fraction ``tau``
-    toward the online ones (Polyak averaging).
+    Two independent augmentations of each image go through the online encoder (anchors,
+    ``z_a``) and the target encoder without gradients (positives, ``z_p``); the logits
+    ``z_a[i]^T W z_p[j] / temperature`` are classified with cross-entropy, each anchor's own
+    positive being the right class. After each step the targets move ``tau`` toward the online
+    networks.
 
-    Logs ``loss/<name>``, ``training/<name>_accuracy`` (the share of anchors whose largest logit
-    is their own positive), the learning rate and gradient norm, and with ``log_images`` one
-    anchor and its positive as ``images/<name>_anchor`` and ``images/<name>_positive``.
+    Logs ``loss/<name>``, ``training/<name>_accuracy``, the learning rate and gradient norm, and
+    with ``log_images`` ``images/<name>_anchor`` and ``images/<name>_positive``.
 
     Args:
-        encoder: The online encoder, ``(B, H, W, C)`` images to ``(B, feature_dim)`` features
-            (a ``Conv2dEncoder``, or the shared ``obs_encoder`` of a
-            ``SharedEncoderActionValueNet``); this loss trains it.
+        encoder: The online encoder, ``(B, H, W, C)`` images to ``(B, feature_dim)`` features;
+            this loss trains it.
         observation_key: The observation entry holding the images.
         feature_dim: The width of the encoder's features.
-        target_encoder: The momentum copy of the encoder; ``None`` makes one by deep copy. A
-            given one must have the encoder's parameter shapes and share none of its parameters;
-            it starts as a copy of the encoder's weights.
+        target_encoder: The momentum copy of the encoder (``None``: a deep copy); a given one
+            must match its shapes, share none of its parameters, and starts from its weights.
         projection_dim: The width of a linear projection of the features to codes; ``None``
             uses the features as codes.
         temperature: Divides the logits; positive.
@@ -85,9 +80,8 @@ class CurlLoss(LossCallback):
         augmentor: Makes anchors and positives; ``None`` builds a default ``ImageAugmentor`` on
             the encoder's device, seeded with ``seed``.
         learning_rate: Adam's learning rate for the encoder, the projection and ``W``.
-        lr_schedule: Multiplies ``learning_rate``: after ``k`` updates the rate is
-            ``learning_rate * lr_schedule.evaluate_at(k)``. The schedule's own position is not
-            used.
+        lr_schedule: Multiplies ``learning_rate`` by ``lr_schedule.evaluate_at(k)`` after
+            ``k`` updates.
         max_grad_norm: Clip the gradient norm to this (``None``: no clipping).
         data_group: The data group whose ``observation`` is read.
         name: Unique name; keys logs and checkpoints.

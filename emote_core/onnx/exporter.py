@@ -93,35 +93,26 @@ class OnnxExporter(Callback):
     is checked and parity-tested like ``emote export onnx`` output and records the update it was
     taken at.
 
-    Publishing (``publish_interval``) is the other way out: every so many updates, and when
-    training ends, the policy replaces ``directory/latest.onnx`` in one rename
-    (:func:`~emote_core.onnx.publishing.replace_atomically`), so that collectors reading it never
-    see a half-written file.
+    Every ``publish_interval`` updates, and when training ends, the policy also replaces
+    ``directory/latest.onnx`` in one rename, so readers never see a half-written file.
 
-    Threads: :meth:`export` reads the network the losses update, so it runs on the training
-    thread. Other threads call :meth:`export_threadsafe`, which queues a request and waits for it.
-    The training thread serves requests when training begins, after every batch, and when it
-    ends; while something holds training back before the first batch, that waiting loop serves
-    them through :meth:`process_pending_exports` (pass this callback as
-    ``MemoryWarmup(exporter=...)``). Once training has ended, requests run on the calling thread.
+    :meth:`export` runs on the training thread; other threads call :meth:`export_threadsafe`,
+    which waits until the training thread serves it (between batches, or through
+    :meth:`process_pending_exports` before the first: pass this callback as
+    ``MemoryWarmup(exporter=...)``).
 
-    Built from an agent proxy, as upstream emote's ``OnnxExporter(agent_proxy, spaces,
-    requires_epsilon, directory, interval, prefix, device)`` (positional arguments in that
-    order), it exports any proxy with a ``policy`` and ``input_names`` (see
-    :func:`~emote_core.onnx.graph.proxy_policy_graph`); files are then named
-    ``savedmodel_<n>.onnx`` unless ``prefix`` says otherwise, and the metadata's algorithm is
-    empty.
+    Given ``agent_proxy`` (upstream emote's positional call), it exports any proxy with a
+    ``policy`` and ``input_names``; files are then ``savedmodel_<n>.onnx`` and the metadata's
+    algorithm is empty.
 
     Args:
         agent_proxy: The proxy whose policy to export (instead of ``graph``).
         spaces: The MDP space of the proxy's inputs and actions (with ``agent_proxy``).
         requires_epsilon: Whether the policy takes an ``epsilon`` noise input of the action's
             shape after the observations (with ``agent_proxy``).
-        device: Accepted for upstream's call; every export traces a CPU copy of the network
-            wherever it trains, so the file is the same for any device.
-        graph: Snapshots the acting network into a :class:`~emote_core.onnx.graph.PolicyGraph`;
-            called on the training thread at every export (an algorithm family's
-            ``policy_graph`` bound to the network and spaces, say).
+        device: Accepted for upstream's call; exports always trace a CPU copy.
+        graph: Snapshots the acting network into a :class:`~emote_core.onnx.graph.PolicyGraph`
+            on the training thread at every export.
         directory: Where exports go (a run's ``exports/``).
         interval: Updates between periodic exports; ``None`` exports only on request.
         recipe_name: The run's recipe's name, recorded in every export.

@@ -39,15 +39,11 @@ class QTarget(LoggingMixin, Callback):
 
         q_target = reward_scale * sum_i gamma^i r_i + gamma^L * mask * Q'(s', a*)
 
-    where ``Q'`` is the target network, ``a* = argmax_a Q(s', a)`` by the online network with
-    ``double_dqn`` (double Q-learning) or ``argmax_a Q'(s', a)`` without, and ``mask`` is the
-    batch's ``masks`` at the window's last transition (0 only after TERMINAL). With
-    ``action_mask_key``, ``a*`` is chosen among the actions that ``s'``'s action mask allows; an
-    ``s'`` that allows none has no future value (bootstrap 0), as a terminal one.
-
-    The target network follows the online one in one of two ways: a hard copy every
-    ``target_update_interval`` steps, or a Polyak step of ``tau`` after every batch. Exactly one
-    of the two must be given. The target starts as a copy of the online network.
+    where ``Q'`` is the target network, ``a*`` the argmax of ``Q`` (``double_dqn``) or ``Q'`` at
+    ``s'`` among the actions its mask allows (none allowed: bootstrap 0), and ``mask`` the
+    ``masks`` at the window's last transition. The target starts as a copy of ``q`` and follows
+    it by a hard copy every ``target_update_interval`` steps or a Polyak step of ``tau`` after
+    every batch.
 
     Args:
         q: The online network, ``q(observation) -> (B, num_actions)``.

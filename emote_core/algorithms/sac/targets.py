@@ -105,15 +105,10 @@ class QTarget(LoggingMixin, Callback):
         q_target = reward_scale * sum_i gamma^i r_i
                    + gamma^L * mask * (min(Q1'(s', a'), Q2'(s', a')) - alpha * log pi(a'|s'))
 
-    with ``a' ~ pi(.|s')`` sampled from the current policy, ``s'`` the observation after the
-    window, ``alpha = exp(ln_alpha)`` and ``mask`` the batch's ``masks`` at the window's last
-    transition (0 only after a TERMINAL observation, so INTERRUPTED episodes are bootstrapped).
-    It is computed without gradients in ``begin_batch`` and put in the data group as
-    ``q_target`` (one row per window); ``end_batch`` then moves each target network a fraction
-    ``target_q_tau`` toward its online network.
-
-    When constructed, the target networks are loaded with the online networks' weights; their
-    parameters never require gradients.
+    with ``a' ~ pi(.|s')``, ``alpha = exp(ln_alpha)`` and ``mask`` the ``masks`` at the window's
+    last transition (0 only after TERMINAL, so INTERRUPTED episodes bootstrap). ``begin_batch``
+    writes it to the data group without gradients; ``end_batch`` moves each target network
+    ``target_q_tau`` toward its online one. Targets start as copies and never require gradients.
 
     Args:
         policy: The policy being trained (the same module the losses and the agent use).
