@@ -168,8 +168,7 @@ def collect_to_store(
         num_envs: Environments stepped together (the recipe's by default).
         device: ``auto``, ``cpu`` or ``cuda[:n]``: where a checkpoint's networks act.
         follow_policy: Act with the policy the run ``policy`` publishes, reloading newer ones.
-        wait_for_policy: With ``follow_policy``, wait for a first policy when none is published
-            yet (else refuse at once).
+        wait_for_policy: With ``follow_policy``, wait for a first policy (else refuse at once).
         on_progress: Called after every collector call and at the start and end.
         should_stop: Asked after every collector call; ``True`` ends collection.
         command: The command line for the store's provenance (``sys.argv`` by default).

@@ -57,19 +57,15 @@ class GymCollector(LoggingMixin, Callback):
             ``begin_training`` (skipped as far as a restored state already collected them).
         inference_steps_per_batch: Vector steps collected in ``begin_batch`` before each batch
             that collects.
-        bp_steps_per_inference: Updates per collection: the collector collects before every
-            ``bp_steps_per_inference``-th batch (updates 1, 1 + N, 1 + 2N, ...). Above 1 it is
-            a high update-to-data ratio, as model-based RL trains (20 updates per env step).
+        bp_steps_per_inference: Updates per collection: it collects before every N-th batch
+            (updates 1, 1 + N, 1 + 2N, ...).
         seed: Seeds the environments at their first reset; ``None`` leaves them unseeded.
         warmup_agent: Acts during warm-up instead of ``agent`` (a ``RandomAgentProxy``, say).
-        ready_check: Warm-up goes on past ``warmup_steps`` until ``ready_check.is_ready()``;
-            pass the trainer's ``MemoryLoader`` so its first batch can be sampled (episodes
-            enter the table only once they end).
-        default_window_length: How many recent episodes ``episode/reward``,
-            ``episode/length`` and ``training/scaled_reward`` average over.
+        ready_check: Warm-up goes on past ``warmup_steps`` until ``ready_check.is_ready()``
+            (pass the trainer's ``MemoryLoader``: episodes enter the table only once they end).
+        default_window_length: How many recent episodes the episode logs average over.
         exporter: Served with ``process_pending_exports()`` while warm-up holds the training
-            thread, so export requests from other threads (an ONNX exporter's
-            ``export_threadsafe``) are answered before the first batch.
+            thread, so other threads' export requests are answered before the first batch.
         name: The callback's name (keys its checkpoint entry).
 
     Raises:

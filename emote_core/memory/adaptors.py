@@ -198,26 +198,16 @@ class KeyCastAdaptor:
 class TerminalAdaptor:
     """Recomputes masks from a terminal flag recorded with every observation.
 
-    For data whose end-of-task information is an observation entry (upstream emote's
-    ``use_terminal`` tables) rather than the episode's end state. The flag column holds, for
-    every observation of an episode (``N + 1`` rows), whether the task ended at that observation;
-    the table samples it as ``value_key``, read at the observation each transition leads to (the
-    builders use a next-element virtual column, ``next_terminal``). Then, for every sampled
-    transition::
+    For upstream emote's ``use_terminal`` tables, whose flag column holds, per observation
+    (``N + 1`` rows), whether the task ended there. For every sampled transition::
 
-        masks = 0  if dones == 1 and flag != 0   (the episode's last transition reached a
-                                                  terminal observation: do not bootstrap)
+        masks = 0  if dones == 1 and flag != 0   (flag of the observation it leads to)
         masks = 1  otherwise
 
-    So a flag only matters at an episode's last transition, and the episode's recorded end state
-    (TERMINAL or INTERRUPTED) is overridden by the flag of its final observation. The mask keeps
-    the target entry's dtype and shape. The flag entries (``value_key`` and ``drop_keys``) are
-    removed from the batch.
-
-    Every argument is keyword-only: upstream emote's ``TerminalAdaptor(target_key, value_key)``
-    takes the two keys in the other order (and copies the value entry over the mask instead of
-    combining it with ``dones``), so a positional call ported from there fails here instead of
-    writing masks from the wrong entry (``docs/porting.md``).
+    so the final observation's flag overrides the episode's end state. The mask keeps the target
+    entry's dtype and shape; the flag entries are removed from the batch. Arguments are
+    keyword-only because upstream's ``TerminalAdaptor(target_key, value_key)`` takes them in the
+    other order (``docs/porting.md``).
 
     Args:
         value_key: The batch entry holding, per sampled transition, the flag of the observation

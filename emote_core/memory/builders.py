@@ -221,22 +221,18 @@ def _build_adaptors(
 class DictMemoryTable(ArrayMemoryTable):
     """A table of given columns whose observation entries are sampled as dicts.
 
-    upstream emote's ``DictTable`` under emote's naming: the base of the dict-observation tables,
-    for columns of your own. Sampled batches pass through, in order: the terminal adaptor (with
-    ``use_terminal``), ``adaptors`` (on flat column names), a
-    :class:`~emote_core.memory.adaptors.DictObsAdaptor` that gathers ``obs_keys`` (and their
-    ``next_`` columns, where present) into ``observation`` / ``next_observation``, and
-    ``preprocessor``.
+    upstream emote's ``DictTable``: the base of the dict-observation tables, for columns of your
+    own. Sampled batches pass through the terminal adaptor, ``adaptors``, a
+    :class:`~emote_core.memory.adaptors.DictObsAdaptor` that gathers ``obs_keys`` into
+    ``observation`` / ``next_observation``, and ``preprocessor``, in that order.
 
     Args:
         columns: The stored and virtual columns (the list is not changed).
         obs_keys: The column names that are observation entries.
         maxlen: The most transitions held; whole episodes are ejected beyond it.
         use_terminal: Add a per-observation ``terminal`` flag column that decides masks
-            (upstream's ``use_terminal_column``; see
-            :class:`~emote_core.memory.adaptors.TerminalAdaptor`).
-        length_key: The column whose length is an episode's transition count (``"actions"``, as
-            upstream).
+            (upstream's ``use_terminal_column``).
+        length_key: The column whose length is an episode's transition count.
         sampler: Which windows to sample; a new :class:`UniformSampleStrategy` by default.
         ejector: Which episodes to eject; a new :class:`FifoEjectionStrategy` by default.
         device: Where the data lives and batches are returned.
@@ -289,24 +285,18 @@ class DictMemoryTable(ArrayMemoryTable):
 class DictObsMemoryTable(DictMemoryTable):
     """A table for one-step TD learning on dict observations.
 
-    Columns: one per observation key (shape and dtype from ``spaces.state``); ``actions`` (from
-    ``spaces.actions``; int64 of shape ``(1,)`` for a :class:`~emote_core.spaces.DiscreteSpace`);
-    ``rewards`` (float32, ``(1,)``); and, derived when sampling, ``next_<key>`` (the observation
-    after each transition), ``dones`` and ``masks`` (float32, ``(1,)``: ``dones`` is 1 at an
-    episode's last transition, ``masks`` 0 only there and only for TERMINAL episodes).
-
-    With ``use_terminal``, every episode also carries a ``terminal`` flag per observation
-    (``N + 1`` values, non-zero where the task ended) and masks follow that flag instead of the
-    episode's end state (see :class:`~emote_core.memory.adaptors.TerminalAdaptor`).
-
-    Sampled batches pass through, in order: the terminal adaptor (with ``use_terminal``),
-    ``adaptors`` (on flat column names), the :class:`~emote_core.memory.adaptors.DictObsAdaptor`
-    that nests observations, and ``preprocessor``.
+    Columns: one per observation key, ``actions`` (int64 ``(1,)`` for a
+    :class:`~emote_core.spaces.DiscreteSpace`), ``rewards``, and, derived when sampling,
+    ``next_<key>``, ``dones`` (1 at an episode's last transition) and ``masks`` (0 only there,
+    for TERMINAL episodes). Sampled batches pass through the terminal adaptor, ``adaptors``, the
+    :class:`~emote_core.memory.adaptors.DictObsAdaptor` that nests observations, and
+    ``preprocessor``, in that order.
 
     Args:
         spaces: The MDP's spaces; ``spaces.state`` names the observation keys.
         maxlen: The most transitions held; whole episodes are ejected beyond it.
-        use_terminal: Store a per-observation ``terminal`` flag that decides masks.
+        use_terminal: Store a per-observation ``terminal`` flag that decides masks (see
+            :class:`~emote_core.memory.adaptors.TerminalAdaptor`).
         sampler: Which windows to sample; a new :class:`UniformSampleStrategy` by default.
         ejector: Which episodes to eject; a new :class:`FifoEjectionStrategy` by default.
         device: Where the data lives and batches are returned.
@@ -314,9 +304,8 @@ class DictObsMemoryTable(DictMemoryTable):
         adaptors: Extra adaptors, run before observations are nested (reward scaling, casts).
         preprocessor: An adaptor run last on the nested batch, such as a
             :class:`~emote_core.memory.adaptors.SamplePreprocessor` augmentation.
-        dones_dtype: The dtype of sampled ``dones`` (upstream emote's argument); float32 by
-            default where upstream's default was ``bool`` — pass ``dones_dtype=bool`` for
-            upstream's batches.
+        dones_dtype: The dtype of sampled ``dones``; float32 by default, where upstream's was
+            ``bool`` (pass ``dones_dtype=bool`` for upstream's batches).
         masks_dtype: The dtype of sampled ``masks`` (float32, as upstream's default).
 
     Raises:

@@ -298,21 +298,16 @@ class PolicyLoss(LossCallback):
 class AlphaLoss(LossCallback):
     """Tunes SAC's entropy temperature toward a target entropy.
 
-    The loss is ``-mean(ln_alpha * (log pi(a|s) + target_entropy))`` with actions sampled from
-    the policy (no policy gradients). After each step ``ln_alpha`` is clamped to at most
-    ``log(max_alpha)``. ``ln_alpha`` is updated in place, so :class:`QTarget`,
-    :class:`PolicyLoss` and anything else holding the same tensor see the new value at once, and
-    restoring this callback from a checkpoint restores it for all of them.
-
-    Logs ``training/<name>`` (alpha itself) and ``training/<name>_target_entropy``; the
-    checkpoint state holds ``ln_alpha`` and the target-entropy schedule's position.
+    The loss is ``-mean(ln_alpha * (log pi(a|s) + target_entropy))``; ``ln_alpha`` is then
+    clamped to ``log(max_alpha)``. It is updated in place, so every holder of the same tensor
+    (:class:`QTarget`, :class:`PolicyLoss`) sees the new value and a restored checkpoint. Logs
+    ``training/<name>`` (alpha) and ``training/<name>_target_entropy``.
 
     Args:
         policy: The policy; ``policy.sample(observation)`` gives ``(actions, log_probs)``.
         ln_alpha: The shared log temperature: a one-element leaf tensor with requires_grad.
         optimizer: An optimizer over ``[ln_alpha]``.
-        action_dim: The number of action dimensions (the default target entropy is its
-            negative).
+        action_dim: The number of action dimensions.
         target_entropy: A number, a schedule stepped once per update, or ``None`` for
             ``-action_dim``.
         max_alpha: The largest temperature; ``None`` does not clamp.
@@ -322,8 +317,7 @@ class AlphaLoss(LossCallback):
         name: Unique name.
         data_group: The data group read.
         reuse_policy_log_probs: Use the log-probabilities :class:`PolicyLoss` computed on this
-            same batch (``policy_log_probs`` in the state, when its step is this step) instead of
-            sampling the policy again; put the policy loss first for this to apply.
+            batch instead of sampling again (put the policy loss first for this to apply).
         **kwargs: Passed to :class:`~emote_core.callbacks.loss.LossCallback`.
 
     Raises:

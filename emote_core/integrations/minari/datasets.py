@@ -255,19 +255,16 @@ def write_minari(
 ) -> Path:
     """Writes ``stored``'s episodes as a local Minari dataset that ``minari.load_dataset`` opens.
 
-    Observations are the spaces' state keys (or, without spaces, the per-step columns holding
-    one row more than the actions); one is stored as a ``Box``, several as a ``Dict``. A
-    :class:`~emote_core.spaces.DiscreteSpace` action becomes ``Discrete(n)``. TERMINAL episodes
-    end with a termination, INTERRUPTED ones with a truncation. Values keep their dtypes (no JPEG
-    re-encoding). The dataset is built under a hidden name and renamed into place when complete.
+    Observations (the state keys, or the columns one row longer than the actions) become a
+    ``Box`` or a ``Dict``; TERMINAL episodes end with a termination, INTERRUPTED ones with a
+    truncation; values keep their dtypes. The dataset appears under its name only when complete.
 
     Args:
         stored: What a reader returned (or a table's content).
         dataset_id: ``(namespace/)name-v<version>``, e.g. ``"cartpole/expert-v0"``.
         root: Where datasets live; ``$MINARI_DATASETS_PATH`` or ``~/.minari/datasets`` if unset.
         env_id: A registered gymnasium id to record as the dataset's environment; by default
-            the one ``stored`` was recorded on (``metadata["environment"]``: its id, kwargs and
-            time limit), so ``recover_environment()`` rebuilds it.
+            the one ``stored`` was recorded on, so ``recover_environment()`` rebuilds it.
         algorithm_name: What collected the data.
         author: The author(s).
         author_email: Their e-mail address(es).
