@@ -119,17 +119,11 @@ def _gif_summary(tag: str, frames: np.ndarray, fps: int) -> Summary:
 class TensorboardLogger(Callback):
     """Writes the logs of :class:`LoggingMixin` callbacks to TensorBoard every ``log_interval``.
 
-    Each cycle it writes every scalar, the mean of every windowed scalar and its cumulative sum
-    (tag ``<key>_cumulative``), histograms, images (HWC) and videos (THWC), then flushes the
-    writer. Histograms, images and videos are written once and removed from the callback that
-    logged them; scalars and windows stay. It also writes its own throughput since the previous
-    cycle (or since ``begin_training``) as ``performance/bp_steps_per_sec`` and
-    ``performance/bp_samples_per_sec``, tagged like any other key. See the module docstring for
-    how keys become tags. ``end_training`` flushes and closes the writer, however training ends.
-
-    Videos are GIF-encoded: through ``SummaryWriter.add_video`` when ``moviepy.editor`` (moviepy
-    below 2) is importable, else with Pillow; with neither, one warning is logged and videos are
-    skipped.
+    Each cycle it writes every scalar, the mean and cumulative sum (``<key>_cumulative``) of
+    every windowed scalar, histograms, images (HWC) and videos (THWC, as GIF), and its own
+    ``performance/bp_steps_per_sec`` and ``performance/bp_samples_per_sec``. Histograms, images
+    and videos are written once and removed; without moviepy below 2 or Pillow, videos are
+    skipped with one warning. ``end_training`` closes the writer, however training ends.
 
     Args:
         callbacks: The objects whose logs to write.

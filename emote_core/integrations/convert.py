@@ -98,10 +98,9 @@ def convert(
 ) -> dict[str, Any]:
     """Reads ``source`` and writes it to ``destination`` in ``target_format``, atomically.
 
-    The target is written under a temporary name in the destination's directory and renamed
-    into place when complete. It records where it came from: ``{"format", "sha256", "path"}``
-    (see :func:`source_sha256`); an emote-memory store also records the converting ``command``
-    and emote's version in its shard's provenance.
+    The target appears under its name only when complete, and records its source's
+    ``{"format", "sha256", "path"}`` (an emote-memory store also the ``command`` and emote's
+    version).
 
     Args:
         source: Any source :func:`read_source` reads.

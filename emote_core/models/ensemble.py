@@ -147,12 +147,9 @@ def _squared_error_loss(mean: Tensor, target: Tensor) -> Tensor:
 class EnsembleOfGaussian(_MemberNetwork):
     """An ensemble of MLPs, each predicting a diagonal Gaussian over the target (MBPO's model).
 
-    Each member has ``num_layers`` hidden layers of ``hidden_size`` and an output layer giving the
-    mean and the log-variance. The log-variance is softly bounded between learned
-    ``min_logvar`` and ``max_logvar`` (``(1, 1, out_size)``, initially -10 and 0.5) by softplus,
-    so it stays in that range up to softplus's tail, ``log(1 + exp(min_logvar - max_logvar))``.
-    :meth:`loss` trains each member on its own bootstrap of the batch; :meth:`sample` draws
-    from one elite member per row.
+    Each member outputs a mean and a log-variance softly bounded (softplus) between learned
+    ``min_logvar`` and ``max_logvar``. :meth:`loss` trains each member on its own bootstrap of
+    the batch; :meth:`sample` draws from one elite member per row.
 
     Args:
         in_size: The width of a model input.
@@ -164,8 +161,7 @@ class EnsembleOfGaussian(_MemberNetwork):
         activation: One of ``"silu"``, ``"relu"``, ``"tanh"``, ``"elu"``.
         deterministic: Build without a variance head: ``forward`` returns no log-variance,
             :meth:`loss` is the squared error and :meth:`sample` adds no noise.
-        logvar_penalty: The weight of ``sum(max_logvar) - sum(min_logvar)`` in the loss, which
-            keeps the learned bounds tight.
+        logvar_penalty: The weight of ``sum(max_logvar) - sum(min_logvar)`` in the loss.
         generator: The CPU generator the initial weights are drawn with.
         device: Where the parameters live (they are initialised on the CPU, then moved).
 

@@ -176,17 +176,11 @@ class LossProgressCheck(LoggingMixin, Callback):
     """Scores the model on held-out episodes every ``interval`` updates: picks the elites and
     logs whether the held-out error still falls.
 
-    Each check takes up to ``max_rows`` transitions of the replay table's held-out episodes (see
-    :func:`is_holdout`; with ``holdout_fraction`` 0, a random sample of every episode), computes
-    each member's mean squared error in normalised target units, keeps the best members as the
-    elites the model samples from, and logs:
-
-    - ``model/holdout_nmse``: the elites' mean normalised MSE (the fraction of the targets'
-      variance the model does not explain);
-    - ``model/holdout_nmse_all``: every member's mean;
-    - ``model/holdout_falling``: 1 when the check improved on the best so far by at least
-      ``min_improvement`` (relative), else 0; ``model/checks_since_improvement`` counts the
-      checks since it last did.
+    Each check computes every member's normalised MSE on up to ``max_rows`` held-out
+    transitions (see :func:`is_holdout`), keeps the best members as elites, and logs
+    ``model/holdout_nmse`` (the elites' mean), ``model/holdout_nmse_all`` (every member's),
+    ``model/holdout_falling`` (1 when it improved on the best by ``min_improvement``, relative)
+    and ``model/checks_since_improvement``.
 
     Args:
         model: The dynamic model (``member_mse``, ``set_elites``).

@@ -26,14 +26,10 @@ class ModelBasedCollector(LoggingMixin, Callback):
     """Each update, branches model rollouts from the real batch's observations with the current
     policy, into the model memory.
 
-    The rollouts go through the agent-proxy format: ``model_env.rollout(agent, memory, ...)``
-    plays ``agent`` (an exploring agent proxy) in the :class:`~emote_core.models.model_env.
-    ModelEnv` and hands every step to ``memory`` (a ``MemoryTableProxy`` over the model table),
-    so each rollout enters the table as one episode, INTERRUPTED at its length or TERMINAL.
-
-    The rollout length at update ``bp_step`` is ``rollout_scheduler.evaluate_at(bp_step)``
-    (rounded down); the model memory is resized to hold the last ``num_bp_to_retain_buffer``
-    updates' rollouts at the current length, the oldest ejected first.
+    Each rollout enters the model table as one episode (INTERRUPTED at its length, or TERMINAL)
+    through ``memory``. Its length at update ``k`` is ``rollout_scheduler.evaluate_at(k)``
+    (rounded down); the memory is resized to hold the last ``num_bp_to_retain_buffer`` updates'
+    rollouts.
 
     Args:
         model_env: Simulates the rollouts.

@@ -55,17 +55,13 @@ class GenericAgentProxy:
         input_keys: The observation keys the policy reads.
         output_keys: The response keys its outputs are stored under (``"actions"`` is the one an
             environment acts with).
-        spaces: When given, every observation is checked against ``spaces.state`` (clear errors
-            for missing keys and wrong shapes), actions are cast to the action space's dtype, and
-            the noise shape comes from the action space.
+        spaces: When given, observations are checked against ``spaces.state``, actions cast to
+            the action space's dtype, and the noise shaped like it.
         deterministic: For epsilon-taking policies, act with zero noise (the mean action).
         seed: Seeds the noise generator; ``None`` draws from fresh entropy.
-        uses_logprobs: How to read the policy's outputs, as upstream emote's argument says.
-            ``True``: the policy returns a tuple ``(actions, log_probs, *others)``; the
-            log-probabilities are dropped and the rest fill ``output_keys`` in order. ``False``:
-            the policy returns one tensor, stored under every output key. Left out (emote's
-            default, unlike upstream's ``True``): one output per output key, no log-probabilities
-            (what emote's policies return in eval mode).
+        uses_logprobs: ``True``: the policy returns ``(actions, log_probs, *others)`` and the
+            log-probabilities are dropped; ``False``: one tensor, stored under every output key;
+            left out (unlike upstream's default ``True``): one output per output key.
 
     Raises:
         ConfigurationError: If keys are malformed or absent from ``spaces``, or the policy takes

@@ -154,11 +154,9 @@ class ActionSymmetryDiscriminatorLoss(LossCallback):
 
         loss = mean((D(x) - 1)^2) + mean((D(x') + 1)^2) + grad_loss_weight * mean |dD(x)/dx|^2
 
-    ``s`` are the batch's states and the actions are sampled from the policy (with a generator
-    of its own, checkpointed), not read from the batch: the replay memory's actions come from
-    every policy since training began, and a discriminator that judged them would be telling
-    old behaviour from its mirror image. Without an observation map, ``x = pi(s)`` and
-    ``x' = m pi(s)``.
+    ``s`` are the batch's states; the actions are sampled from the current policy, not read
+    from the batch, whose actions come from every past policy. Without an observation map,
+    ``x = pi(s)`` and ``x' = m pi(s)``.
 
     Args:
         discriminator: ``(B, F) -> (B, 1)``, ``F`` the width of a pair.

@@ -29,27 +29,21 @@ log = logging.getLogger(__name__)
 class TmrlMemory(TmrlEpisodeMemory):
     """tmrl's memory interface over an emote episode table, starting from tmrl's dataset.
 
-    The first three arguments keep their positions (tmrl's memories agree on them); the rest are
-    keyword-only, because ``GenericTorchMemory`` and the TrackMania memories order them
-    differently, and a positional call in either order would otherwise land in the wrong
-    argument.
+    Arguments after the first three are keyword-only: tmrl's memories order them differently.
 
     Args:
         memory_size: The most transitions kept; whole old episodes are dropped.
         batch_size: Transitions per batch.
         dataset_path: A folder holding ``data.pkl`` (or the file itself) whose entries fill the
             memory first, as tmrl's memories do; nothing is loaded when it is empty or missing.
-        imgs_obs: Accepted because tmrl's configuration passes it; unused: this memory keeps
-            whole observations, so workers send them uncompressed.
+        imgs_obs: Accepted for tmrl's configuration; unused (whole observations are kept).
         act_buf_len: Accepted and unused, like ``imgs_obs``.
         nb_steps: Batches per round (iterating the memory yields this many).
         sample_preprocessor: Called on the six fields of every sampled transition.
         crc_debug: Check sampled transitions against what a ``crc_debug`` worker sent.
         device: Where collated batches go.
         seed: Seed of the index sampling.
-        trust_pickle: Unpickle ``dataset_path`` without restrictions (runs the file's code);
-            only for datasets whose infos hold objects outside the allowlist and whose origin
-            the user vouches for.
+        trust_pickle: Unpickle ``dataset_path`` without restrictions (runs the file's code).
 
     Raises:
         FormatError: If ``dataset_path`` holds a ``data.pkl`` that is not a tmrl dataset.

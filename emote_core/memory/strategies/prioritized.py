@@ -56,21 +56,12 @@ class PrioritizedSampleStrategy(SampleStrategy):
     """Samples windows with probability proportional to their priority (prioritized replay).
 
     A window's priority is that of its first transition, stored as ``(|p| + epsilon) ** alpha``
-    for a priority ``p`` given to :meth:`update_priorities` (typically the window's TD error).
-    New episodes start every transition at the largest stored priority so far, or at
-    ``initial_priority`` when one is given, so that fresh data is seen at least once.
+    for a ``p`` given to :meth:`update_priorities`; new transitions start at the largest stored
+    priority (or ``initial_priority``). Only windows that fit in their episode are drawn, with
+    probability exactly proportional to priority among them.
 
-    Windows of ``L`` transitions start at offsets ``0 .. N - L`` of an episode of ``N``; later
-    transitions (and whole episodes shorter than ``L``) are never drawn. They are excluded by
-    rejection: draws that land on them are redrawn, vectorised, a few rounds, after which their
-    leaves are zeroed for one exact draw and restored. So probabilities are exactly proportional
-    to priority among the valid windows.
-
-    Each sample carries importance-sampling weights ``(n * P(i)) ** -beta`` divided by the largest
-    possible weight, which reduces to ``(p_i / p_min) ** -beta`` with ``p_min`` the smallest
-    stored priority (the min tree). For windows longer than one step ``p_min`` includes the last
-    transitions of episodes that cannot start such a window, so weights stay within ``(0, 1]``
-    but the largest may fall short of 1.
+    Importance-sampling weights are ``(p_i / p_min) ** -beta``, ``p_min`` the smallest stored
+    priority; for windows longer than one step the largest may fall short of 1.
 
     Args:
         alpha: How strongly priorities shape the distribution (0 is uniform).
