@@ -107,17 +107,13 @@ def build_training(
         terminal_log: Also log a line per log interval to the terminal (stderr).
         skip_damaged: Train on the intact episodes of damaged stores (refused by default).
         allow_nonfinite: Train on stores whose float columns hold NaN or infinities (refused
-            by default: every loss would turn NaN).
-        progress: Receives progress snapshots (done / total, rates, ETA, return, losses) at
-            the start, every half second and at the end (see ``ProgressReporter``).
-        follow: Keep taking in the episodes committed to ``stores`` while training (every
-            ``memory.follow_interval`` updates); without live collection, wait before the
-            first update until the table holds ``memory.warmup_steps`` transitions and a batch.
-        distributed: This rank of a data-parallel run (``torchrun``): every rank trains with
-            its own batches and collection, gradients are averaged (``DataParallel``), and only
-            rank 0 writes the run directory (checkpoints, TensorBoard, exports, evaluations, the
-            memory export); on a resume every rank reads the same checkpoint and the episodes it
-            references.
+            by default).
+        progress: Receives progress snapshots at the start, every half second and at the end
+            (see ``ProgressReporter``).
+        follow: Keep taking in the episodes committed to ``stores`` while training; without
+            live collection, the first update waits for ``memory.warmup_steps`` transitions.
+        distributed: This rank of a data-parallel run (``torchrun``): gradients are averaged,
+            and only rank 0 writes the run directory.
 
     Raises:
         ConfigurationError: If the recipe, the stores and the mode do not fit together.

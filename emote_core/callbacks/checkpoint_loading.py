@@ -47,9 +47,8 @@ class CheckpointLoader(Callback):
         load_network: Restore network weights (default on).
         load_optimizer: Restore optimizer state (default on).
         load_hparams: Restore hyperparameters such as learning rates.
-        reset_training_steps: Start counting steps from zero (and keep the random state) instead
-            of continuing from the checkpoint's step. Left out, steps are restored exactly when
-            ``load_hparams`` is on, as upstream emote does.
+        reset_training_steps: Count steps from zero (keeping the random state); left out,
+            steps are restored when ``load_hparams`` is on, as upstream emote does.
         name: Unique name.
         restorees: Upstream emote's name for ``callbacks`` (pass one of the two).
         run_root: Upstream emote's name for ``run_dir`` (pass one of the two).

@@ -67,22 +67,17 @@ class BatchGymCollector:
         env: The wrapped vector environment.
         agent: Acts for all slots: ``agent.act_batch(observations)`` if it has it, else any agent
             proxy (``agent({id: DictObservation})``).
-        on_episode: Called with ``(identity, sequence, end_state)`` for each finished episode;
-            identities count from ``first_identity``. The sequence's arrays are views of the
-            cut's joined rows.
-        on_batch: Called at each cut that finished episodes with them as one
-            :class:`~emote_core.stores.episode_batch.EpisodeBatch` (before ``on_episode`` hears
-            of them one by one).
+        on_episode: Called with ``(identity, sequence, end_state)`` for each finished episode
+            (identities count from ``first_identity``; arrays are views of the cut's rows).
+        on_batch: Called at each cut with its finished episodes as one
+            :class:`~emote_core.stores.episode_batch.EpisodeBatch`, before ``on_episode``.
         seed: Seeds the environments at the first reset; ``None`` leaves them unseeded.
-        chunk_steps: Vector steps kept as they came before they are cut into episodes; by
-            default enough for :data:`CHUNK_ROWS` rows (1024 steps of 8 envs, 8192 of one) or
-            :data:`CHUNK_BYTES` of observations, whichever is less: a cut costs about the same
-            whatever its size. A collector that needs its episodes sooner calls
-            :meth:`cut_finished`.
+        chunk_steps: Vector steps kept before they are cut into episodes (by default
+            :data:`CHUNK_ROWS` rows or :data:`CHUNK_BYTES`, whichever is less); call
+            :meth:`cut_finished` to have episodes sooner.
         first_identity: The identity of the first finished episode.
-        track_returns: Also keep every finished episode's ``(return, length)``, summed in
-            float64 as :class:`~emote_core.env.dict_gym.DictGymWrapper` sums them, for
-            :meth:`drain_completed_episodes` (a collector that logs returns asks for it).
+        track_returns: Keep every finished episode's ``(return, length)`` for
+            :meth:`drain_completed_episodes`.
 
     Raises:
         ConfigurationError: If ``chunk_steps`` is not a positive integer, or neither sink is

@@ -36,13 +36,12 @@ class ModelLoss(LossCallback):
         model: The :class:`~emote_core.models.model.DynamicModel` (its weights, normalisers and
             elites are this callback's network in checkpoints).
         optimizer: Over the model's parameters.
-        table: The replay table the batch was sampled from: the identities of its last sample
-            tell held-out rows apart. ``None`` trains on every row.
+        table: The replay table the batch was sampled from (``None`` trains on every row).
         holdout_fraction: The fraction of episodes held out, in ``[0, 1)``.
         input_key: The observation key the model reads.
         seed: Seeds the ensemble's bootstrap draws.
-        train_interval: Updates per model step: the model steps at updates ``train_interval``,
-            ``2 * train_interval``, ... (an ensemble's step costs several RL updates' worth).
+        train_interval: Updates per model step (it steps at updates ``train_interval``,
+            ``2 * train_interval``, ...).
         name: Keys logs and checkpoints.
         data_group: The data group of the real batch.
         max_grad_norm: Clip of the gradient norm; ``None`` only measures it.

@@ -29,14 +29,9 @@ def seeded_generator(device: torch.device, seed: int | None) -> torch.Generator:
 class ImageAugmentor:
     """Random cutout, and optional Gaussian noise, for a batch of channels-last images.
 
-    Each image gets one rectangle filled with ``fill_value``. The rectangle's height and width are
-    random fractions of the image's, between ``min_mask_relative_size`` and
-    ``max_mask_relative_size`` (rounded to whole pixels, at least one), and it lies anywhere
-    inside the image. The masks of the whole batch are built at once, by comparing coordinate
-    grids with per-image bounds, on the images' device.
-
-    Every random draw comes from :attr:`generator`, which lives on ``device``: the same seed
-    gives the same augmentations, and :meth:`random_generators` lets a checkpoint keep its state.
+    Each image gets one rectangle, anywhere inside it, filled with ``fill_value``; its sides are
+    random fractions of the image's (at least one pixel). Every draw comes from
+    :attr:`generator` on ``device``, so a seed gives the same augmentations.
 
     Args:
         min_mask_relative_size: The smallest mask side, as a fraction of the image side.

@@ -194,10 +194,8 @@ def split_decay_parameters(
 class ModifiedAdamW(torch.optim.AdamW):
     """AdamW whose weight decay applies only to the weights of chosen layer types.
 
-    Parameter group 0 holds the decayed parameters with ``weight_decay``, group 1 the rest with a
-    weight decay of 0 (see :func:`split_decay_parameters`). Both groups exist even when one is
-    empty, so checkpoints always have the same layout. The first five arguments are upstream
-    emote's, in its order and with its meaning.
+    Parameter group 0 holds the decayed parameters, group 1 the rest (weight decay 0); both
+    exist even when empty. The first five arguments are upstream emote's, in its order.
 
     Args:
         params_or_module: A module (upstream's ``network``), or an iterable of modules and
@@ -208,8 +206,7 @@ class ModifiedAdamW(torch.optim.AdamW):
             layers and convolutions (upstream: linear layers only).
         blacklist_weight_modules: Module types whose weights are not decayed; left out,
             ``LayerNorm``.
-        layers_to_exclude: Names of layers of the network none of whose parameters are decayed
-            (say the last layer of a Q network).
+        layers_to_exclude: Names of layers none of whose parameters are decayed.
         betas: Adam's moment coefficients.
         eps: Adam's denominator epsilon.
         **kwargs: Further :class:`torch.optim.AdamW` options (``amsgrad``, ``foreach``, ...).

@@ -91,17 +91,13 @@ class QLoss(TdErrorPublisher, LossCallback):
 
 
 class StackedQLoss(LossCallback):
-    """:class:`QLoss` for both of SAC's Q networks at once, stacked in one module: one forward
-    and backward pass and one optimizer step for the two, which halves the Q losses' kernels
-    on a GPU.
+    """:class:`QLoss` for SAC's Q networks stacked in one module: one forward and backward pass
+    and one optimizer step for all, each member trained and clipped as its own :class:`QLoss`
+    would train it.
 
-    The loss is ``sum over members m of mean(w * (q_m(s, a) - q_target)^2)``, so each member
-    gets the gradient its own :class:`QLoss` would give it, and Adam, being element-wise, steps
-    each as its own optimizer would. Each member's gradient is clipped to ``max_grad_norm`` on
-    its own, as two losses clip their networks. Logs, per member name: ``loss/<member>``,
-    ``training/<member>_prediction`` and ``training/<member>_gradient_norm``; and
-    ``loss/<name>``, the sum. Publishes each member's TD errors as ``<member>_td_error`` (for
-    a :class:`~emote_core.memory.priorities.PriorityUpdater` over the member names).
+    Logs ``loss/<member>``, ``training/<member>_prediction``,
+    ``training/<member>_gradient_norm`` and ``loss/<name>`` (the sum), and publishes each
+    member's TD errors as ``<member>_td_error``.
 
     Args:
         critics: The stacked Q networks, ``critics(observation=..., actions=...) -> (M, B, 1)``
