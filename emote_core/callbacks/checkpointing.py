@@ -48,9 +48,8 @@ log = logging.getLogger(__name__)
 class Checkpointer(Callback):
     """Writes a checkpoint every ``checkpoint_interval`` steps and once more when training ends.
 
-    The final checkpoint is skipped when training ends with an error (``training_error`` in the
-    state), since the failed step may have left the networks half updated. After each checkpoint
-    the state holds ``latest_checkpoint`` (its path) and ``checkpoint_index`` (its index).
+    The final checkpoint is skipped when training ends with an error (the networks may be half
+    updated). The state then holds ``latest_checkpoint`` and ``checkpoint_index``.
 
     Args:
         callbacks: The restorees whose ``state_dict()`` goes into each checkpoint.
@@ -60,9 +59,8 @@ class Checkpointer(Callback):
         name: Unique name.
         restorees: Upstream emote's name for ``callbacks`` (pass one of the two).
         run_root: Upstream emote's name for ``run_dir`` (pass one of the two).
-        checkpoint_index: The index the first checkpoint written records; each later one
-            records the next. A resumed run continues after the index of the checkpoint it
-            resumed from when that is higher.
+        checkpoint_index: The index the first checkpoint records, each later one the next (a
+            resumed run continues after its checkpoint's index when that is higher).
         storage_subdirectory: The folder of the run directory the checkpoints go to.
 
     Raises:

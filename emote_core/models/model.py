@@ -55,12 +55,9 @@ class DynamicsNetwork(Protocol):
 class DynamicModel(nn.Module):
     """Predicts the next observation (and the reward) of a transition with a network.
 
-    The network sees the normalised model input, ``obs_process_fn(observation)`` (or the
-    observation) followed by the action, and predicts the normalised target: the observation
-    delta ``next_observation - observation``, except for the dimensions in ``no_delta_list``
-    where it is ``next_observation`` itself, followed by the reward when ``learned_rewards``.
-    The two :class:`~emote_core.models.Normalizer` s (``input_normalizer``,
-    ``target_normalizer``) are submodules, so a ``state_dict`` holds them with the weights.
+    The network maps the normalised (processed) observation and action to the normalised
+    observation delta (``next_observation`` itself for ``no_delta_list``), then the reward with
+    ``learned_rewards``. The normalisers are submodules, saved with the weights.
 
     Args:
         model: The network, an ``nn.Module`` such as an
@@ -70,8 +67,7 @@ class DynamicModel(nn.Module):
         action_size: The width of an action.
         learned_rewards: Whether the model predicts the reward as the target's last column.
         obs_process_fn: Maps observations ``(B, observation_size)`` to the features the network
-            sees; a module is registered as a submodule. Its output width is found by calling
-            it on one zero row.
+            sees (called once on a zero row to find their width).
         no_delta_list: Observation dimensions predicted absolutely rather than as deltas.
 
     Raises:

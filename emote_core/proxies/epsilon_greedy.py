@@ -58,9 +58,8 @@ def allowed_actions(masks: np.ndarray, num_actions: int, rows: Sequence[object])
 class EpsilonGreedyAgentProxy:
     """Takes the greedy action of a Q network, or with probability epsilon a uniform one.
 
-    Actions are ``int64`` arrays of shape ``(1,)``, as ``DictGymWrapper`` takes for ``Discrete``
-    action spaces. With ``action_mask_key``, both choose among the actions each observation's
-    mask allows.
+    Actions are ``int64`` arrays of shape ``(1,)``, chosen among those the mask allows (with
+    ``action_mask_key``).
 
     Args:
         q_network: Maps a ``(B, ...)`` float32 observation batch to ``(B, num_actions)`` values.
@@ -72,8 +71,7 @@ class EpsilonGreedyAgentProxy:
         seed: Seeds the exploration draws; ``None`` draws from fresh entropy.
         action_mask_key: The observation holding each agent's action mask (``num_actions``
             entries, nonzero where allowed); ``None``: every action is allowed.
-        flatten: Flatten each observation to one row of numbers before the network reads it
-            (as DQN's losses and exports do); else the network gets ``(B, *shape)``.
+        flatten: Flatten each observation to one row, as DQN's losses and exports do.
 
     Raises:
         ConfigurationError: If ``num_actions`` is not a positive integer or a fixed epsilon is

@@ -33,12 +33,9 @@ def export_path(directory: str | os.PathLike[str], target_memory_name: str) -> P
 class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
     """Appends completed episodes to the store ``<root>/<name>_export`` now and then.
 
-    The export is an emote-memory Zarr store that grows incrementally: after every
-    ``inf_steps_per_memory_export`` agent steps (observations that got an action), and no sooner
-    than ``min_time_per_export`` seconds after the previous export, the episodes completed since
-    the last export are appended and committed (never a full rewrite), from the thread that calls
-    :meth:`add`. An existing store there is appended to (a resumed run). A later run reads it
-    back with :class:`~emote_core.integrations.upstream.importer.MemoryImporterCallback`.
+    Every ``inf_steps_per_memory_export`` agent steps, and at most once per
+    ``min_time_per_export`` seconds, the episodes completed since the last export are appended
+    and committed, on the thread that calls :meth:`add`. An existing store is appended to.
 
     Args:
         inner: The wrapped proxy.
@@ -47,8 +44,7 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
         experiment_root_path: The directory of the export (created when missing).
         min_time_per_export: The fewest seconds between two exports.
         clock: The time source, in seconds (for tests).
-        shard: The store shard this run writes (a resumed run writes a shard of its own, so
-            that episodes committed after its checkpoint by the run it continues stay apart).
+        shard: The store shard this run writes (a resumed run writes a shard of its own).
         spaces: The MDP spaces to record in a store created now (``MDPSpace.to_json()``).
         provenance: Who writes (the run), recorded in the store with the first export.
         store: The store to write instead of ``<root>/<name>_export``.

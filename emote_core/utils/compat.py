@@ -99,12 +99,9 @@ def _wrap_class(cls: type, message: str, note: str) -> type:
 def deprecated(reason: str, *, version: str | None = None) -> Callable[[_Obj], _Obj]:
     """Mark a function, method or class as deprecated.
 
-    Every call of the decorated function or method, and every instantiation of the decorated class,
-    emits a :class:`DeprecationWarning` attributed to the caller's line. The decorated object keeps
-    its name, signature and docstring; the docstring gains a ``Deprecated:`` section with the
-    reason. A class stays the same class (``isinstance`` and subclassing keep working); only its
-    ``__init__`` is wrapped. Apply the decorator above ``@classmethod``/``@staticmethod`` or below
-    them; both work.
+    Every call (or instantiation) emits a :class:`DeprecationWarning` at the caller's line; the
+    docstring gains a ``Deprecated:`` section. A class stays the same class (only ``__init__`` is
+    wrapped).
 
     Example::
 
@@ -119,8 +116,8 @@ def deprecated(reason: str, *, version: str | None = None) -> Callable[[_Obj], _
         The decorator.
 
     Raises:
-        ConfigurationError: If ``reason`` is not a non-empty string (for example when the
-            decorator is used bare, as ``@deprecated`` instead of ``@deprecated("...")``).
+        ConfigurationError: If ``reason`` is not a non-empty string (as with a bare
+            ``@deprecated``).
     """
     if not isinstance(reason, str) or not reason.strip():
         raise ConfigurationError(

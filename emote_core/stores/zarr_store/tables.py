@@ -188,21 +188,16 @@ def load_table(
 ) -> int:
     """Replaces ``table``'s content with the newest episodes of one or more stores.
 
-    Episodes are taken store by store (oldest first within each); when they hold more than the
-    table's ``maxlen``, the oldest are left out. Identities that repeat across stores or shards
-    (parallel collectors each count from 0) are renumbered. All or nothing: on any error the
-    table keeps its content.
-
-    Every episode read is checked against its checksum (damaged chunks, flipped bytes).
-    An empty table is filled in bulk (:mod:`~emote_core.stores.zarr_store.bulk`: each column
-    decoded once, in place), a table holding episodes episode by episode; the same episodes.
+    Beyond the table's ``maxlen`` the oldest episodes are left out; identities that repeat
+    across stores or shards are renumbered. Every episode is checked against its checksum. All
+    or nothing: on any error the table keeps its content.
 
     Args:
         table: The table to fill.
         urls: The stores (paths or URLs, or stores already open).
         skip_damaged: Leave damaged episodes (and unreadable shards) out instead of refusing.
         limits: Per store, ``None`` or the episodes to read per shard (see
-            :meth:`MemoryStore.episodes`): the part of a store that a checkpoint saw.
+            :meth:`MemoryStore.episodes`).
 
     Returns:
         The number of episodes loaded.
