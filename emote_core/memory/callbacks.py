@@ -1,4 +1,4 @@
-"""Callbacks that bring memory in before training: importing an export and waiting for data."""
+"""The callback that waits for enough data in the memory before training starts (`MemoryWarmup`)."""
 
 from __future__ import annotations
 
