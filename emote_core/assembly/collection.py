@@ -16,6 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from emote_core.errors import StorageError
@@ -404,17 +405,24 @@ def _group_agents(
 
 
 def _remove_empty_store(path: str) -> None:
-    """Removes the store at ``path`` when no shard of it has committed an episode (another
-    collector may have started on the same new store meanwhile: its episodes stay)."""
+    """Removes the store at ``path`` when no shard of it has committed an episode and it holds
+    nothing but metadata and lease files: another collector's episodes or rows, and a user's
+    file put there meanwhile, keep the whole store."""
     from emote_core.errors import EmoteError
     from emote_core.stores.zarr_store import MemoryStore
+    from emote_core.stores.zarr_store.lease import LEASES
 
     try:
-        empty = not any(MemoryStore(path).committed().values())
+        if any(MemoryStore(path).committed().values()):
+            return
     except (EmoteError, OSError):
         return  # not a store this can read: left as it is
-    if empty:
-        shutil.rmtree(path, ignore_errors=True)
+    root = Path(path)
+    for folder, _, names in os.walk(root):
+        in_leases = Path(folder).relative_to(root).parts[:1] == (LEASES,)
+        if any(name != "zarr.json" and not in_leases for name in names):
+            return
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def _summary(

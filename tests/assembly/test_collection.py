@@ -248,3 +248,33 @@ def test_a_refused_collection_removes_its_new_store_only_while_no_shard_holds_an
         assert MemoryStore(str(store)).committed()["other"] == 1
     else:
         assert not store.exists()
+
+
+def test_a_refused_collection_keeps_its_new_store_where_a_user_put_a_file_in_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store this call created is empty, but a user's file went into it meanwhile: the store
+    stays with the file, and so does the user's file beside it."""
+    from emote_core.assembly import builders
+
+    make_env = builders.make_env
+    store = tmp_path / "h.zarr"
+    beside = tmp_path / "notes.txt"
+    beside.write_text("mine")
+
+    def failing_env(*args: Any, **kwargs: Any) -> Any:
+        env = make_env(*args, **kwargs)
+
+        def bad_step(*_: Any, **__: Any) -> Any:
+            (store / "shards" / "notes.txt").write_text("mine too")
+            raise ConfigurationError("env 'bad': step() returned an observation with NaN")
+
+        env.env.step = bad_step
+        return env
+
+    monkeypatch.setattr(builders, "make_env", failing_env)
+    with pytest.raises(ConfigurationError, match="NaN"):
+        collect_to_store(load_recipe("sac_hit_the_middle"), str(store), episodes=2)
+    assert (store / "shards" / "notes.txt").read_text() == "mine too"
+    assert MemoryStore(str(store)).episode_count == 0
+    assert beside.read_text() == "mine"
