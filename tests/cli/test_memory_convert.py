@@ -23,6 +23,7 @@ from emote_cli.memory.convert import TargetFormat
 from emote_cli.memory.inspect import SourceFormat
 from emote_core.integrations.formats import read_source, source_formats, target_formats
 from emote_core.stores.zarr_store import MemoryStore
+from tests.stores.test_conformance import legacy_dump
 
 ROOT = Path(__file__).parents[2]
 LEGACY_ZIPS = sorted(
@@ -39,19 +40,6 @@ def _emote_script() -> str:
 
 def _convert(runner: CliRunner, *args: str):
     return runner.invoke(app, ["memory", "convert", *args])
-
-
-def _legacy_dump(path: Path) -> Path:
-    steps = np.arange(7, dtype=np.float64)
-    state = {
-        "obs": np.repeat(steps, 3).reshape(7, 1, 1, 3),
-        "next_obs": np.repeat(steps + 0.5, 3).reshape(7, 1, 1, 3),
-        "actions": np.zeros((7, 1, 2)),
-        "rewards": np.ones((7, 1, 1)),
-        "dones": np.isin(np.arange(7), (2, 4)).reshape(7, 1, 1),
-    }
-    path.write_bytes(pickle.dumps(state))
-    return path
 
 
 def _rewrite_zip(source: Path, destination: Path, replace: dict[str, bytes]) -> Path:
@@ -97,7 +85,7 @@ def test_the_upstream_fixture_converts_to_a_store_with_a_json_summary(
 
 @pytest.mark.parametrize("kind", ["legacy-zip", "legacy-pickle"])
 def test_legacy_sources_convert_to_stores_and_back_to_v1(runner, tmp_path, kind):
-    source = LEGACY_ZIPS[0] if kind == "legacy-zip" else _legacy_dump(tmp_path / "dump.pickle")
+    source = LEGACY_ZIPS[0] if kind == "legacy-zip" else legacy_dump(tmp_path)
     _, original = read_source(source)
     assert _convert(runner, str(source), str(tmp_path / "a.zarr")).exit_code == ExitCode.OK
     result = _convert(runner, str(tmp_path / "a.zarr"), str(tmp_path / "a.zip"), "--to", "emote-v1")
@@ -243,7 +231,7 @@ def test_a_minari_dataset_is_a_target_and_a_source(runner, tmp_path, monkeypatch
 
 
 def test_trust_pickle_warns_loudly_even_when_quiet(runner, tmp_path):
-    source = _legacy_dump(tmp_path / "dump.pickle")
+    source = legacy_dump(tmp_path)
     result = _convert(runner, str(source), str(tmp_path / "a.zarr"), "--trust-pickle", "--quiet")
     assert result.exit_code == ExitCode.OK, result.stderr
     assert "--trust-pickle" in result.stderr and "WITHOUT restrictions" in result.stderr
@@ -317,7 +305,7 @@ NONFINITE = {  # dump field, steps (of 7: episodes 0-2, 3-4, 5-6), value; the me
 @pytest.mark.parametrize("case", list(NONFINITE))
 def test_nonfinite_values_are_refused_unless_allowed(runner, tmp_path, case):
     field, steps, value, message = NONFINITE[case]
-    state = pickle.loads(_legacy_dump(tmp_path / "clean.pickle").read_bytes())
+    state = pickle.loads(legacy_dump(tmp_path).read_bytes())
     state[field] = state[field].astype(np.float64)
     state[field][steps, 0, 0] = value
     source = tmp_path / "dump.pickle"

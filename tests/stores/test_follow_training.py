@@ -16,6 +16,7 @@ from emote_core.memory import MemoryLoader
 from emote_core.stores.follow import StoreFollower
 from emote_core.stores.follow_training import FollowStores
 from emote_core.trainer import Trainer, TrainingShutdownException
+from tests.memory.test_memory_callbacks import RecordedEvent
 from tests.stores.test_follow import append, held, new_store, table
 
 
@@ -79,20 +80,6 @@ def test_training_waits_for_enough_episodes_then_takes_in_new_ones_as_they_are_c
     assert 0 <= following.scalar_logs["follow/data_age_max_s"] < 5
     assert following.windowed_means()["follow/data_age_s"] >= 0
     assert "follow: +" in caplog.text and "transitions/s" in caplog.text
-
-
-class RecordedEvent(threading.Event):
-    """An event that records the timeout of every wait on it and says when one begins."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.timeouts: list[float | None] = []
-        self.waiting = threading.Event()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self.timeouts.append(timeout)
-        self.waiting.set()
-        return super().wait(timeout)
 
 
 def test_a_shutdown_while_waiting_stops_at_once_and_the_wait_does_not_spin(
