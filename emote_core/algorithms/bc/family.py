@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -32,6 +31,7 @@ from emote_core.onnx.format import ACTION_MASKS_INPUT, ACTIONS_OUTPUT, Q_VALUES_
 from emote_core.onnx.graph import PolicyGraph, policy_graph
 from emote_core.proxies import EpsilonGreedyAgentProxy, MultiKeyAgentProxy
 from emote_core.spaces import DiscreteSpace, MDPSpace
+from emote_core.utils.checks import finite_number, positive_ints
 
 BC_CALLBACK = "policy"
 """The name of the loss, whose network state in a checkpoint is the acting network."""
@@ -87,18 +87,9 @@ class BehaviourCloning(AlgorithmFamily):
     offline_only: ClassVar[bool] = True
 
     def validate(self, config: BcConfig, *, source: str) -> None:
-        if not config.hidden_dims or any(width < 1 for width in config.hidden_dims):
-            raise ConfigurationError(
-                f"{source}: 'bc.hidden_dims' must be positive widths; got {config.hidden_dims}"
-            )
-        if not (np.isfinite(config.learning_rate) and config.learning_rate > 0.0):
-            raise ConfigurationError(
-                f"{source}: 'bc.learning_rate' must be above 0; got {config.learning_rate}"
-            )
-        if not config.max_grad_norm > 0.0:
-            raise ConfigurationError(
-                f"{source}: 'bc.max_grad_norm' must be above 0; got {config.max_grad_norm}"
-            )
+        positive_ints(source, "'bc.hidden_dims'", config.hidden_dims, allow_empty=False)
+        finite_number(source, "'bc.learning_rate'", config.learning_rate, 0, low_open=True)
+        finite_number(source, "'bc.max_grad_norm'", config.max_grad_norm, 0, low_open=True)
 
     def check_spaces(self, spaces: MDPSpace, *, env_id: str) -> None:
         if isinstance(spaces.actions, DiscreteSpace) and len(spaces.feature_keys) != 1:
