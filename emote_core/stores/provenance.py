@@ -3,12 +3,15 @@
 A store's root keeps ``env_id``; each shard keeps a ``provenance`` list of :class:`Provenance`
 records, one per writing session, each with ``first_episode`` (the shard's episode count when
 the session began). Both attributes are optional: readers take their absence as "unknown".
-This module holds, hashes and (de)serialises the records; the caller fills them.
+This module holds, hashes and (de)serialises the records; the caller fills them. A store's root
+may also keep its :class:`ReferenceReturns` (what a random and an expert policy score on its
+environment), the scale of the normalised score.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from emote_core import __version__
-from emote_core.errors import FormatError
+from emote_core.errors import ConfigurationError, FormatError
 
 ENV_ID = "env_id"
 """Root attribute: the environment id the store was made on (absent: unknown)."""
@@ -26,6 +29,8 @@ PROVENANCE = "provenance"
 """Shard attribute: the list of writing sessions' records (absent: none recorded)."""
 FIRST_EPISODE = "first_episode"
 """Key of a shard's session record: the shard's episode count when the session began."""
+REFERENCE_RETURNS = "reference_returns"
+"""Root attribute: ``{"random", "expert", "source"}`` (absent: none recorded)."""
 
 
 class PolicyKind(StrEnum):
@@ -220,15 +225,142 @@ def recorded_env_ids(
     return found
 
 
+@dataclass(frozen=True)
+class ReferenceReturns:
+    """The mean episode returns that anchor the normalised score of an environment.
+
+    Attributes:
+        random: What a uniformly random policy scores (normalised score 0).
+        expert: What an expert policy scores (normalised score 100).
+        source: One line saying how the two were measured.
+    """
+
+    random: float
+    expert: float
+    source: str
+
+    def __post_init__(self) -> None:
+        for name in ("random", "expert"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigurationError(
+                    f"the reference return '{name}' must be a number; got {value!r}"
+                )
+            if not math.isfinite(value):
+                raise ConfigurationError(
+                    f"the reference return '{name}' must be finite; got {value!r} — pass the "
+                    "measured mean return"
+                )
+            object.__setattr__(self, name, float(value))
+        if self.random == self.expert:
+            raise ConfigurationError(
+                f"the reference returns 'random' and 'expert' are both {self.random!r}; they must "
+                "differ to scale a score — pass the returns of a random and of an expert policy"
+            )
+        if not isinstance(self.source, str) or not self.source.strip() or "\n" in self.source:
+            raise ConfigurationError(
+                f"the reference returns' 'source' must be one line saying how they were "
+                f"measured; got {self.source!r}"
+            )
+
+    def normalised_score(self, mean_return: float) -> float:
+        """``100 * (mean_return - random) / (expert - random)``: 0 scores as the random policy,
+        100 as the expert (D4RL's normalised score)."""
+        return 100.0 * (float(mean_return) - self.random) / (self.expert - self.random)
+
+    def to_attrs(self) -> dict[str, Any]:
+        return {"random": self.random, "expert": self.expert, "source": self.source}
+
+    @classmethod
+    def from_attrs(cls, document: Any, *, where: str = "store") -> ReferenceReturns:
+        """Reads what :meth:`to_attrs` wrote.
+
+        Raises:
+            FormatError: If it is not ``{"random", "expert", "source"}`` with valid values.
+        """
+        if not isinstance(document, Mapping):
+            raise FormatError(
+                f"{where}: the '{REFERENCE_RETURNS}' attribute is not an object: {document!r} — "
+                "the store is damaged; set it again with set_reference_returns"
+            )
+        try:
+            return cls(
+                random=document["random"], expert=document["expert"], source=document["source"]
+            )
+        except (KeyError, ConfigurationError) as error:
+            raise FormatError(
+                f"{where}: the '{REFERENCE_RETURNS}' attribute is malformed ({error}) — the "
+                "store is damaged; set it again with set_reference_returns"
+            ) from error
+
+
+def set_reference_returns(
+    url: str | os.PathLike[str], *, random: float, expert: float, source: str
+) -> None:
+    """Records a store's reference returns in its root attributes, replacing any recorded.
+
+    The root's metadata is rewritten in one atomic write with every other attribute as it was.
+
+    Args:
+        url: An emote-memory store (a path or fsspec URL).
+        random: The mean return of a random policy on the store's environment.
+        expert: The mean return of an expert policy there.
+        source: One line saying how the two were measured.
+
+    Raises:
+        ConfigurationError: If a value is not finite, ``random == expert``, or ``source`` is
+            not one line.
+        FormatError: If there is no emote-memory store at ``url``.
+    """
+    from emote_core.stores.zarr_store.groups import open_group
+    from emote_core.stores.zarr_store.layout import check_format
+
+    record = ReferenceReturns(random=random, expert=expert, source=source)
+    location = os.fspath(url)
+    group = open_group(location, "r+")
+    check_format(dict(group.attrs), location)
+    group.attrs.update({REFERENCE_RETURNS: record.to_attrs()})
+
+
+def reference_returns(store_or_url: Any) -> ReferenceReturns | None:
+    """A store's reference returns (``None`` when it records none).
+
+    Args:
+        store_or_url: An open ``MemoryStore``, or a store's path or URL.
+
+    Raises:
+        FormatError: If there is no emote-memory store there, or its record is malformed.
+    """
+    attributes = getattr(store_or_url, "attributes", None)
+    if isinstance(store_or_url, str | os.PathLike) or attributes is None:
+        from emote_core.stores.zarr_store.groups import open_group
+        from emote_core.stores.zarr_store.layout import check_format
+
+        location = os.fspath(store_or_url)
+        attributes = dict(open_group(location, "r").attrs)
+        check_format(attributes, location)
+        where = f"store '{location}'"
+    else:
+        where = f"store '{getattr(store_or_url, 'url', '?')}'"
+    recorded = attributes.get(REFERENCE_RETURNS)
+    if recorded is None:
+        return None
+    return ReferenceReturns.from_attrs(recorded, where=where)
+
+
 __all__ = [
     "ENV_ID",
     "FIRST_EPISODE",
     "PROVENANCE",
+    "REFERENCE_RETURNS",
     "PolicyKind",
     "PolicyRecord",
     "Provenance",
+    "ReferenceReturns",
     "file_sha256",
     "recorded_env_ids",
+    "reference_returns",
+    "set_reference_returns",
     "shard_sessions",
     "with_session",
 ]
