@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,6 +25,8 @@ from emote_cli._text import printable
 from emote_cli.progress import ProgressDisplay, episode_progress
 
 __all__ = ["evaluate"]
+
+log = logging.getLogger("emote_cli.eval")
 
 
 def evaluate(
@@ -50,6 +53,24 @@ def evaluate(
         typer.Option(
             "--min-return",
             help="Exit 3 when the mean return is below this (the recipe's eval.min_return).",
+        ),
+    ] = None,
+    random_return: Annotated[
+        float | None,
+        typer.Option(
+            "--random-return",
+            help="The mean return of a random policy: with --expert-return, the scale of the "
+            "normalised score (default: the reference returns of the stores the run trained on).",
+            show_default=False,
+        ),
+    ] = None,
+    expert_return: Annotated[
+        float | None,
+        typer.Option(
+            "--expert-return",
+            help="The mean return of an expert policy (normalised score 100); with "
+            "--random-return.",
+            show_default=False,
         ),
     ] = None,
     stochastic: Annotated[
@@ -79,11 +100,19 @@ def evaluate(
     training found them, from any directory).
     On a multi-agent (PettingZoo) env an episode is the env's and its return the team return
     (all agents' returns summed); each agent group's mean return per agent is reported too.
+    The normalised score, 100 * (mean - random) / (expert - random), comes from --random-return
+    and --expert-return, else from the reference returns of the stores a run trained on.
     """
     setup_logging(quiet=quiet, debug=debug)
     with handle_errors(debug=debug, json_output=json_output):
+        given = _given_references(random_return, expert_return)
         from emote_core.assembly.builders import load_trained_agent
-        from emote_core.assembly.evaluation import PolicyKind, policy_kind
+        from emote_core.assembly.evaluation import (
+            PolicyKind,
+            policy_kind,
+            run_reference_returns,
+            with_normalised_score,
+        )
         from emote_core.assembly.evaluation import evaluate as run_episodes
         from emote_core.assembly.export import recipe_from_policy
         from emote_core.onnx.agent import OnnxAgentProxy
@@ -93,7 +122,8 @@ def evaluate(
         from emote_core.utils.devices import resolve_device
 
         extra = {}
-        if policy_kind(target) is PolicyKind.ONNX:  # onnxruntime alone: no torch network
+        kind = policy_kind(target)
+        if kind is PolicyKind.ONNX:  # onnxruntime alone: no torch network
             noise_seed = seed if seed is not None else EvalConfig().seed
             agent = OnnxAgentProxy(target, deterministic=not stochastic, seed=noise_seed)
             loaded = (
@@ -125,6 +155,14 @@ def evaluate(
         report["checkpoint"] = str(checkpoint) if checkpoint is not None else None
         report["deterministic"] = not stochastic
         report.update(extra)
+        references, origin = given, "--random-return/--expert-return"
+        if given is None and kind is not PolicyKind.ONNX:
+            run_path = target if target.is_dir() else target.parent.parent
+            references, why = run_reference_returns(run_path)
+            origin = "the reference returns of the run's stores"
+            if why is not None:
+                log.warning("no normalised score: %s", printable(why))
+        with_normalised_score(report, references, origin=origin if references else None)
         report.update(
             source="emote eval", threshold=threshold, threshold_from=threshold_from,
             passed=None if threshold is None else report["mean_return"] >= threshold,
@@ -139,6 +177,7 @@ def evaluate(
                     f"{report['episodes']} episodes of {report['env']}: mean "
                     f"{'team ' if 'groups' in report else ''}return "
                     f"{report['mean_return']:.2f} ± {report['std_return']:.2f}"
+                    + _score_text(report["normalised_score"])
                 ),
                 markup=False, highlight=False, soft_wrap=True,
             )  # fmt: skip
@@ -165,6 +204,40 @@ def evaluate(
                 f"mean return {report['mean_return']:.2f} is below {below}",
                 ExitCode.THRESHOLD_NOT_MET,
             )
+
+
+def _given_references(random_return: float | None, expert_return: float | None) -> Any:
+    """The reference returns given on the command line (``None``: neither flag); exits 2 when
+    only one is given or they cannot scale a score."""
+    import math
+
+    from emote_core.stores.provenance import ReferenceReturns
+
+    if random_return is None and expert_return is None:
+        return None
+    if random_return is None or expert_return is None:
+        missing = "--expert-return" if random_return is not None else "--random-return"
+        given = "--random-return" if random_return is not None else "--expert-return"
+        abort(
+            f"{given} scales the normalised score with {missing}; pass both, or neither",
+            ExitCode.USAGE,
+        )
+    for flag, value in (("--random-return", random_return), ("--expert-return", expert_return)):
+        if not math.isfinite(value):
+            abort(f"{flag} must be a finite return; got {value}", ExitCode.USAGE)
+    if random_return == expert_return:
+        abort(
+            f"--random-return and --expert-return are both {random_return}; pass the returns of "
+            "a random and of an expert policy, which differ",
+            ExitCode.USAGE,
+        )
+    return ReferenceReturns(
+        random=random_return, expert=expert_return, source="given on the command line"
+    )
+
+
+def _score_text(score: float | None) -> str:
+    return "" if score is None else f", normalised score {score:.1f}"
 
 
 def _threshold(

@@ -1,4 +1,5 @@
-"""Evaluating an agent on a recipe's environment: returns over whole episodes."""
+"""Evaluating an agent on a recipe's environment: returns over whole episodes, and their
+normalised score (0 = random, 100 = expert) where reference returns are known."""
 
 from __future__ import annotations
 
@@ -19,10 +20,12 @@ from emote_core.env.multi_agent import (
     describe_groups,
     several_groups,
 )
-from emote_core.errors import ConfigurationError
+from emote_core.errors import ConfigurationError, EmoteError
 from emote_core.onnx.agent import is_onnx_file
 from emote_core.recipes.schema import Recipe
-from emote_core.runs import is_run
+from emote_core.runs import RunDirectory, is_run
+from emote_core.runs.record import read_run_record
+from emote_core.stores.provenance import ReferenceReturns, reference_returns
 
 
 class PolicyKind(Enum):
@@ -199,4 +202,58 @@ def _team_report(env: ParallelEnvWrapper, played: list[EnvEpisode]) -> dict[str,
     }
 
 
-__all__ = ["PolicyKind", "evaluate", "policy_kind"]
+def run_reference_returns(run_path: Path) -> tuple[ReferenceReturns | None, str | None]:
+    """The reference returns of the stores a run began training on (its ``run.json``).
+
+    Args:
+        run_path: The run directory.
+
+    Returns:
+        ``(references, None)`` when every store records the same ones; ``(None, None)`` when the
+        run trained on no store or none records any; ``(None, why)`` when a store cannot be
+        read or the stores disagree (``why`` is one line).
+
+    Raises:
+        FormatError: If the run's ``run.json`` is damaged.
+    """
+    starts = read_run_record(RunDirectory(run_path).run_file).get("starts") or [{}]
+    stores = [str(store) for store in starts[0].get("memory") or []]
+    found: dict[str, ReferenceReturns | None] = {}
+    for store in stores:
+        try:
+            found[store] = reference_returns(store)
+        except EmoteError as error:
+            return None, f"the run's store '{store}' cannot be read ({error})"
+    recorded = set(found.values())
+    if recorded == {None} or not recorded:
+        return None, None
+    if len(recorded) > 1:
+        described = "; ".join(
+            f"'{store}': " + ("none" if r is None else f"random {r.random:g}, expert {r.expert:g}")
+            for store, r in found.items()
+        )
+        return None, f"the run's stores record different reference returns ({described})"
+    return recorded.pop(), None
+
+
+def with_normalised_score(
+    report: dict[str, Any], references: ReferenceReturns | None, *, origin: str | None = None
+) -> dict[str, Any]:
+    """Adds ``normalised_score`` (of ``mean_return``; ``None`` without ``references``) and
+    ``reference_returns`` (``{random, expert, source, from}`` or ``None``) to an evaluation
+    report, in place; ``origin`` says where the references came from. Returns ``report``."""
+    if references is None:
+        report.update(normalised_score=None, reference_returns=None)
+        return report
+    report["normalised_score"] = references.normalised_score(report["mean_return"])
+    report["reference_returns"] = {**references.to_attrs(), "from": origin}
+    return report
+
+
+__all__ = [
+    "PolicyKind",
+    "evaluate",
+    "policy_kind",
+    "run_reference_returns",
+    "with_normalised_score",
+]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +11,7 @@ import torch
 
 from emote_core.algorithms.registry import Networks
 from emote_core.assembly.builders import make_agent
-from emote_core.assembly.evaluation import evaluate
+from emote_core.assembly.evaluation import evaluate, run_reference_returns, with_normalised_score
 from emote_core.callback import Callback
 from emote_core.callbacks.checkpointing import Checkpointer
 from emote_core.callbacks.evaluation import Evaluator, HParam
@@ -18,6 +19,9 @@ from emote_core.recipes.loading import recipe_to_dict
 from emote_core.recipes.schema import Recipe
 from emote_core.runs import RunDirectory
 from emote_core.spaces import MDPSpace
+from emote_core.stores.provenance import ReferenceReturns
+
+log = logging.getLogger(__name__)
 
 
 def training_evaluation(
@@ -26,6 +30,7 @@ def training_evaluation(
     spaces: MDPSpace | dict[str, MDPSpace],
     device: torch.device,
     group_env: Any = None,
+    references: ReferenceReturns | None = None,
 ) -> Callable[[], dict[str, Any]]:
     """A function that evaluates the networks being trained as the recipe's ``[eval]`` says.
 
@@ -33,7 +38,8 @@ def training_evaluation(
     agent whose generator is seeded with ``eval.seed`` too, so evaluations differ only by the
     policy. The training's random streams are left as they were: torch's global generator is
     forked around the call, and nothing else of the training's is touched. A run of several
-    agent groups passes ``networks`` and ``spaces`` by group and its env as ``group_env``.
+    agent groups passes ``networks`` and ``spaces`` by group and its env as ``group_env``. With
+    ``references``, each report has its ``normalised_score``.
     """
     config = recipe.eval
     seeded = dataclasses.replace(recipe, seed=config.seed)
@@ -58,6 +64,8 @@ def training_evaluation(
             torch.manual_seed(config.seed)
             report = evaluate(acting(), recipe, episodes=config.episodes, seed=config.seed)
         report["deterministic"] = config.deterministic
+        if references is not None:
+            with_normalised_score(report, references, origin="the reference returns of the stores")
         return report
 
     return run
@@ -99,13 +107,17 @@ def monitoring_callbacks(
     loggables: list[Any],
     group_env: Any = None,
 ) -> list[Callback]:
-    """The evaluator of a training run and, when the recipe turns it on, its W&B logger.
+    """The evaluator of a training run and, when the recipe turns it on, its W&B logger. The
+    evaluator logs the normalised score too when the run's stores record reference returns.
 
     Raises:
         ConfigurationError: If W&B logging is on and ``wandb`` is missing or cannot start.
     """
+    references, why = run_reference_returns(run.path)
+    if why is not None:
+        log.warning("no normalised score in evaluations: %s", why)
     evaluator = Evaluator(
-        evaluate=training_evaluation(recipe, networks, spaces, device, group_env),
+        evaluate=training_evaluation(recipe, networks, spaces, device, group_env, references),
         interval=recipe.eval.interval, writer=writer, env_steps=env_step_counter(collector),
         checkpointer=checkpointer, write_report=run.write_eval,
         min_return=recipe.eval.min_return, hparams=recipe_hparams(recipe),

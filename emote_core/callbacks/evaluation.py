@@ -41,7 +41,10 @@ EVAL_METRICS = (
     "eval/highest_return",
     "eval/mean_length",
 )
-"""The keys each evaluation logs."""
+"""The keys each evaluation logs (and :data:`NORMALISED_SCORE` when its report has one)."""
+NORMALISED_SCORE = "eval/normalised_score"
+"""The key of an evaluation's normalised score (0 = random, 100 = expert), logged when the
+report holds a ``normalised_score``."""
 HPARAM_METRIC = "hparam/eval_mean_return"
 """The TensorBoard hyperparameters' metric: the mean return of the evaluation at the end."""
 HParam = bool | int | float | str
@@ -54,16 +57,20 @@ Reporter = Callable[[Mapping[str, float], int], None]
 
 
 def evaluation_metrics(report: Mapping[str, Any]) -> dict[str, float]:
-    """The :data:`EVAL_METRICS` of an evaluation report."""
+    """The :data:`EVAL_METRICS` of an evaluation report, and :data:`NORMALISED_SCORE` when the
+    report holds a ``normalised_score``."""
     returns = np.asarray(report["returns"], dtype=np.float64)
     lengths = np.asarray(report["lengths"], dtype=np.float64)
-    return {
+    metrics = {
         "eval/mean_return": float(returns.mean()),
         "eval/std_return": float(returns.std()),
         "eval/lowest_return": float(returns.min()),
         "eval/highest_return": float(returns.max()),
         "eval/mean_length": float(lengths.mean()),
     }
+    if report.get("normalised_score") is not None:
+        metrics[NORMALISED_SCORE] = float(report["normalised_score"])
+    return metrics
 
 
 class Evaluator(Callback):
@@ -276,6 +283,7 @@ def _write_hparams(
 __all__ = [
     "EVAL_METRICS",
     "HPARAM_METRIC",
+    "NORMALISED_SCORE",
     "Evaluate",
     "Evaluator",
     "HParam",
