@@ -61,6 +61,34 @@ def docs(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Every benchmark in benchmarks/, printing its figures (not run by CI)."""
     install(session, extras="dev,bench")
-    benchmarks = session.posargs or sorted(str(p) for p in Path("benchmarks").glob("*_bench.py"))
+    found = Path("benchmarks").glob("*_bench.py")
+    # offline_bench.py needs datasets and d3rlpy installed apart: `nox -s bench_offline`.
+    benchmarks = session.posargs or sorted(str(p) for p in found if p.name != "offline_bench.py")
     for script in benchmarks:
         session.run("python", script)
+
+
+D3RLPY = ["d3rlpy==2.8.1", "structlog", "dataclasses-json", "marshmallow", "typing-inspect",
+          "mypy-extensions", "scikit-learn", "scipy", "joblib", "threadpoolctl", "narwhals", "gym",
+          "cloudpickle", "gym-notices"]  # fmt: skip
+"""d3rlpy and what it imports, installed without its pins (gymnasium==1.0.0 would replace
+emote's gymnasium)."""
+
+
+@nox.session(python="3.11")
+def bench_offline(session: nox.Session) -> None:
+    """The offline families against d3rlpy (benchmarks/offline_bench.py) on Pendulum datasets
+    that benchmarks/offline_datasets.py makes once; arguments go to offline_bench.py.
+
+    d3rlpy goes into a folder of this session's virtualenv that only the benchmark's d3rlpy
+    processes put on their PYTHONPATH.
+    """
+    install(session, extras="dev")
+    target = Path(session.virtualenv.location) / "d3rlpy"
+    session.install("--target", str(target), "--upgrade", "--no-deps", *D3RLPY)
+    datasets = Path(session.create_tmp()) / "offline_datasets" / "pendulum"
+    if not (datasets / "datasets.json").is_file():
+        session.run("python", "benchmarks/offline_datasets.py", "--env", "pendulum",
+                    "--out", str(datasets))  # fmt: skip
+    session.run("python", "benchmarks/offline_bench.py", "--datasets", str(datasets),
+                "--d3rlpy-path", str(target), *session.posargs)  # fmt: skip
