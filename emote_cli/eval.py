@@ -174,7 +174,8 @@ def evaluate(
         else:
             stdout_console().print(  # the env id may come from an ONNX file's metadata
                 printable(
-                    f"{report['episodes']} episodes of {report['env']}: mean "
+                    f"{report['episodes']} episode{'s' if report['episodes'] != 1 else ''} of "
+                    f"{report['env']}: mean "
                     f"{'team ' if 'groups' in report else ''}return "
                     f"{report['mean_return']:.2f} ± {report['std_return']:.2f}"
                     + _score_text(report["normalised_score"])

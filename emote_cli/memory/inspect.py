@@ -62,6 +62,9 @@ TrustPickleOption = Annotated[
 
 
 log = logging.getLogger("emote_cli.memory")
+_COVERAGE_BINS = 10
+"""The bins of Box action coverage (``emote_core.stores.summary.COVERAGE_BINS``; not imported,
+so that ``--help`` loads no numpy)."""
 
 
 def trust_pickle_warning(location: str) -> None:
@@ -86,8 +89,17 @@ def inspect(
         bool,
         typer.Option(
             "--returns",
-            help="Also show the distribution of episode returns: quartiles, mean, std, a "
-            "histogram, and episodes ending terminal vs truncated.",
+            help="Also print the distribution of episode returns as tables: quartiles, mean, "
+            "std and a histogram (--json always holds it).",
+        ),
+    ] = False,
+    actions: Annotated[
+        bool,
+        typer.Option(
+            "--actions",
+            help="Also show action coverage (reads the actions column): each discrete action's "
+            "count and the actions never taken; per Box dimension min/max/mean/std and the "
+            f"share of {_COVERAGE_BINS} equal-width bins between its bounds that actions visit.",
         ),
     ] = False,
     json_output: JsonOption = False,
@@ -97,6 +109,8 @@ def inspect(
     """Show what a memory holds: format, schema, spaces, episodes, transitions and statistics.
 
     Works on emote's Zarr stores and, read-only, on every format emote memory convert reads.
+    The episode returns' quartiles, episodes ending terminal vs truncated and a store's reference
+    returns come from the episode tables alone; --actions reads the actions too.
     """
     setup_logging(quiet=quiet, debug=debug)
     with handle_errors(debug=debug, json_output=json_output):
@@ -108,14 +122,16 @@ def inspect(
             source,
             source_format=source_format.value if source_format else None,
             trust_pickle=trust_pickle,
-            returns=returns,
+            actions=actions,
         )
         for shard, problem in (report.get("damaged_shards") or {}).items():
             log.warning("damaged shard '%s': %s", printable(shard), printable(problem))
+        for problem in ((report.get("actions") or {}).get("problems") or [])[:3]:
+            log.warning("action coverage leaves out %s", printable(problem))
         if json_output:
             emit_json(report)
         else:
-            _print_report(report)
+            _print_report(report, returns=returns)
 
 
 def _text(*lines: Any) -> Any:
@@ -150,7 +166,7 @@ def _statistics(stats: dict[str, Any] | None) -> str:
     return " / ".join(_number(stats[key]) for key in ("min", "mean", "max"))
 
 
-def _print_report(report: dict[str, Any]) -> None:
+def _print_report(report: dict[str, Any], *, returns: bool = False) -> None:
     """The report as Rich tables on stdout: overview, columns, shards, spaces and provenance."""
     from rich.table import Table
 
@@ -167,8 +183,30 @@ def _print_report(report: dict[str, Any]) -> None:
     overview.add_row("transitions", _number(report["transitions"]))
     overview.add_row("episode length min / mean / max", _statistics(report.get("episode_length")))
     overview.add_row("episode return min / mean / max", _statistics(report.get("episode_return")))
-    ends = report.get("end_states") or {}
-    overview.add_row("end states", ", ".join(f"{k} {v:,}" for k, v in ends.items()) or "-")
+    distribution = report.get("returns") or {}
+    if distribution.get("median") is not None:
+        keys = ("min", "p25", "median", "p75", "max")
+        overview.add_row(
+            "episode return min / p25 / median / p75 / max",
+            " / ".join(_number(distribution[key]) for key in keys),
+        )
+        overview.add_row("episode return histogram", _sparkline_of_returns(distribution))
+    ends = report.get("episode_ends") or {}
+    overview.add_row(
+        "episodes ending",
+        f"terminal {ends['terminal']:,}, truncated (interrupted) {ends['truncated']:,}"
+        if ends
+        else "-",
+    )
+    references = report.get("reference_returns")
+    if references:
+        overview.add_row(
+            "reference returns",
+            _text(
+                f"random {_number(references['random'])}, expert "
+                f"{_number(references['expert'])} ({references['source']})"
+            ),
+        )
     overview.add_row("length key", _text(report.get("length_key") or "-"))
     overview.add_row("bytes on disk", _size(report.get("bytes_on_disk")))
     producer = report.get("producer")
@@ -218,12 +256,87 @@ def _print_report(report: dict[str, Any]) -> None:
     _print_spaces(console, report.get("spaces"))
     _print_agents(console, report.get("agents"))
     _print_provenance(console, report.get("provenance"))
-    if report.get("returns") is not None:
+    if returns and report.get("returns") is not None:
         _print_returns(console, report["returns"])
+    if "actions" in report:
+        _print_actions(console, report.get("actions"))
 
 
 HISTOGRAM_WIDTH = 40
 """Characters of the longest bar of the return histogram."""
+_LEVELS = "▁▂▃▄▅▆▇█"
+
+
+def _sparkline(counts: list[int]) -> str:
+    """One character per bin, its height the bin's count; an empty bin is a dot."""
+    largest = max(counts, default=0) or 1
+    return "".join(
+        _LEVELS[min(len(_LEVELS) - 1, (len(_LEVELS) * c - 1) // largest)] if c else "·"
+        for c in counts
+    )
+
+
+def _sparkline_of_returns(distribution: dict[str, Any]) -> str:
+    histogram = distribution.get("histogram") or {}
+    edges, counts = histogram.get("edges") or [], histogram.get("counts") or []
+    if not counts:
+        return "-"
+    return f"{_number(edges[0])} {_sparkline(counts)} {_number(edges[-1])}"
+
+
+def _print_actions(console: Any, coverage: dict[str, Any] | None) -> None:
+    """Action coverage: per discrete action its count and share, or per Box dimension its
+    statistics and the bins between its bounds that actions visit."""
+    from rich.table import Table
+
+    if coverage is None:
+        console.print("[bold]actions[/bold]: the memory has no actions column", highlight=False)
+        return
+    what = f"{coverage['transitions']:,} actions in column '{coverage['column']}'"
+    if coverage.get("nonfinite"):
+        what += f", {coverage['nonfinite']:,} left out as not finite"
+    if coverage.get("unreadable_rows"):
+        what += f", {coverage['unreadable_rows']:,} unreadable"
+    if coverage["kind"] == "discrete":
+        never = coverage["never_taken"]
+        console.print(
+            _text(
+                f"action coverage: {what}; {coverage['n'] - len(never)} of {coverage['n']} "
+                "discrete actions taken"
+                + (f"; never taken: {', '.join(str(a) for a in never)}" if never else "")
+                + (f"; {coverage['outside']:,} values are no action" if coverage["outside"] else "")
+            )
+        )
+        table = Table(title="actions", title_justify="left")
+        for header in ("action", "count", "share"):
+            table.add_column(header, justify="right")
+        for action, (count, share) in enumerate(
+            zip(coverage["counts"], coverage["shares"], strict=True)
+        ):
+            table.add_row(str(action), _number(count), f"{100 * share:.1f}%")
+        console.print(table)
+        return
+    console.print(_text(f"action coverage: {what}"))
+    table = Table(title="actions", title_justify="left")
+    for header in ("dim", "min", "mean", "std", "max", "bounds", "bins visited", "histogram"):
+        table.add_column(header, justify="left" if header == "histogram" else "right")
+    for d, dim in enumerate(coverage["dimensions"]):
+        bounds = (
+            f"{_number(dim['low'])} … {_number(dim['high'])}"
+            if dim["low"] is not None and dim["high"] is not None
+            else "unbounded"
+        )
+        visited = (
+            f"{dim['bins_visited']}/{coverage['bins']} ({100 * dim['coverage']:.0f}%)"
+            if dim["coverage"] is not None
+            else "-"
+        )
+        histogram = _sparkline(dim["bin_counts"]) if dim["bin_counts"] is not None else ""
+        table.add_row(
+            str(d), *(_number(dim[k]) for k in ("min", "mean", "std", "max")), bounds, visited,
+            histogram,
+        )  # fmt: skip
+    console.print(table)
 
 
 def _print_returns(console: Any, returns: dict[str, Any]) -> None:

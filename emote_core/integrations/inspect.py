@@ -6,17 +6,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from emote_core.integrations.formats import FORMATS, detect_format, read_source
 from emote_core.stores.inspect import store_report
 from emote_core.stores.sources import length_key
-from emote_core.stores.summary import (
-    bytes_on_disk,
-    episode_returns,
-    return_distribution,
-    summarize_stored,
-)
+from emote_core.stores.summary import bytes_on_disk, stored_action_coverage, summarize_stored
 
 
 def inspect_source(
@@ -24,26 +17,29 @@ def inspect_source(
     *,
     source_format: str | None = None,
     trust_pickle: bool = False,
-    returns: bool = False,
+    actions: bool = False,
 ) -> dict[str, Any]:
     """The ``emote memory inspect`` report of any source; never changes it.
 
-    A Zarr store's report reads only its episode tables (its return distribution too); other
-    sources are read whole.
+    A Zarr store's report reads only its episode tables (its return distribution too), and its
+    actions column for ``actions``; other sources are read whole.
 
     Args:
         location: The source.
         source_format: Read it as this format instead of detecting it.
         trust_pickle: Unpickle without restrictions (runs the file's code).
-        returns: Add ``returns``, the distribution of episode returns
-            (:func:`~emote_core.stores.summary.return_distribution`).
+        actions: Add ``actions``, the coverage of the actions taken
+            (:class:`~emote_core.stores.summary.ActionCoverage`; ``None`` without an actions
+            column).
 
     Returns:
         A JSON-compatible dict with at least ``format``, ``format_version``, ``location``,
         ``episodes``, ``transitions``, ``columns`` (name -> ``{dtype, shape, kind}``),
         ``episode_length`` and ``episode_return`` (``{min, mean, max}``), ``end_states``,
-        ``spaces``, ``shards``, ``bytes_on_disk``, ``producer`` and ``provenance`` (``None`` but
-        for stores); stores also ``agents`` (see
+        ``episode_ends`` (``{terminal, truncated}``), ``returns`` (the distribution of episode
+        returns, :func:`~emote_core.stores.summary.return_distribution`), ``spaces``,
+        ``shards``, ``bytes_on_disk``, ``producer``, ``provenance`` and ``reference_returns``
+        (``None`` but for stores); stores also ``agents`` (see
         :func:`~emote_core.stores.inspect.store_report`).
 
     Raises:
@@ -53,13 +49,12 @@ def inspect_source(
     text = os.fspath(location)
     name = source_format or detect_format(text)
     if name == "zarr":
-        return store_report(text, returns=returns)
+        return store_report(text, actions=actions)
     name, stored = read_source(text, source_format=name, trust_pickle=trust_pickle)
     key = length_key(stored)
     report = summarize_stored(stored, key)
-    if returns:
-        ends = np.array([int(end) for _, _, end in stored.episodes], dtype=np.int64)
-        report["returns"] = return_distribution(episode_returns(stored), ends)
+    if actions:
+        report["actions"] = stored_action_coverage(stored)
     if stored.episodes:
         from emote_core.stores.zarr_store import store_columns
 
@@ -75,6 +70,7 @@ def inspect_source(
         "producer": stored.metadata.get("producer"),
         "shards": None,
         "provenance": None,
+        "reference_returns": None,
         "bytes_on_disk": bytes_on_disk(text) if Path(text).exists() else None,
     }
 

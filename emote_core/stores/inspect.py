@@ -7,26 +7,38 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from emote_core.stores.agents import store_agents
-from emote_core.stores.provenance import ENV_ID, FIRST_EPISODE, shard_sessions
-from emote_core.stores.summary import return_distribution
+from emote_core.stores.provenance import ENV_ID, FIRST_EPISODE, reference_returns, shard_sessions
+from emote_core.stores.summary import (
+    ActionCoverage,
+    action_column,
+    action_space,
+    return_distribution,
+)
 
 if TYPE_CHECKING:
     from emote_core.stores.zarr_store import MemoryStore
 
 
-def store_report(location: str, *, returns: bool = False) -> dict[str, Any]:
-    """The report of a store, read from its episode tables only (the return distribution too).
+BLOCK_BYTES = 64 * 2**20
+"""The most bytes of a column that action coverage reads at once."""
+
+
+def store_report(location: str, *, actions: bool = False) -> dict[str, Any]:
+    """The report of a store, read from its episode tables only (the return distribution too),
+    unless ``actions`` asks for its actions column.
 
     Args:
         location: A store's path or URL.
-        returns: Add ``returns``, the distribution of episode returns.
+        actions: Add ``actions``, the coverage of its actions (:func:`store_action_coverage`).
 
     Returns:
-        :meth:`MemoryStore.info` with ``location``, ``provenance`` (:func:`store_provenance`) and
-        ``agents`` (:func:`~emote_core.stores.agents.store_agents`).
+        :meth:`MemoryStore.info` with ``location``, ``provenance`` (:func:`store_provenance`),
+        ``agents`` (:func:`~emote_core.stores.agents.store_agents`), ``returns`` (the
+        distribution of episode returns, :func:`~emote_core.stores.summary.return_distribution`)
+        and ``reference_returns`` (``{random, expert, source}`` or ``None``).
 
     Raises:
-        FormatError: If the store or a shard's provenance is malformed.
+        FormatError: If the store, a shard's provenance or its reference returns are malformed.
     """
     from emote_core.stores.zarr_store import MemoryStore
 
@@ -35,13 +47,51 @@ def store_report(location: str, *, returns: bool = False) -> dict[str, Any]:
     report["location"] = report.pop("store", location)
     report["provenance"] = store_provenance(store)
     report["agents"] = store_agents(store)
-    if returns:
-        tables = [shard.table for shard in store.shards]
-        report["returns"] = return_distribution(
-            np.concatenate([t["return"] for t in tables] or [np.zeros(0)]),
-            np.concatenate([t["end_state"] for t in tables] or [np.zeros(0)]),
-        )
+    tables = [shard.table for shard in store.shards]
+    report["returns"] = return_distribution(
+        np.concatenate([t["return"] for t in tables] or [np.zeros(0)]),
+        np.concatenate([t["end_state"] for t in tables] or [np.zeros(0)]),
+    )
+    references = reference_returns(store)
+    report["reference_returns"] = references.to_attrs() if references is not None else None
+    if actions:
+        report["actions"] = store_action_coverage(store)
     return report
+
+
+def store_action_coverage(store: MemoryStore) -> dict[str, Any] | None:
+    """The coverage of a store's actions over its readable shards (``None`` without an actions
+    column), read block by block of at most :data:`BLOCK_BYTES`.
+
+    Returns:
+        :meth:`ActionCoverage.report` with ``column`` and ``unreadable_rows`` (rows of damaged
+        chunks, left out) and ``problems`` (one line each).
+    """
+    from emote_core.stores.zarr_store.acceleration import open_array
+    from emote_core.stores.zarr_store.layout import COLUMNS, RowKind
+    from emote_core.stores.zarr_store.reader import read_rows
+
+    steps = [c.name for c in store.columns if c.rows == RowKind.TRANSITIONS]
+    name = action_column(steps)
+    if name is None:
+        return None
+    coverage = ActionCoverage(action_space(store.spaces))
+    unreadable, problems = 0, []
+    for shard in store.shards:
+        if shard.episodes == 0:
+            continue
+        array = open_array(shard.group, f"{COLUMNS}/{name}")
+        rows = min(int(shard.commit["rows"][name]), int(array.shape[0]))
+        row_bytes = max(1, int(np.prod(array.shape[1:], dtype=np.int64)) * array.dtype.itemsize)
+        chunk = int(array.chunks[0])
+        block = max(chunk, BLOCK_BYTES // row_bytes // chunk * chunk)
+        for start in range(0, rows, block):
+            values, bad, found = read_rows(array, min(rows, start + block), start=start)
+            coverage.add(values[~bad])
+            unreadable += int(bad.sum())
+            problems += found
+    return {"column": name, **coverage.report(), "unreadable_rows": unreadable,
+            "problems": problems}  # fmt: skip
 
 
 def store_provenance(store: MemoryStore) -> dict[str, Any]:
@@ -66,4 +116,4 @@ def store_provenance(store: MemoryStore) -> dict[str, Any]:
     return {"env_id": store.attributes.get(ENV_ID), "shards": shards}
 
 
-__all__ = ["store_provenance", "store_report"]
+__all__ = ["BLOCK_BYTES", "store_action_coverage", "store_provenance", "store_report"]

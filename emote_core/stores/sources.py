@@ -16,7 +16,12 @@ import numpy as np
 
 from emote_core.errors import FormatError
 from emote_core.stores.agents import AGENTS, record_agents, shard_agents
-from emote_core.stores.provenance import Provenance
+from emote_core.stores.provenance import (
+    REFERENCE_RETURNS,
+    Provenance,
+    reference_returns,
+    set_reference_returns,
+)
 from emote_core.stores.stored import ENVIRONMENT, StoredTable
 from emote_core.stores.summary import REWARD_COLUMNS
 from emote_core.stores.zarr_store.tables import BATCH_BYTES
@@ -66,7 +71,8 @@ Writer = Callable[[StoredTable, str, WriteOptions], object]
 
 
 def read_store(location: str, options: ReadOptions) -> StoredTable:
-    """Reads an emote-memory store whole, with the environment and agents it records.
+    """Reads an emote-memory store whole, with the environment, agents and reference returns it
+    records.
 
     Raises:
         FormatError: If the store is damaged (unless ``options.skip_damaged``).
@@ -81,6 +87,9 @@ def read_store(location: str, options: ReadOptions) -> StoredTable:
     agents = _recorded_agents(store)
     if agents is not None:
         stored.metadata[AGENTS] = agents
+    references = reference_returns(store)
+    if references is not None:
+        stored.metadata[REFERENCE_RETURNS] = references.to_attrs()
     return stored
 
 
@@ -139,7 +148,8 @@ def _recorded_environment(store: Any) -> dict[str, Any] | None:
 
 
 def write_store(stored: StoredTable, destination: str, options: WriteOptions) -> None:
-    """Writes ``stored`` as a new emote-memory store at ``destination`` (replacing one there)."""
+    """Writes ``stored`` as a new emote-memory store at ``destination`` (replacing one there),
+    with the reference returns its metadata holds."""
     from emote_core.stores.zarr_store import ShardWriter, create_store, store_columns
     from emote_core.stores.zarr_store.tables import batches
 
@@ -156,6 +166,9 @@ def write_store(stored: StoredTable, destination: str, options: WriteOptions) ->
         overwrite=True,
         virtual=[c for c in stored.columns if not c.stored],
     )
+    references = stored.metadata.get(REFERENCE_RETURNS)
+    if references is not None:  # a store's, or a dataset's reference scores
+        set_reference_returns(destination, **references)
     written = 0
     with ShardWriter(destination, provenance=options.provenance) as writer:
         if stored.metadata.get(AGENTS) is not None:  # read from a multi-agent emote store

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -157,7 +158,7 @@ def test_returns_shows_the_distribution_of_episode_returns(runner, tmp_path, tar
         for chunks in path.glob("shards/main/columns/*/c"):
             shutil.rmtree(chunks)
 
-    report = _inspect_json(runner, str(path), "--returns")["returns"]
+    report = _inspect_json(runner, str(path))["returns"]  # in every report
     values = np.array(returns)
     assert report["episodes"] == 9 and report["nonfinite"] == 0
     expected = {"min": -2.0, "p25": 2.0, "median": 3.0, "p75": 4.0, "max": 10.0,
@@ -168,13 +169,24 @@ def test_returns_shows_the_distribution_of_episode_returns(runner, tmp_path, tar
     assert report["histogram"]["counts"] == counts.tolist()
     assert report["histogram"]["edges"] == pytest.approx(edges.tolist())
     assert report["end_states"] == {"TERMINAL": 6, "INTERRUPTED": 3}
-    assert "returns" not in _inspect_json(runner, str(path))
+    assert report["episode_ends"] == {"terminal": 6, "truncated": 3}
+
+    shown = runner.invoke(app, ["memory", "inspect", str(path)])
+    assert shown.exit_code == ExitCode.OK, shown.output
+    assert "episode return min / p25 / median / p75 / max │ -2 / 2 / 3 / 4 / 10" in shown.stdout
+    assert "episodes ending │ terminal 6, truncated (interrupted) 3" in " ".join(
+        shown.stdout.split()
+    )
+    # one character per bin of the histogram, a dot where no return fell
+    assert counts.tolist() == [1, 0, 1, 1, 3, 1, 0, 1, 0, 1]
+    assert "-2 ▃·▃▃█▃·▃·▃ 10" in shown.stdout
+    assert "ended terminal" not in shown.stdout  # the histogram table is --returns'
 
     shown = runner.invoke(app, ["memory", "inspect", str(path), "--returns"])
     assert shown.exit_code == ExitCode.OK, shown.output
     assert "episode returns of 9 episodes: 6 ended terminal, 3 truncated" in shown.stdout
     bars = [line.count("█") for line in shown.stdout.splitlines() if "█" in line]
-    assert bars == [round(40 * c / counts.max()) for c in counts if c]  # the fullest bin: 40
+    assert bars[1:] == [round(40 * c / counts.max()) for c in counts if c]  # the fullest: 40
 
 
 def test_a_store_reports_schema_shards_producer_and_source(runner, tmp_path, upstream_v1):
@@ -202,7 +214,7 @@ def test_the_human_report_shows_counts_columns_and_shards(runner, tmp_path, upst
     assert result.exit_code == ExitCode.OK, result.stderr
     for text in ("emote-memory v1", "episodes", "400", "observation", "float32", "main"):
         assert text in result.stdout
-    assert "TERMINAL 100" in result.stdout
+    assert "terminal 100, truncated (interrupted) 0" in result.stdout
     with pytest.raises(json.JSONDecodeError):
         json.loads(result.stdout)
 
@@ -343,3 +355,82 @@ def test_memory_help_lists_its_three_commands(runner):
         assert command in result.stdout
     result = runner.invoke(app, ["--help"])
     assert "memory" in result.stdout
+
+
+def _actions_table(actions: np.ndarray, space: Any) -> StoredTable:
+    """Episodes of 10 steps taking ``actions`` in turn, recorded with ``space``."""
+    from emote_core.spaces import BoxSpace, DictSpace, MDPSpace
+
+    spaces = MDPSpace(rewards=BoxSpace(np.float32, (1,)), actions=space,
+                      state=DictSpace({"obs": BoxSpace(np.float32, (1,))}))  # fmt: skip
+    columns = [
+        ColumnSchema("obs", "Column", (1,), np.dtype(np.float32)),
+        ColumnSchema("actions", "Column", actions.shape[1:], actions.dtype),
+        ColumnSchema("rewards", "Column", (1,), np.dtype(np.float32)),
+    ]
+    episodes = [
+        (i, {"obs": np.zeros((11, 1), np.float32), "actions": actions[10 * i : 10 * i + 10],
+             "rewards": np.ones((10, 1), np.float32)}, EpisodeState.INTERRUPTED)
+        for i in range(len(actions) // 10)
+    ]  # fmt: skip
+    return StoredTable("generated", "test", columns, episodes, length_key="actions",
+                       spaces=spaces.to_json())  # fmt: skip
+
+
+@pytest.mark.parametrize("target", ["zarr", "npz"])
+def test_actions_shows_box_coverage_so_actions_bunched_near_zero_show(runner, tmp_path, target):
+    from emote_core.spaces import BoxSpace
+
+    rng = np.random.default_rng(0)
+    actions = np.stack([rng.uniform(-0.1, 0.1, 40), rng.uniform(-2, 2, 40)], axis=1)
+    path = tmp_path / f"memory.{target}"
+    space = BoxSpace(np.float32, (2,), low=-2.0, high=2.0)
+    write_target(_actions_table(actions.astype(np.float32), space), path, target)
+
+    assert "actions" not in _inspect_json(runner, str(path))  # only --actions reads them
+    report = _inspect_json(runner, str(path), "--actions")["actions"]
+    assert (report["column"], report["kind"], report["transitions"]) == ("actions", "box", 40)
+    near_zero, spread = report["dimensions"]
+    assert near_zero["mean"] == pytest.approx(actions[:, 0].mean(), abs=1e-6)
+    assert near_zero["std"] == pytest.approx(actions[:, 0].std(), abs=1e-6)
+    shown = runner.invoke(app, ["memory", "inspect", str(path), "--actions"])
+    assert shown.exit_code == ExitCode.OK, shown.output
+    assert "action coverage: 40 actions in column 'actions'" in shown.stdout
+    row = next(line for line in shown.stdout.splitlines() if line.startswith("│   0 "))
+    if target == "npz":  # skrl's files keep no spaces: no bounds to bin between
+        assert near_zero["coverage"] is None and "unbounded" in row
+        return
+    assert near_zero["bins_visited"] == 2 and near_zero["coverage"] == 0.2
+    assert spread["coverage"] >= 0.8
+    assert "-2 … 2" in row and "2/10 (20%)" in row and row.count("·") == 8
+
+
+def test_actions_names_the_discrete_actions_never_taken(runner, tmp_path):
+    from emote_core.spaces import DiscreteSpace
+
+    actions = np.array([0, 0, 0, 3, 1] * 4, dtype=np.int64).reshape(-1, 1)
+    path = tmp_path / "memory.zarr"
+    write_target(_actions_table(actions, DiscreteSpace(n=5)), path)
+    report = _inspect_json(runner, str(path), "--actions")["actions"]
+    assert report["counts"] == [12, 4, 0, 4, 0] and report["never_taken"] == [2, 4]
+    shown = runner.invoke(app, ["memory", "inspect", str(path), "--actions"])
+    assert "3 of 5 discrete actions taken; never taken: 2, 4" in shown.stdout
+    assert "60.0%" in shown.stdout
+
+
+def test_a_store_shows_its_reference_returns(runner, tmp_path, upstream_v1):
+    from emote_core.stores.provenance import set_reference_returns
+
+    convert(upstream_v1, tmp_path / "memory.zarr")
+    assert _inspect_json(runner, str(tmp_path / "memory.zarr"))["reference_returns"] is None
+    set_reference_returns(tmp_path / "memory.zarr", random=-3.5, expert=10.0,
+                          source="emote eval of a random and a trained policy")  # fmt: skip
+    report = _inspect_json(runner, str(tmp_path / "memory.zarr"))
+    assert report["reference_returns"] == {
+        "random": -3.5, "expert": 10.0, "source": "emote eval of a random and a trained policy"
+    }  # fmt: skip
+    shown = runner.invoke(app, ["memory", "inspect", str(tmp_path / "memory.zarr")])
+    assert (
+        "reference returns │ random -3.5, expert 10 (emote eval of a random and a trained policy)"
+        in " ".join(shown.stdout.split())
+    )

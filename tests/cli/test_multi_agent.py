@@ -78,7 +78,7 @@ def test_train_live_then_eval_reports_team_and_group_returns_then_export(
     text = runner.invoke(app, ["eval", "runs/live", "--episodes", "1"])
     assert text.exit_code == 0, text.output
     first, group_line = text.stdout.splitlines()
-    assert first.startswith("1 episodes of mpe2.simple_spread_v3:parallel_env: mean team return ")
+    assert first.startswith("1 episode of mpe2.simple_spread_v3:parallel_env: mean team return ")
     assert group_line.startswith("group agent (agent_0, agent_1, agent_2): mean return per agent ")
 
 

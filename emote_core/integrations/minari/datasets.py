@@ -35,6 +35,7 @@ from emote_core.integrations.minari.layout import (
     plan_write,
 )
 from emote_core.stores.budget import AllocationBudget
+from emote_core.stores.provenance import REFERENCE_RETURNS, ReferenceReturns
 from emote_core.stores.stored import ENVIRONMENT, EpisodeRecord, StoredTable
 
 log = logging.getLogger(__name__)
@@ -203,6 +204,9 @@ def read_minari(
     for key in ("algorithm_name", "author", "author_email", "code_permalink", "description"):
         if key in raw:
             metadata[key] = raw[key]
+    references = _reference_returns(raw, source)
+    if references is not None:
+        metadata[REFERENCE_RETURNS] = references
     return StoredTable(
         source=source,
         format=FORMAT,
@@ -213,6 +217,26 @@ def read_minari(
         spaces=layout.spaces,
         metadata=metadata,
     )
+
+
+def _reference_returns(raw: dict[str, Any], source: str) -> dict[str, Any] | None:
+    """The dataset's ``ref_min_score`` / ``ref_max_score`` as a store's reference returns
+    (``None`` without both; unusable ones are left out with a warning)."""
+    low, high = raw.get("ref_min_score"), raw.get("ref_max_score")
+    if low is None or high is None:
+        return None
+    episodes = raw.get("num_episodes_average_score")
+    over = f", means over {episodes} episodes" if isinstance(episodes, int) else ""
+    try:
+        references = ReferenceReturns(
+            random=low, expert=high,
+            source=f"ref_min_score and ref_max_score of Minari dataset "
+            f"'{raw.get('dataset_id')}'{over}",
+        )  # fmt: skip
+    except ConfigurationError as error:
+        log.warning("%s: its reference scores are left out (%s)", source, error)
+        return None
+    return references.to_attrs()
 
 
 def _charge_hdf5(data_path: Path, budget: AllocationBudget) -> None:
