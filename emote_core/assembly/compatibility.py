@@ -211,7 +211,8 @@ def open_source_stores(recipe: Recipe, spaces: MDPSpace) -> list[Any]:
         if store.transition_count < needed:
             raise ConfigurationError(
                 f"'{source.option}' store '{store.url}' holds {store.transition_count} "
-                f"transitions in {store.episode_count} episodes; a batch of "
+                f"transitions in {store.episode_count} "
+                f"episode{'s' * (store.episode_count != 1)}; a batch of "
                 f"'{source.data_group}' needs {needed} — collect more episodes into it"
             )
         opened.append(store)
@@ -226,7 +227,9 @@ def check_training_stores(recipe: Recipe, urls: Sequence[str | os.PathLike[str]]
 
     Raises:
         FormatError: If a ``--memory`` store cannot be opened.
-        ConfigurationError: As :func:`check_store_fits` and :func:`open_source_stores`.
+        ConfigurationError: If the algorithm cannot act in the environment
+            (``AlgorithmFamily.check_spaces``), and as :func:`check_store_fits` and
+            :func:`open_source_stores`.
     """
     from emote_core.stores.zarr_store import MemoryStore
 
@@ -239,6 +242,8 @@ def check_training_stores(recipe: Recipe, urls: Sequence[str | os.PathLike[str]]
         group_training_stores(stores, env, recipe)
         return
     spaces = env.spaces
+    family, _ = plugins(recipe)  # actions the family cannot take: said before stores are read
+    family.check_spaces(spaces, env_id=recipe.env.name)
     check_store_use(stores, spaces, recipe, use=StoreUse.TRAIN)
     open_source_stores(recipe, spaces)
 

@@ -171,9 +171,9 @@ def build_training(
         if not allow_nonfinite:
             _refuse_nonfinite(table, stores)
     if not live and not resume and not follow and not loader.is_ready():
+        short = _short_of_a_batch(table, recipe.memory.batch_size, recipe.memory.rollout_length)
         raise ConfigurationError(
-            f"the stores hold {table.size()} transitions in {table.episode_count} episodes; a "
-            f"batch needs {recipe.memory.batch_size} windows of {recipe.memory.rollout_length}"
+            f"the stores hold {short}; pass stores of more episodes, or lower 'memory.batch_size'"
         )
     source_memories, source_loaders = _source_loaders(recipe, spaces, device, resume=resume)
     if source_loaders:  # the add-ons' data groups beside the replay memory's, in every batch
@@ -358,10 +358,11 @@ def _build_group_training(
             if not allow_nonfinite:
                 _refuse_nonfinite(table, [s.url for s in opened])
         if not live and not resume and not loaders[-1].is_ready():
+            memory = recipe.memory
+            short = _short_of_a_batch(table, memory.batch_size, memory.rollout_length)
             raise ConfigurationError(
-                f"group '{group}' of this multi-agent env has {table.size()} stored transitions "
-                f"in {table.episode_count} episodes; a batch needs {recipe.memory.batch_size} "
-                f"windows of {recipe.memory.rollout_length} — pass in `stores` a store of group "
+                f"group '{group}' of this multi-agent env has stored {short} — pass in `stores` "
+                f"a store of group "
                 f"'{group}' that holds enough (emote collect writes OUT.{group}.zarr), or train "
                 "live"
             )
@@ -449,14 +450,35 @@ _SIZE_KEY = re.compile(r"hidden|dims?$|size$|width|channels|features")
 """Names of the plug-in tables' keys that set how large networks are."""
 
 
+def _counted(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def _short_of_a_batch(table: Any, windows: int, rollout_length: int, *, keys: bool = True) -> str:
+    """What a table holds and why it cannot give one batch of ``windows`` windows of
+    ``rollout_length`` transitions (too few transitions, or no episode that long); ``keys``
+    names the recipe's ``memory`` keys that set them."""
+    held = f"{_counted(table.size(), 'transition')} in {_counted(table.episode_count, 'episode')}"
+    count = f"'memory.batch_size' = {windows}" if keys else f"{windows}"
+    length = _counted(rollout_length, "transition")
+    length = f"'memory.rollout_length' = {length}" if keys else length
+    if table.size() < windows * rollout_length:
+        return (
+            f"{held}, fewer than the {windows * rollout_length:,} of one batch ({count} windows "
+            f"of {length})"
+        )
+    return f"{held}, none as long as a window ({length})"
+
+
 def _refuse_nonfinite(table: Any, stores: Sequence[str | Path]) -> None:
     found = table.find_nonfinite()
     if found is None:
         return
     named = ", ".join(f"'{store}'" for store in stores)
     raise FormatError(
-        f"store {named}: column '{found.column}' holds {found.count:,} non-finite values (NaN or "
-        f"inf) in {found.episodes:,} episode(s), the first in episode {found.episode} at row "
+        f"store {named}: column '{found.column}' holds "
+        f"{_counted(found.count, 'non-finite value')} (NaN or inf) in "
+        f"{_counted(found.episodes, 'episode')}, the first in episode {found.episode} at row "
         f"{found.row}; training on them turns losses into NaN — repair the store, "
         "or pass `allow_nonfinite=True` to train on them"
     )
@@ -654,10 +676,12 @@ def _source_loaders(
             rollout_length=source.rollout_length, data_group=source.data_group,
         )  # fmt: skip
         if not resume and not group_loader.is_ready():
+            short = _short_of_a_batch(
+                table, group_loader.rollout_count, source.rollout_length, keys=False
+            )
             raise ConfigurationError(
-                f"'{source.option}' store '{store.url}' holds {table.size()} transitions in "
-                f"{table.episode_count} episodes; a batch of '{source.data_group}' needs "
-                f"{source.batch_size} windows of {source.rollout_length} — collect more episodes"
+                f"'{source.option}' store '{store.url}' holds {short} for data group "
+                f"'{source.data_group}' — collect more episodes"
             )
         memories.append(memory)
         loaders.append(group_loader)

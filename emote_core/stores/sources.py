@@ -261,8 +261,9 @@ def check_finite(stored: StoredTable) -> None:
                 first = identity, int(np.flatnonzero(rows)[0])
         if first is not None:
             raise FormatError(
-                f"{stored.source}: column '{column.name}' holds {count:,} non-finite values "
-                f"(NaN or inf) in {episodes:,} episode(s), the first in episode {first[0]} at row "
+                f"{stored.source}: column '{column.name}' holds {count:,} non-finite "
+                f"value{'s' * (count != 1)} (NaN or inf) in {episodes:,} "
+                f"episode{'s' * (episodes != 1)}, the first in episode {first[0]} at row "
                 f"{first[1]}; training on them turns losses into NaN — repair the source, or "
                 "pass `allow_nonfinite=True` to keep them"
             )

@@ -130,7 +130,7 @@ def empty_pendulum_store(path: Path) -> None:
         ("middle.zarr", "error: 'amp.reference': store 'middle.zarr' holds observations 'obs' of"),
         (
             "short.zarr",
-            "error: 'amp.reference' store 'short.zarr' holds 200 transitions in 1 episodes; a",
+            "error: 'amp.reference' store 'short.zarr' holds 200 transitions in 1 episode; a",
         ),
     ],
 )

@@ -293,12 +293,12 @@ def test_the_console_script_converts_and_refuses_a_malicious_pickle(tmp_path, up
 
 
 NONFINITE = {  # dump field, steps (of 7: episodes 0-2, 3-4, 5-6), value; the message's part
-    "rewards": ("rewards", [3], np.nan, "'rewards' holds 1 non-finite values (NaN or inf) in 1 "
-                "episode(s), the first in episode 1 at row 0"),
-    "obs": ("obs", [5, 6], np.inf, "'obs' holds 6 non-finite values (NaN or inf) in 1 episode(s), "
+    "rewards": ("rewards", [3], np.nan, "'rewards' holds 1 non-finite value (NaN or inf) in 1 "
+                "episode, the first in episode 1 at row 0"),
+    "obs": ("obs", [5, 6], np.inf, "'obs' holds 6 non-finite values (NaN or inf) in 1 episode, "
             "the first in episode 2 at row 0"),
     "actions": ("actions", [1, 4, 6], -np.inf, "'actions' holds 3 non-finite values (NaN or inf) "
-                "in 3 episode(s), the first in episode 0 at row 1"),
+                "in 3 episodes, the first in episode 0 at row 1"),
 }  # fmt: skip
 
 

@@ -365,8 +365,8 @@ def test_stores_that_fit_no_group_are_refused_and_leave_no_run(
     cases = {
         "one.zarr": f"error: store 'one.zarr' records no agent group for its episodes, and this "
         f"multi-agent env trains one policy per group ({groups})",
-        "s.agent.zarr": "error: group 'adversary' of this multi-agent env has 0 stored "
-        "transitions in 0 episodes",
+        "s.agent.zarr": "error: group 'adversary' of this multi-agent env has stored 0 "
+        "transitions in 0 episodes, fewer than the 8 of one batch",
     }
     for store, message in cases.items():
         refused = runner.invoke(

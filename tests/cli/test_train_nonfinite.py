@@ -45,8 +45,8 @@ def test_training_on_nonfinite_values_is_refused_unless_allowed(
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: store '{poisoned}': "), lines
     assert (
-        f"column '{column}' holds {values} non-finite values (NaN or inf) in 1 episode(s), the "
-        f"first in episode {identity} at row {row};" in lines[0]
+        f"column '{column}' holds {values} non-finite value{'s' * (values > 1)} (NaN or inf) in "
+        f"1 episode, the first in episode {identity} at row {row};" in lines[0]
     ), lines[0]
     assert "--allow-nonfinite" in lines[0]
     assert not (tmp_path / "refused").exists()
