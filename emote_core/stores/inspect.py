@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from emote_core.stores.zarr_store import MemoryStore
 
 
-BLOCK_BYTES = 64 * 2**20
+BLOCK_BYTES = 16 * 2**20
 """The most bytes of a column that action coverage reads at once."""
 
 
