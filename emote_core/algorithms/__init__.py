@@ -11,6 +11,6 @@ Importing this package registers emote's own families. Both modules define a ``Q
 
 from __future__ import annotations
 
-from emote_core.algorithms import amp, bc, curl, dqn, genrl, iql, mbpo, registry, sac, symmetry
+from emote_core.algorithms import amp, bc, cql, curl, dqn, genrl, iql, mbpo, registry, sac, symmetry
 
-__all__ = ["amp", "bc", "curl", "dqn", "genrl", "iql", "mbpo", "registry", "sac", "symmetry"]
+__all__ = ["amp", "bc", "cql", "curl", "dqn", "genrl", "iql", "mbpo", "registry", "sac", "symmetry"]

@@ -1,0 +1,219 @@
+"""Conservative Q-Learning: its penalty against a hand computation (sampled Box actions with
+their proposal densities, every discrete action under a mask), the proposals it samples, that
+the penalty holds the values of actions outside the data below those of the data's actions, and
+the tables it refuses."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from emote_core.algorithms.bc.losses import squashed_log_likelihood
+from emote_core.algorithms.cql import (
+    ConservativeQLearning,
+    CqlConfig,
+    CqlProposals,
+    CqlQLoss,
+    DiscreteCqlQLoss,
+    conservative_penalty,
+)
+from emote_core.algorithms.registry import BuildContext, get_algorithm
+from emote_core.errors import ConfigurationError
+from emote_core.nn import ActionValueMlp, DiscreteActionValueMlp, GaussianMlpPolicy
+from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, MDPSpace
+
+BOX = MDPSpace(
+    rewards=BoxSpace(np.float32, (1,)),
+    actions=BoxSpace(np.float32, (1,), -1.0, 1.0),
+    state=DictSpace({"obs": BoxSpace(np.float32, (3,))}),
+)
+DISCRETE = MDPSpace(
+    rewards=BoxSpace(np.float32, (1,)),
+    actions=DiscreteSpace(n=3),
+    state=DictSpace({"obs": BoxSpace(np.float32, (4,))}),
+)
+CPU = torch.device("cpu")
+
+
+def test_the_penalty_is_the_log_sum_of_importance_weighted_exponentials_minus_the_data_value():
+    sampled = torch.tensor([[[1.0]], [[2.0]], [[-1.0]]])  # 3 samples, 1 row
+    densities = torch.tensor([[[math.log(0.5)]], [[0.0]], [[1.0]]])
+    data = torch.tensor([[0.5]])
+    expected = math.log(math.exp(1.0) / 0.5 + math.exp(2.0) + math.exp(-1.0 - 1.0)) - 0.5
+    value = conservative_penalty(sampled, data, densities)
+    assert value.shape == (1, 1) and float(value) == pytest.approx(expected, abs=1e-6)
+    exact = conservative_penalty(sampled, data)  # every action, no proposal
+    assert float(exact) == pytest.approx(math.log(math.e + math.e**2 + math.e**-1) - 0.5)
+
+
+def test_the_continuous_loss_is_the_squared_error_plus_the_weighted_penalty_of_its_network():
+    torch.manual_seed(0)
+    q = ActionValueMlp(observation_dim=3, action_dim=1, hidden_dims=[8])
+    loss = CqlQLoss(name="q1", q=q, optimizer=torch.optim.Adam(q.parameters()),
+                    conservative_weight=2.0)  # fmt: skip
+    obs, actions = torch.randn(2, 3), torch.tensor([[0.3], [-0.6]])
+    target = torch.tensor([[1.0], [-1.0]])
+    sampled = torch.rand(4, 2, 1) * 2 - 1
+    densities = torch.randn(4, 2, 1)
+    value = loss.loss(observation={"obs": obs}, actions=actions, q_target=target,
+                      cql_actions=sampled, cql_log_densities=densities)  # fmt: skip
+    total = 0.0
+    with torch.no_grad():
+        for row in range(2):
+            s = obs[row : row + 1]
+            data_q = float(q(observation=s, actions=actions[row : row + 1]))
+            terms = [float(q(observation=s, actions=sampled[j, row : row + 1]))
+                     - float(densities[j, row]) for j in range(4)]  # fmt: skip
+            penalty = math.log(sum(math.exp(t) for t in terms)) - data_q
+            total += (data_q - float(target[row])) ** 2 + 2.0 * penalty
+    assert float(value.detach()) == pytest.approx(total / 2, rel=1e-5)
+    logged = loss.scalar_logs
+    assert {"training/q1_cql_penalty", "training/q1_sampled_q", "training/q1_prediction"} <= set(
+        logged
+    )
+
+
+def test_the_discrete_loss_sums_over_the_allowed_actions_only():
+    torch.manual_seed(0)
+    q = DiscreteActionValueMlp(observation_dim=4, num_actions=3, hidden_dims=[8])
+    loss = DiscreteCqlQLoss(q=q, optimizer=torch.optim.Adam(q.parameters()), huber=False,
+                            conservative_weight=0.5, action_mask_key="mask",
+                            observation_keys=["obs"], name="policy")  # fmt: skip
+    obs = torch.randn(2, 4)
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 1.0]])
+    actions, target = torch.tensor([[1], [2]]), torch.tensor([[0.5], [0.0]])
+    value = loss.loss(observation={"obs": obs, "mask": mask}, actions=actions, q_target=target)
+    with torch.no_grad():
+        values = q(obs).tolist()
+    total = 0.0
+    for row, allowed in enumerate(([0, 1, 2], [0, 2])):
+        data_q = values[row][int(actions[row])]
+        penalty = math.log(sum(math.exp(values[row][a]) for a in allowed)) - data_q
+        total += (data_q - float(target[row])) ** 2 + 0.5 * penalty
+    assert float(value.detach()) == pytest.approx(total / 2, rel=1e-5)
+    with pytest.raises(ConfigurationError, match="no action mask 'mask'"):
+        loss.loss(observation={"obs": obs}, actions=actions, q_target=target)
+
+
+def test_proposals_are_uniform_and_the_policy_at_s_and_at_s_prime_with_their_densities():
+    torch.manual_seed(0)
+    policy = GaussianMlpPolicy(observation_dim=3, action_dim=2, hidden_dims=[8])
+    proposals = CqlProposals(policy=policy, action_dim=2, sampled_actions=5)
+    obs, next_obs = torch.randn(4, 3), torch.randn(4, 3) + 3.0
+    out = proposals.begin_batch(observation={"obs": obs}, next_observation={"obs": next_obs},
+                                rewards=torch.zeros(4, 1))["default"]  # fmt: skip
+    actions, densities = out["cql_actions"], out["cql_log_densities"]
+    assert actions.shape == (15, 4, 2) and densities.shape == (15, 4, 1)
+    assert not actions.requires_grad and actions.abs().max() <= 1.0
+    np.testing.assert_allclose(densities[:5], -2 * math.log(2.0))
+    for block, states in ((slice(5, 10), obs), (slice(10, 15), next_obs)):
+        mean, log_std = policy.head.distribution(policy.features(states))
+        for sample in range(5):
+            drawn = actions[block][sample]
+            expected = squashed_log_likelihood(mean, log_std, drawn)
+            np.testing.assert_allclose(densities[block][sample], expected.detach(), atol=2e-3)
+
+
+def train_cql(spaces: MDPSpace, config: CqlConfig, batch, updates: int):
+    """Drives the family's callbacks through their hooks on one fixed batch."""
+    family = ConservativeQLearning()
+    torch.manual_seed(0)
+    context = BuildContext(spaces=spaces, device=CPU, seed=0)
+    networks = family.make_networks(config, context)
+    callbacks = family.training_parts(config, networks, context).callbacks
+    for step in range(1, updates + 1):
+        state = {"default": dict(batch), "bp_step": step}
+        for hook in ("begin_batch", "backward", "end_batch"):
+            for callback in callbacks:
+                if callback.overrides(hook):
+                    result = callback.call_hook(hook, state)
+                    state["default"].update((result or {}).get("default", {}))
+    return networks
+
+
+def value_gap(networks, spaces: MDPSpace, obs: torch.Tensor, data_action: float) -> float:
+    """The data action's value minus the mean value of actions far from it."""
+    with torch.no_grad():
+        if isinstance(spaces.actions, DiscreteSpace):
+            values = networks.q(obs)
+            return float(values[:, 0].mean() - values[:, 1:].mean())
+        others = torch.tensor([-0.9, -0.6, -0.3, 0.0])
+        data_q = networks.q1(observation=obs, actions=torch.full((len(obs), 1), data_action))
+        other_q = torch.stack([
+            networks.q1(observation=obs, actions=torch.full((len(obs), 1), float(a)))
+            for a in others
+        ])  # fmt: skip
+        return float(data_q.mean() - other_q.mean())
+
+
+@pytest.mark.parametrize("spaces", [BOX, DISCRETE], ids=["box", "discrete"])
+def test_the_penalty_holds_values_of_actions_outside_the_data_below_the_data_actions(
+    spaces: MDPSpace,
+) -> None:
+    generator = torch.Generator().manual_seed(1)
+    width = spaces.state["obs"].shape[0]
+    obs = torch.rand((32, width), generator=generator) * 2 - 1
+    discrete = isinstance(spaces.actions, DiscreteSpace)
+    data_action = 0.0 if discrete else 0.6  # the one action the data ever takes
+    batch = {
+        "observation": {"obs": obs},
+        "next_observation": {"obs": obs.roll(1, dims=0)},
+        "actions": torch.full((32, 1), data_action, dtype=torch.long if discrete else None),
+        "rewards": torch.zeros(32, 1),
+        "masks": torch.ones(32, 1),
+    }
+    gaps = {}
+    for weight in (0.0, 1.0):
+        config = CqlConfig(hidden_dims=[16], learning_rate=3e-3, conservative_weight=weight,
+                           sampled_actions=4, gamma=0.5)  # fmt: skip
+        gaps[weight] = value_gap(train_cql(spaces, config, batch, 60), spaces, obs, data_action)
+    assert gaps[1.0] > 0.5 and gaps[1.0] > gaps[0.0] + 0.5, gaps
+
+
+def test_cql_is_registered_offline_only_and_builds_sac_or_dqn_networks_by_action_kind():
+    family = get_algorithm("cql")
+    assert isinstance(family, ConservativeQLearning) and family.offline_only
+    config = CqlConfig(hidden_dims=[8])
+    for spaces, acting in ((BOX, GaussianMlpPolicy), (DISCRETE, DiscreteActionValueMlp)):
+        context = BuildContext(spaces=spaces, device=CPU)
+        networks = family.make_networks(config, context)
+        assert isinstance(networks.acting, acting)
+        names = [c.name for c in family.training_parts(config, networks, context).callbacks]
+        assert family.acting_callback in names
+        agent = family.acting_agent(config, networks, context, deterministic=False)
+        if spaces is DISCRETE:
+            assert agent.epsilon == 0.0  # greedy also when asked to sample
+    two_keys = MDPSpace(
+        rewards=DISCRETE.rewards, actions=DISCRETE.actions,
+        state=DictSpace({"a": BoxSpace(np.float32, (1,)), "b": BoxSpace(np.float32, (1,))}),
+    )  # fmt: skip
+    with pytest.raises(ConfigurationError, match="one observation key"):
+        family.check_spaces(two_keys, env_id="two-keys")
+
+
+@pytest.mark.parametrize(
+    ("changes", "key"),
+    [
+        ({"hidden_dims": []}, "'cql.hidden_dims'"),
+        ({"hidden_dims": [16, 0]}, "'cql.hidden_dims'"),
+        ({"learning_rate": 0.0}, "'cql.learning_rate'"),
+        ({"policy_learning_rate": -1e-4}, "'cql.policy_learning_rate'"),
+        ({"gamma": 1.5}, "'cql.gamma'"),
+        ({"tau": 0.0}, "'cql.tau'"),
+        ({"conservative_weight": -1.0}, "'cql.conservative_weight'"),
+        ({"conservative_weight": math.inf}, "'cql.conservative_weight'"),
+        ({"sampled_actions": 0}, "'cql.sampled_actions'"),
+        ({"target_entropy": math.nan}, "'cql.target_entropy'"),
+        ({"max_alpha": 0.0}, "'cql.max_alpha'"),
+        ({"max_grad_norm": 0.0}, "'cql.max_grad_norm'"),
+        ({"target_update_interval": 0}, "'cql.target_update_interval'"),
+    ],
+)
+def test_cql_refuses_a_bad_table_in_one_line_naming_the_key(changes: dict, key: str) -> None:
+    with pytest.raises(ConfigurationError, match=key) as refused:
+        ConservativeQLearning().validate(CqlConfig(**changes), source="recipe.toml")
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith("recipe.toml: ")
