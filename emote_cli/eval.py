@@ -101,7 +101,8 @@ def evaluate(
     On a multi-agent (PettingZoo) env an episode is the env's and its return the team return
     (all agents' returns summed); each agent group's mean return per agent is reported too.
     The normalised score, 100 * (mean - random) / (expert - random), comes from --random-return
-    and --expert-return, else from the reference returns of the stores a run trained on.
+    and --expert-return, else from the reference returns of the stores a run trained on (not
+    with --env).
     """
     setup_logging(quiet=quiet, debug=debug)
     with handle_errors(debug=debug, json_output=json_output):
@@ -156,7 +157,7 @@ def evaluate(
         report["deterministic"] = not stochastic
         report.update(extra)
         references, origin = given, "--random-return/--expert-return"
-        if given is None and kind is not PolicyKind.ONNX:
+        if given is None and kind is not PolicyKind.ONNX and env_id is None:  # for its env
             run_path = target if target.is_dir() else target.parent.parent
             references, why = run_reference_returns(run_path)
             origin = "the reference returns of the run's stores"

@@ -81,6 +81,10 @@ def test_the_flags_score_an_onnx_file_and_take_precedence_over_the_stores(runner
     assert flagged["reference_returns"]["from"] == "--random-return/--expert-return"
     run = evaluate(runner, str(trained / "run"), "--random-return", "-1000", "--expert-return", "0")
     assert run["normalised_score"] == pytest.approx(expected(run["mean_return"], -1000, 0))
+    # the stores' references are for the env they were made on, not for one --env names
+    assert (
+        evaluate(runner, str(trained / "run"), "--env", "Pendulum-v1")["normalised_score"] is None
+    )
 
 
 @pytest.mark.parametrize(
