@@ -9,7 +9,8 @@ import pytest
 
 from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, MDPSpace
 from emote_core.stores import inspect as store_inspect
-from emote_core.stores.inspect import store_action_coverage
+from emote_core.stores.agents import record_agents
+from emote_core.stores.inspect import store_action_coverage, store_report
 from emote_core.stores.stored import ColumnSchema
 from emote_core.stores.summary import ActionCoverage
 from emote_core.stores.zarr_store import MemoryStore, ShardWriter, create_store, store_columns
@@ -90,11 +91,17 @@ def test_a_multi_shard_store_is_covered_block_by_block(tmp_path, monkeypatch):
                  length_key="actions", spaces=spaces.to_json())  # fmt: skip
     with ShardWriter(url, shard="a") as writer:
         writer.append([episode(0, 0, 30), episode(1, 1, 20)])
-    with ShardWriter(url, shard="b") as writer:
-        writer.append([episode(2, 1, 5)])
+    with ShardWriter(url, shard="b") as writer:  # a multi-agent shard: agents by episode id
+        record_agents(writer.group, {"agents": ["x", "y"],
+                                     "groups": [{"name": "g", "agents": ["x", "y"]}]})  # fmt: skip
+        writer.append([episode(2, 1, 5), episode(3, 1, 4)])
     monkeypatch.setattr(store_inspect, "BLOCK_BYTES", 8)  # a block per chunk: many reads
 
     report = store_action_coverage(MemoryStore(url))
     assert report is not None and report["column"] == "actions"
-    assert report["counts"] == [30, 25, 0, 0] and report["never_taken"] == [2, 3]
+    assert report["counts"] == [30, 29, 0, 0] and report["never_taken"] == [2, 3]
     assert report["unreadable_rows"] == 0 and report["problems"] == []
+    whole = store_report(str(url), actions=True)
+    assert whole["actions"]["counts"] == [30, 29, 0, 0]
+    assert whole["agents"]["b"]["groups"] == [{"name": "g", "agents": ["x", "y"], "episodes": 2}]
+    assert whole["returns"]["episodes"] == 4 and whole["episode_ends"]["terminal"] == 4
