@@ -37,9 +37,9 @@ from emote_core.algorithms.registry import (
     register_algorithm,
 )
 from emote_core.algorithms.sac.family import noise_input_graph
-from emote_core.algorithms.sac.losses import QLoss
+from emote_core.algorithms.sac.losses import StackedQLoss
 from emote_core.errors import ConfigurationError
-from emote_core.nn import ActionValueMlp, GaussianMlpPolicy, MlpEncoder, observation_dim
+from emote_core.nn import GaussianMlpPolicy, MlpEncoder, StackedActionValueMlp, observation_dim
 from emote_core.nn.initialization import orthogonal_init_
 from emote_core.onnx.graph import PolicyGraph
 from emote_core.proxies import MultiKeyAgentProxy
@@ -114,11 +114,11 @@ class StateValueMlp(nn.Module):
 
 @dataclass
 class IqlNetworks(Networks):
-    """A Gaussian policy, two Q networks with target copies, and the value network."""
+    """A Gaussian policy, the twin Q networks stacked in one module (``(2, B, 1)`` values) with
+    their target copy, and the value network."""
 
     policy: nn.Module
-    q1: nn.Module
-    q2: nn.Module
+    critics: nn.Module
     value: nn.Module
     targets: dict[str, nn.Module] = field(default_factory=dict)
 
@@ -165,16 +165,15 @@ class ImplicitQLearning(AlgorithmFamily):
             observation_dim=obs_dim, action_dim=action_dim, hidden_dims=hidden,
             log_std_min=low, log_std_max=high,
         )  # fmt: skip
-        q1, q2 = (
-            ActionValueMlp(observation_dim=obs_dim, action_dim=action_dim, hidden_dims=hidden)
-            for _ in range(2)
-        )
+        # Stacked: one batched product per layer for both, one optimizer step (more updates/s).
+        critics = StackedActionValueMlp(
+            observation_dim=obs_dim, action_dim=action_dim, hidden_dims=hidden
+        ).to(device)
         value = StateValueMlp(observation_dim=obs_dim, hidden_dims=hidden)
-        networks = IqlNetworks(
-            policy=policy.to(device), q1=q1.to(device), q2=q2.to(device), value=value.to(device)
-        )
-        networks.targets = {"q1": copy.deepcopy(networks.q1), "q2": copy.deepcopy(networks.q2)}
-        return networks
+        return IqlNetworks(
+            policy=policy.to(device), critics=critics, value=value.to(device),
+            targets={"critics": copy.deepcopy(critics)},
+        )  # fmt: skip
 
     def training_parts(
         self, config: IqlConfig, networks: IqlNetworks, context: BuildContext
@@ -183,14 +182,14 @@ class ImplicitQLearning(AlgorithmFamily):
         clip = config.max_grad_norm
         callbacks: list[Any] = [
             IqlTarget(
-                q1=networks.q1, q2=networks.q2, q1_target=networks.targets["q1"],
-                q2_target=networks.targets["q2"], value=networks.value, gamma=config.gamma,
-                target_q_tau=config.tau, rollout_length=context.rollout_length,
+                critics=networks.critics, critics_target=networks.targets["critics"],
+                value=networks.value, gamma=config.gamma, target_q_tau=config.tau,
+                rollout_length=context.rollout_length,
             ),
             ExpectileValueLoss(value=networks.value, optimizer=adam(networks.value.parameters()),
                                expectile=config.expectile, max_grad_norm=clip),
-            *(QLoss(name=name, q=q, optimizer=adam(q.parameters()), max_grad_norm=clip)
-              for name, q in (("q1", networks.q1), ("q2", networks.q2))),
+            StackedQLoss(critics=networks.critics, optimizer=adam(networks.critics.parameters()),
+                         max_grad_norm=clip),
             AdvantageWeightedPolicyLoss(
                 policy=networks.policy, optimizer=adam(networks.policy.parameters()),
                 objective=IqlPolicyObjective(config.policy.value),

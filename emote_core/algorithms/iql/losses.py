@@ -1,6 +1,8 @@
 """IQL's callbacks: the batch's targets, the expectile value loss and the advantage-weighted
 policy loss. The Q networks regress onto ``q_target`` with SAC's
-:class:`~emote_core.algorithms.sac.QLoss`.
+:class:`~emote_core.algorithms.sac.QLoss` (one per network) or
+:class:`~emote_core.algorithms.sac.StackedQLoss` (both stacked, as the ``iql`` family trains
+them).
 
 Per batch, in this order: :class:`IqlTarget` (``Order.TARGET``) puts ``q_target`` and
 ``iql_target_q`` in the data group; :class:`ExpectileValueLoss` steps ``V`` and leaves the
@@ -96,6 +98,9 @@ class IqlTarget(LoggingMixin, Callback):
         q2: The second online Q network.
         q1_target: The target copy of ``q1`` (starts as a copy; never requires gradients).
         q2_target: The target copy of ``q2``.
+        critics: Instead of ``q1`` and ``q2``: both in one stacked module,
+            ``critics(observation=..., actions=...) -> (2, B, 1)``.
+        critics_target: The target copy of ``critics``.
         value: The state-value network, ``value(observation) -> (B, 1)``.
         gamma: The discount factor, in ``[0, 1]``.
         target_q_tau: The Polyak step, in ``(0, 1]``.
@@ -105,8 +110,9 @@ class IqlTarget(LoggingMixin, Callback):
         name: Unique name; keys logs and checkpoints.
 
     Raises:
-        ConfigurationError: If a number is out of range or a target network is not a separate
-            copy of its online network.
+        ConfigurationError: If a number is out of range, the Q networks are not given in one
+            form (twin or stacked) for both roles, or a target network is not a separate copy of
+            its online network.
     """
 
     order: ClassVar[int] = Order.TARGET
@@ -116,11 +122,13 @@ class IqlTarget(LoggingMixin, Callback):
     def __init__(
         self,
         *,
-        q1: nn.Module,
-        q2: nn.Module,
-        q1_target: nn.Module,
-        q2_target: nn.Module,
         value: nn.Module,
+        q1: nn.Module | None = None,
+        q2: nn.Module | None = None,
+        q1_target: nn.Module | None = None,
+        q2_target: nn.Module | None = None,
+        critics: nn.Module | None = None,
+        critics_target: nn.Module | None = None,
         gamma: float = 0.99,
         target_q_tau: float = 0.005,
         rollout_length: int = 1,
@@ -131,8 +139,13 @@ class IqlTarget(LoggingMixin, Callback):
         super().__init__(name=name, data_group=data_group)
         self.target_q_tau = finite_number(name, "target_q_tau", target_q_tau, 0, 1.0, low_open=True)
         self.n_step = NStepTarget(name, gamma, rollout_length, 1.0)
-        self.online = TwinQ(name, q1, q2)
-        self.target = TwinQ(name, q1_target, q2_target, role="_target")
+        self.online = TwinQ(name, q1, q2, critics)
+        self.target = TwinQ(name, q1_target, q2_target, critics_target, role="_target")
+        if (self.online.stacked is None) != (self.target.stacked is None):
+            raise ConfigurationError(
+                f"{name}: the online and target Q networks must both be stacked or both not; "
+                "build the targets as copy.deepcopy of the online networks"
+            )
         pairs = list(zip(self.target.modules.values(), self.online.modules.values(), strict=True))
         for target, online in pairs:
             prepare_target(name, target, online)
