@@ -7,12 +7,12 @@ from emote_core.algorithms.iql.family import (
     ImplicitQLearning,
     IqlConfig,
     IqlNetworks,
-    IqlPolicy,
     StateValueMlp,
 )
 from emote_core.algorithms.iql.losses import (
     AdvantageWeightedPolicyLoss,
     ExpectileValueLoss,
+    IqlPolicy,
     IqlTarget,
     advantage_weights,
     expectile_loss,

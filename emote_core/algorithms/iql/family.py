@@ -13,7 +13,6 @@ import copy
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from functools import partial
 from typing import Any, ClassVar
 
@@ -25,7 +24,7 @@ from emote_core.algorithms.bc.family import DETERMINISTIC_LOG_STD
 from emote_core.algorithms.iql.losses import (
     AdvantageWeightedPolicyLoss,
     ExpectileValueLoss,
-    IqlPolicyObjective,
+    IqlPolicy,
     IqlTarget,
     check_expectile,
 )
@@ -48,15 +47,6 @@ from emote_core.utils.checks import finite_number, positive_ints
 
 IQL_POLICY_CALLBACK = "policy"
 """The name of the policy loss, whose network state in a checkpoint is the acting network."""
-
-
-class IqlPolicy(StrEnum):
-    """The policy IQL extracts (``[iql] policy``)."""
-
-    GAUSSIAN = "gaussian"
-    """A tanh-squashed Gaussian, by the advantage-weighted log-likelihood of stored actions."""
-    DETERMINISTIC = "deterministic"
-    """``tanh(mean)``, by the advantage-weighted squared error to stored actions."""
 
 
 @dataclass
@@ -192,7 +182,7 @@ class ImplicitQLearning(AlgorithmFamily):
                          max_grad_norm=clip),
             AdvantageWeightedPolicyLoss(
                 policy=networks.policy, optimizer=adam(networks.policy.parameters()),
-                objective=IqlPolicyObjective(config.policy.value),
+                objective=config.policy,
                 temperature=config.temperature, max_weight=config.max_weight,
                 max_grad_norm=clip, name=IQL_POLICY_CALLBACK,
             ),
@@ -222,6 +212,5 @@ __all__ = [
     "ImplicitQLearning",
     "IqlConfig",
     "IqlNetworks",
-    "IqlPolicy",
     "StateValueMlp",
 ]

@@ -45,13 +45,14 @@ ADVANTAGE_KEY = "iql_advantage"
 """Where :class:`ExpectileValueLoss` leaves ``min(Q1', Q2')(s, a) - V(s)`` for the policy."""
 
 
-class IqlPolicyObjective(StrEnum):
-    """What :class:`AdvantageWeightedPolicyLoss` weighs by the advantages."""
+class IqlPolicy(StrEnum):
+    """The policy IQL extracts (``[iql] policy``): what :class:`AdvantageWeightedPolicyLoss`
+    weighs by the advantages."""
 
     GAUSSIAN = "gaussian"
-    """The log-likelihood of the stored action under the tanh-squashed Gaussian."""
+    """A tanh-squashed Gaussian, by the weighted log-likelihood of the stored actions."""
     DETERMINISTIC = "deterministic"
-    """The squared error between the stored action and ``tanh(mean)``."""
+    """``tanh(mean)``, by the weighted squared error to the stored actions."""
 
 
 def check_expectile(owner: str, what: str, value: Any) -> float:
@@ -270,7 +271,7 @@ class AdvantageWeightedPolicyLoss(LossCallback):
     Args:
         policy: A :class:`~emote_core.nn.policies.GaussianPolicy`.
         optimizer: The optimizer over its parameters.
-        objective: :class:`IqlPolicyObjective`.
+        objective: :class:`IqlPolicy`.
         temperature: The inverse temperature of the weights, at least 0 (0 is behaviour cloning).
         max_weight: The largest weight, above 0.
         max_grad_norm: Clip the gradient norm to this (``None``: no clipping).
@@ -290,7 +291,7 @@ class AdvantageWeightedPolicyLoss(LossCallback):
         *,
         policy: nn.Module,
         optimizer: torch.optim.Optimizer,
-        objective: IqlPolicyObjective = IqlPolicyObjective.GAUSSIAN,
+        objective: IqlPolicy = IqlPolicy.GAUSSIAN,
         temperature: float = 3.0,
         max_weight: float = 100.0,
         max_grad_norm: float | None = 10.0,
@@ -304,7 +305,7 @@ class AdvantageWeightedPolicyLoss(LossCallback):
             data_group=data_group, **kwargs,
         )  # fmt: skip
         self.policy = policy
-        self.objective = IqlPolicyObjective(objective)
+        self.objective = IqlPolicy(objective)
         self.temperature = finite_number(name, "temperature", temperature, 0)
         self.max_weight = finite_number(name, "max_weight", max_weight, 0, low_open=True)
         self.observation_keys = key_list(observation_keys)
@@ -320,7 +321,7 @@ class AdvantageWeightedPolicyLoss(LossCallback):
         weights = advantage_weights(iql_advantage, self.temperature, self.max_weight)
         self.log_scalar(f"training/{self.name}_weight", weights.mean())
         mean, log_std = self.policy.head.distribution(self.policy.features(inputs))
-        if self.objective is IqlPolicyObjective.DETERMINISTIC:
+        if self.objective is IqlPolicy.DETERMINISTIC:
             errors = (torch.tanh(mean) - actions).square().mean(dim=-1, keepdim=True)
             return (weights * errors).mean()
         log_likelihood = squashed_log_likelihood(mean, log_std, actions)
@@ -333,7 +334,7 @@ __all__ = [
     "TARGET_Q_KEY",
     "AdvantageWeightedPolicyLoss",
     "ExpectileValueLoss",
-    "IqlPolicyObjective",
+    "IqlPolicy",
     "IqlTarget",
     "advantage_weights",
     "check_expectile",
