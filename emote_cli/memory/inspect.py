@@ -96,12 +96,13 @@ def inspect(
     actions: Annotated[
         bool,
         typer.Option(
-            "--actions",
-            help="Also show action coverage (reads the actions column): each discrete action's "
+            "--actions/--no-actions",
+            help="Show action coverage (reads the actions column; --no-actions reads the episode "
+            "tables only): each discrete action's "
             "count and the actions never taken; per Box dimension min/max/mean/std and the "
             f"share of {_COVERAGE_BINS} equal-width bins between its bounds that actions visit.",
         ),
-    ] = False,
+    ] = True,
     json_output: JsonOption = False,
     quiet: QuietOption = False,
     debug: DebugOption = False,
@@ -110,7 +111,8 @@ def inspect(
 
     Works on emote's Zarr stores and, read-only, on every format emote memory convert reads.
     The episode returns' quartiles, episodes ending terminal vs truncated and a store's reference
-    returns come from the episode tables alone; --actions reads the actions too.
+    returns come from the episode tables alone; action coverage reads the actions column too
+    (--no-actions skips it).
     """
     setup_logging(quiet=quiet, debug=debug)
     with handle_errors(debug=debug, json_output=json_output):

@@ -308,7 +308,7 @@ def test_bad_sources_are_one_error_line(runner, tmp_path, make, message):
     assert message in result.stderr and "Traceback" not in result.stderr
 
 
-def test_inspecting_a_million_transition_store_reads_no_column_data_and_never_imports_torch(
+def test_inspecting_a_million_transition_store_without_actions_reads_no_column_data_or_torch(
     tmp_path,
 ):
     columns = [
@@ -331,7 +331,7 @@ def test_inspecting_a_million_transition_store_reads_no_column_data_and_never_im
         chunk.write_bytes(b"not a blosc chunk")
     probe = (
         "import json, sys\n"
-        f"sys.argv = ['emote', 'memory', 'inspect', {str(store)!r}, '--json']\n"
+        f"sys.argv = ['emote', 'memory', 'inspect', {str(store)!r}, '--json', '--no-actions']\n"
         "from emote_cli.app import main\n"
         "try:\n"
         "    main()\n"
@@ -387,8 +387,8 @@ def test_actions_shows_box_coverage_so_actions_bunched_near_zero_show(runner, tm
     space = BoxSpace(np.float32, (2,), low=-2.0, high=2.0)
     write_target(_actions_table(actions.astype(np.float32), space), path, target)
 
-    assert "actions" not in _inspect_json(runner, str(path))  # only --actions reads them
-    report = _inspect_json(runner, str(path), "--actions")["actions"]
+    assert "actions" not in _inspect_json(runner, str(path), "--no-actions")
+    report = _inspect_json(runner, str(path))["actions"]
     assert (report["column"], report["kind"], report["transitions"]) == ("actions", "box", 40)
     near_zero, spread = report["dimensions"]
     assert near_zero["mean"] == pytest.approx(actions[:, 0].mean(), abs=1e-6)
