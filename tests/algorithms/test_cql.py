@@ -118,7 +118,7 @@ def test_proposals_are_uniform_and_the_policy_at_s_and_at_s_prime_with_their_den
 
 
 def train_cql(spaces: MDPSpace, config: CqlConfig, batch, updates: int):
-    """Drives the family's callbacks through their hooks on one fixed batch."""
+    """Trains the family's callbacks, hook by hook, on one fixed batch; returns the networks."""
     family = ConservativeQLearning()
     torch.manual_seed(0)
     context = BuildContext(spaces=spaces, device=CPU, seed=0)
@@ -151,7 +151,7 @@ def value_gap(networks, spaces: MDPSpace, obs: torch.Tensor, data_action: float)
 
 @pytest.mark.parametrize("spaces", [BOX, DISCRETE], ids=["box", "discrete"])
 def test_the_penalty_holds_values_of_actions_outside_the_data_below_the_data_actions(
-    spaces: MDPSpace,
+    spaces: MDPSpace, one_torch_thread: None
 ) -> None:
     generator = torch.Generator().manual_seed(1)
     width = spaces.state["obs"].shape[0]

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from emote_cli.app import app
 from emote_core.callbacks.checkpoint_files import load_latest_checkpoint
 
-SMALL = ("--device", "cpu", "--set", "memory.batch_size=32", "--set", "eval.episodes=1",
-         "--set", "eval.interval=0", "--set", "cql.hidden_dims=[16]",
+SMALL = ("--device", "cpu", "--threads", "1", "--set", "memory.batch_size=32",
+         "--set", "eval.episodes=1", "--set", "eval.interval=0", "--set", "cql.hidden_dims=[16]",
          "--set", "cql.sampled_actions=4", "--set", "training.checkpoint_interval=20",
          "-q")  # fmt: skip
 
@@ -46,14 +46,15 @@ def checkpoint_networks(run: Path) -> dict[str, dict[str, torch.Tensor]]:
 
 
 def test_cql_pendulum_trains_resumes_evaluates_and_exports_with_parity(
-    runner: CliRunner, stores: Path, in_tmp: Path
+    runner: CliRunner, stores: Path, in_tmp: Path, restore_torch_threads: None
 ) -> None:
     store = str(stores / "pendulum.zarr")
     for run, steps in (("run", "40"), ("parts", "20")):
         trained = invoke(runner, "train", "cql_pendulum", "--memory", store, "--no-live",
                          "--run-dir", run, "--steps", steps, *SMALL)  # fmt: skip
         assert trained.exit_code == 0, trained.output
-    resumed = invoke(runner, "train", "--resume", "--run-dir", "parts", "--steps", "40", "-q")
+    resumed = invoke(runner, "train", "--resume", "--run-dir", "parts", "--steps", "40",
+                     "--threads", "1", "-q")  # fmt: skip
     assert resumed.exit_code == 0, resumed.output
     # The resumed run's networks are the uninterrupted run's, bit for bit.
     whole, parts = checkpoint_networks(in_tmp / "run"), checkpoint_networks(in_tmp / "parts")
@@ -87,7 +88,7 @@ def test_cql_pendulum_trains_resumes_evaluates_and_exports_with_parity(
 
 
 def test_cql_cartpole_trains_on_a_store_and_exports_its_greedy_q_network(
-    runner: CliRunner, stores: Path, in_tmp: Path
+    runner: CliRunner, stores: Path, in_tmp: Path, restore_torch_threads: None
 ) -> None:
     trained = invoke(runner, "train", "cql_cartpole", "--memory", str(stores / "cartpole.zarr"),
                      "--no-live", "--run-dir", "run", "--steps", "20", *SMALL)  # fmt: skip
