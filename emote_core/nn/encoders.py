@@ -41,7 +41,10 @@ class MlpEncoder(nn.Module):
         layers: list[nn.Module] = []
         width = input_dim
         for hidden in hidden_dims:
-            layers += [nn.Linear(width, hidden), activation()]
+            # In place: a Linear layer's output is not kept for its backward, and ReLU's
+            # backward reads its own output; fewer large temporaries per batch.
+            act = nn.ReLU(inplace=True) if activation is nn.ReLU else activation()
+            layers += [nn.Linear(width, hidden), act]
             width = hidden
         self.layers = nn.Sequential(*layers)
         self.input_dim = input_dim
