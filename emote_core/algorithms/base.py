@@ -44,6 +44,35 @@ def load_target_states(state_dict: Mapping[str, Any], targets: Mapping[str, nn.M
             network.load_state_dict(state_dict[key])
 
 
+class TargetNetworkCheckpoints:
+    """For callbacks that keep target networks: checkpoints carry each one's weights as
+    ``<name>_state_dict`` (:func:`target_states`) beside what the callback's other bases save,
+    and restore them with ``load_network``.
+
+    Mixed in before the callback's base; :meth:`target_networks` names the networks.
+    """
+
+    def target_networks(self) -> Mapping[str, nn.Module]:
+        """The target networks by checkpoint name."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """The target networks' weights and the other bases' state (the logs)."""
+        return {**super().state_dict(), **target_states(self.target_networks())}  # type: ignore[misc]
+
+    def load_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        load_network: bool = True,
+        load_optimizer: bool = True,
+        load_hparams: bool = True,
+    ) -> None:
+        """Restores the target networks (with ``load_network``) and the other bases' state."""
+        super().load_state_dict(state_dict, load_network, load_optimizer, load_hparams)  # type: ignore[misc]
+        if load_network:
+            load_target_states(state_dict, self.target_networks())
+
+
 def check_distinct_networks(owner: str, target: nn.Module, online: nn.Module) -> None:
     """A target network must be a separate copy: sharing parameters would make it pointless."""
     if target is online or {id(p) for p in target.parameters()} & {
@@ -291,6 +320,7 @@ def frozen(parameters: Sequence[Tensor]) -> Iterator[None]:
 __all__ = [
     "NStepTarget",
     "TargetFollower",
+    "TargetNetworkCheckpoints",
     "TdErrorPublisher",
     "check_distinct_networks",
     "frozen",

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from emote_core.algorithms.bc.losses import BCLoss, BcObjective
-from emote_core.algorithms.dqn.family import GreedyActing
+from emote_core.algorithms.dqn.family import epsilon_greedy_agent, greedy_policy_graph
 from emote_core.algorithms.registry import (
     AlgorithmFamily,
     BuildContext,
@@ -24,12 +24,10 @@ from emote_core.algorithms.registry import (
     TrainingParts,
     register_algorithm,
 )
-from emote_core.algorithms.sac.family import noise_input_graph
+from emote_core.algorithms.sac.family import gaussian_agent, gaussian_policy_graph
 from emote_core.errors import ConfigurationError
 from emote_core.nn import DiscreteActionValueMlp, GaussianMlpPolicy, observation_dim
-from emote_core.onnx.format import ACTION_MASKS_INPUT, ACTIONS_OUTPUT, Q_VALUES_OUTPUT
-from emote_core.onnx.graph import PolicyGraph, policy_graph
-from emote_core.proxies import EpsilonGreedyAgentProxy, MultiKeyAgentProxy
+from emote_core.onnx.graph import PolicyGraph
 from emote_core.spaces import DiscreteSpace, MDPSpace
 from emote_core.utils.checks import finite_number, positive_ints
 
@@ -135,32 +133,14 @@ class BehaviourCloning(AlgorithmFamily):
         self, config: BcConfig, networks: BcNetworks, context: BuildContext, *,
         deterministic: bool,
     ) -> Any:  # fmt: skip
-        spaces = context.spaces
-        if isinstance(spaces.actions, DiscreteSpace):
-            (key,) = spaces.feature_keys
-            return EpsilonGreedyAgentProxy(
-                q_network=networks.acting, device=context.device, num_actions=spaces.actions.n,
-                epsilon=0.0, input_key=key, seed=context.seed,
-                action_mask_key=spaces.action_mask_key, flatten=True,
-            )  # fmt: skip
-        return MultiKeyAgentProxy(
-            policy=networks.acting, device=context.device, input_keys=spaces.state.keys(),
-            spaces=spaces, deterministic=deterministic, seed=context.seed,
-        )  # fmt: skip
+        if isinstance(context.spaces.actions, DiscreteSpace):
+            return epsilon_greedy_agent(networks.acting, context)
+        return gaussian_agent(networks.acting, context, deterministic=deterministic)
 
     def policy_graph(self, acting: nn.Module, spaces: MDPSpace) -> PolicyGraph:
         if isinstance(spaces.actions, DiscreteSpace):
-            keys = tuple(spaces.feature_keys)
-            mask_key = spaces.action_mask_key
-            extra = {ACTION_MASKS_INPUT: spaces.state[mask_key].shape} if mask_key else None
-            return policy_graph(
-                GreedyActing(acting, keys, masked=mask_key is not None), algorithm=self.name,
-                spaces=spaces, output_names=(ACTIONS_OUTPUT, Q_VALUES_OUTPUT),
-                observation_keys=keys, extra_inputs=extra,
-            )  # fmt: skip
-        return noise_input_graph(
-            acting, spaces, algorithm=self.name, noise_shape=tuple(spaces.actions.shape)
-        )
+            return greedy_policy_graph(acting, spaces, algorithm=self.name)
+        return gaussian_policy_graph(acting, spaces, algorithm=self.name)
 
 
 __all__ = ["BC_CALLBACK", "BcConfig", "BcNetworks", "BcPolicy", "BehaviourCloning"]

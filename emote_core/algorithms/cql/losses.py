@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from emote_core.algorithms import dqn, sac
@@ -185,12 +184,9 @@ class CqlQLoss(sac.QLoss):
         ).reshape(samples + 1, count, 1)
         data_q, sampled_q = q_values[0], q_values[1:]
         penalty = conservative_penalty(sampled_q, data_q, cql_log_densities)
-        errors = data_q - q_target
-        self._td_errors = errors.detach()
-        self.log_scalar(f"training/{self.name}_prediction", data_q.detach().mean())
         self.log_scalar(f"training/{self.name}_sampled_q", sampled_q.detach().mean())
         self.log_scalar(f"training/{self.name}_cql_penalty", penalty.detach().mean())
-        per_window = errors.square() + self.conservative_weight * penalty
+        per_window = self.regression(data_q, q_target) + self.conservative_weight * penalty
         return importance_weighted_mean(self.name, per_window, importance_weights, count)
 
 
@@ -251,18 +247,11 @@ class DiscreteCqlQLoss(dqn.QLoss):
             (mask,) = window_starts(self.name, [observation[self.action_mask_key]], count)
             allowed_q = every_q.masked_fill(mask == 0, -torch.inf)
         penalty = conservative_penalty(allowed_q.T.unsqueeze(-1), data_q)
-        errors = data_q - q_target
-        self._td_errors = errors.detach()
-        self.log_scalar(f"training/{self.name}_prediction", data_q.detach().mean())
         finite = torch.isfinite(allowed_q.detach())
         sampled_mean = allowed_q.detach().where(finite, 0.0).sum() / finite.sum().clamp(min=1)
         self.log_scalar(f"training/{self.name}_sampled_q", sampled_mean)
         self.log_scalar(f"training/{self.name}_cql_penalty", penalty.detach().mean())
-        if self.huber:
-            regression = F.smooth_l1_loss(data_q, q_target, reduction="none")
-        else:
-            regression = F.mse_loss(data_q, q_target, reduction="none")
-        per_window = regression + self.conservative_weight * penalty
+        per_window = self.regression(data_q, q_target) + self.conservative_weight * penalty
         return importance_weighted_mean(self.name, per_window, importance_weights, count)
 
 

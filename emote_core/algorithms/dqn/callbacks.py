@@ -13,12 +13,11 @@ from torch import Tensor, nn
 from emote_core.algorithms.base import (
     NStepTarget,
     TargetFollower,
+    TargetNetworkCheckpoints,
     TdErrorPublisher,
     importance_weighted_mean,
     key_list,
-    load_target_states,
     prepare_target,
-    target_states,
     window_count,
     window_ends,
     window_starts,
@@ -32,7 +31,7 @@ from emote_core.nn.inputs import flatten_observation
 from emote_core.utils.checks import finite_number, positive_int
 
 
-class QTarget(LoggingMixin, Callback):
+class QTarget(TargetNetworkCheckpoints, LoggingMixin, Callback):
     """Computes the DQN ``q_target`` for each batch and keeps the target network up to date.
 
     For a window of ``L`` transitions (``L = 1`` normally)::
@@ -163,21 +162,9 @@ class QTarget(LoggingMixin, Callback):
         elif bp_step % self.target_update_interval == 0:
             self._follower.copy_()
 
-    def state_dict(self) -> dict[str, Any]:
-        """The target network's weights and the logs."""
-        return {**super().state_dict(), **target_states({"q_target": self.q_target_network})}
-
-    def load_state_dict(
-        self,
-        state_dict: dict[str, Any],
-        load_network: bool = True,
-        load_optimizer: bool = True,
-        load_hparams: bool = True,
-    ) -> None:
-        """Restores the target network (with ``load_network``) and the logs."""
-        super().load_state_dict(state_dict, load_network, load_optimizer, load_hparams)
-        if load_network:
-            load_target_states(state_dict, {"q_target": self.q_target_network})
+    def target_networks(self) -> dict[str, nn.Module]:
+        """The target network, saved in checkpoints as ``q_target_state_dict``."""
+        return {"q_target": self.q_target_network}
 
 
 class QLoss(TdErrorPublisher, LossCallback):
@@ -234,13 +221,18 @@ class QLoss(TdErrorPublisher, LossCallback):
         if actions.dtype != torch.int64:
             actions = actions.long()
         q_values = self.q_network(inputs).gather(-1, actions.reshape(-1, 1))
+        errors = self.regression(q_values, q_target)
+        return importance_weighted_mean(self.name, errors, importance_weights, q_target.shape[0])
+
+    def regression(self, q_values: Tensor, q_target: Tensor) -> Tensor:
+        """The Huber (or squared) error of each window's ``q_values`` (the taken actions') to
+        ``q_target``, ``(count, 1)``; logs the mean prediction and keeps the TD errors for
+        :meth:`backward` to publish."""
         self.log_scalar(f"training/{self.name}_prediction", q_values.detach().mean())
         self._td_errors = (q_values - q_target).detach()
         if self.huber:
-            errors = F.smooth_l1_loss(q_values, q_target, reduction="none")
-        else:
-            errors = F.mse_loss(q_values, q_target, reduction="none")
-        return importance_weighted_mean(self.name, errors, importance_weights, q_target.shape[0])
+            return F.smooth_l1_loss(q_values, q_target, reduction="none")
+        return F.mse_loss(q_values, q_target, reduction="none")
 
 
 class HLGaussQLoss(HLGaussLossCallback):

@@ -172,7 +172,8 @@ class DoubleDQN(AlgorithmFamily):
             ScheduleStepper(schedules={"epsilon": epsilon}),
             *priority_feedback(context.table, losses=["q"]),
         ]  # fmt: skip
-        return TrainingParts(callbacks=callbacks, agent=self._agent(networks, context, epsilon))
+        agent = epsilon_greedy_agent(networks.acting, context, epsilon=epsilon)
+        return TrainingParts(callbacks=callbacks, agent=agent)
 
     @staticmethod
     def _q_loss(config: DqnConfig, q: nn.Module, keys: list[str]) -> Any:
@@ -192,28 +193,49 @@ class DoubleDQN(AlgorithmFamily):
         deterministic: bool,
     ) -> Any:  # fmt: skip
         # Outside training a stochastic agent explores as much as training ended with.
-        return self._agent(networks, context, 0.0 if deterministic else config.epsilon_end)
-
-    def _agent(self, networks: DqnNetworks, context: BuildContext, epsilon: Any) -> Any:
-        actions = context.spaces.actions
-        assert isinstance(actions, DiscreteSpace)
-        (key,) = context.spaces.feature_keys
-        return EpsilonGreedyAgentProxy(
-            q_network=networks.acting, device=context.device, num_actions=actions.n,
-            epsilon=epsilon, input_key=key, seed=context.seed,
-            action_mask_key=context.spaces.action_mask_key, flatten=True,
-        )  # fmt: skip
+        epsilon = 0.0 if deterministic else config.epsilon_end
+        return epsilon_greedy_agent(networks.acting, context, epsilon=epsilon)
 
     def policy_graph(self, acting: nn.Module, spaces: MDPSpace) -> PolicyGraph:
-        keys = tuple(spaces.feature_keys)
-        mask_key = spaces.action_mask_key
-        masked = mask_key is not None
-        extra = {ACTION_MASKS_INPUT: spaces.state[mask_key].shape} if masked else None
-        return policy_graph(
-            GreedyActing(acting, keys, masked=masked), algorithm=self.name,
-            spaces=spaces, output_names=(ACTIONS_OUTPUT, Q_VALUES_OUTPUT),
-            observation_keys=keys, extra_inputs=extra,
-        )  # fmt: skip
+        return greedy_policy_graph(acting, spaces, algorithm=self.name)
 
 
-__all__ = ["DoubleDQN", "DqnConfig", "DqnCritic", "DqnNetworks", "GreedyActing"]
+def epsilon_greedy_agent(q_network: nn.Module, context: BuildContext, *, epsilon: Any = 0.0) -> Any:
+    """The agent acting on a network of one value (or logit) per discrete action: the best
+    action its observation's mask allows, or with probability ``epsilon`` (a number or a
+    schedule) a random allowed one; ``0`` is greedy. Reads the one observation key of
+    ``context.spaces`` (see :meth:`DoubleDQN.check_spaces`)."""
+    actions = context.spaces.actions
+    assert isinstance(actions, DiscreteSpace)  # check_spaces ran first
+    (key,) = context.spaces.feature_keys
+    return EpsilonGreedyAgentProxy(
+        q_network=q_network, device=context.device, num_actions=actions.n, epsilon=epsilon,
+        input_key=key, seed=context.seed, action_mask_key=context.spaces.action_mask_key,
+        flatten=True,
+    )  # fmt: skip
+
+
+def greedy_policy_graph(acting: nn.Module, spaces: MDPSpace, *, algorithm: str) -> PolicyGraph:
+    """The ONNX graph of :class:`GreedyActing` over ``acting`` (one value or logit per discrete
+    action): the observation key, then ``action_masks`` when ``spaces`` has an action mask;
+    ``actions`` and ``q_values`` out."""
+    keys = tuple(spaces.feature_keys)
+    mask_key = spaces.action_mask_key
+    masked = mask_key is not None
+    extra = {ACTION_MASKS_INPUT: spaces.state[mask_key].shape} if masked else None
+    return policy_graph(
+        GreedyActing(acting, keys, masked=masked), algorithm=algorithm, spaces=spaces,
+        output_names=(ACTIONS_OUTPUT, Q_VALUES_OUTPUT), observation_keys=keys,
+        extra_inputs=extra,
+    )  # fmt: skip
+
+
+__all__ = [
+    "DoubleDQN",
+    "DqnConfig",
+    "DqnCritic",
+    "DqnNetworks",
+    "GreedyActing",
+    "epsilon_greedy_agent",
+    "greedy_policy_graph",
+]

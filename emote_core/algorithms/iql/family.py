@@ -35,13 +35,12 @@ from emote_core.algorithms.registry import (
     TrainingParts,
     register_algorithm,
 )
-from emote_core.algorithms.sac.family import noise_input_graph
+from emote_core.algorithms.sac.family import gaussian_agent, gaussian_policy_graph
 from emote_core.algorithms.sac.losses import StackedQLoss
 from emote_core.errors import ConfigurationError
 from emote_core.nn import GaussianMlpPolicy, MlpEncoder, StackedActionValueMlp, observation_dim
 from emote_core.nn.initialization import orthogonal_init_
 from emote_core.onnx.graph import PolicyGraph
-from emote_core.proxies import MultiKeyAgentProxy
 from emote_core.spaces import DiscreteSpace, MDPSpace
 from emote_core.utils.checks import finite_number, positive_ints
 
@@ -195,16 +194,10 @@ class ImplicitQLearning(AlgorithmFamily):
         self, config: IqlConfig, networks: IqlNetworks, context: BuildContext, *,
         deterministic: bool,
     ) -> Any:  # fmt: skip
-        spaces = context.spaces
-        return MultiKeyAgentProxy(
-            policy=networks.acting, device=context.device, input_keys=spaces.state.keys(),
-            spaces=spaces, deterministic=deterministic, seed=context.seed,
-        )  # fmt: skip
+        return gaussian_agent(networks.acting, context, deterministic=deterministic)
 
     def policy_graph(self, acting: nn.Module, spaces: MDPSpace) -> PolicyGraph:
-        return noise_input_graph(
-            acting, spaces, algorithm=self.name, noise_shape=tuple(spaces.actions.shape)
-        )
+        return gaussian_policy_graph(acting, spaces, algorithm=self.name)
 
 
 __all__ = [

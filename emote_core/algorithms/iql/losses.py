@@ -21,19 +21,13 @@ from torch import Tensor, nn
 
 from emote_core.algorithms.base import (
     NStepTarget,
-    TargetFollower,
     key_list,
-    load_target_states,
-    prepare_target,
-    target_states,
     window_count,
     window_ends,
     window_starts,
 )
 from emote_core.algorithms.bc.losses import squashed_log_likelihood
-from emote_core.algorithms.sac.targets import TwinQ
-from emote_core.callback import Callback, Order
-from emote_core.callbacks.logging_mixin import LoggingMixin
+from emote_core.algorithms.sac.targets import FollowedTwinQ
 from emote_core.callbacks.loss import LossCallback
 from emote_core.errors import ConfigurationError
 from emote_core.nn.inputs import flatten_observation
@@ -81,7 +75,7 @@ def advantage_weights(advantage: Tensor, temperature: float, max_weight: float) 
         return torch.exp(temperature * advantage).clamp(max=max_weight)
 
 
-class IqlTarget(LoggingMixin, Callback):
+class IqlTarget(FollowedTwinQ):
     """Computes IQL's regression targets for each batch and Polyak-averages the target Qs.
 
     For a window of ``L`` transitions (``L = 1`` for one-step batches)::
@@ -116,10 +110,6 @@ class IqlTarget(LoggingMixin, Callback):
             its online network.
     """
 
-    order: ClassVar[int] = Order.TARGET
-    graph_safe: ClassVar[bool] = True
-    compiled_methods: ClassVar[tuple[str, ...]] = ("begin_batch",)
-
     def __init__(
         self,
         *,
@@ -137,20 +127,13 @@ class IqlTarget(LoggingMixin, Callback):
         data_group: str = "default",
         name: str = "iql_target",
     ) -> None:
-        super().__init__(name=name, data_group=data_group)
-        self.target_q_tau = finite_number(name, "target_q_tau", target_q_tau, 0, 1.0, low_open=True)
+        super().__init__(
+            name=name, data_group=data_group,
+            target_q_tau=finite_number(name, "target_q_tau", target_q_tau, 0, 1.0, low_open=True),
+            q1=q1, q2=q2, critics=critics, q1_target=q1_target, q2_target=q2_target,
+            critics_target=critics_target,
+        )  # fmt: skip
         self.n_step = NStepTarget(name, gamma, rollout_length, 1.0)
-        self.online = TwinQ(name, q1, q2, critics)
-        self.target = TwinQ(name, q1_target, q2_target, critics_target, role="_target")
-        if (self.online.stacked is None) != (self.target.stacked is None):
-            raise ConfigurationError(
-                f"{name}: the online and target Q networks must both be stacked or both not; "
-                "build the targets as copy.deepcopy of the online networks"
-            )
-        pairs = list(zip(self.target.modules.values(), self.online.modules.values(), strict=True))
-        for target, online in pairs:
-            prepare_target(name, target, online)
-        self._followers = tuple(TargetFollower(target, online) for target, online in pairs)
         self.value = value
         self.observation_keys = key_list(observation_keys)
 
@@ -174,27 +157,6 @@ class IqlTarget(LoggingMixin, Callback):
             q_target = self.n_step(rewards, masks, self.value(following))
         self.log_scalar(f"training/{self.name}", q_target.mean())
         return {self.data_group: {"q_target": q_target, TARGET_Q_KEY: target_q}}
-
-    def end_batch(self) -> None:
-        """Moves both target networks ``target_q_tau`` of the way toward the online ones."""
-        for follower in self._followers:
-            follower.polyak_(self.target_q_tau)
-
-    def state_dict(self) -> dict[str, Any]:
-        """The target networks' weights and the logs."""
-        return {**super().state_dict(), **target_states(self.target.modules)}
-
-    def load_state_dict(
-        self,
-        state_dict: dict[str, Any],
-        load_network: bool = True,
-        load_optimizer: bool = True,
-        load_hparams: bool = True,
-    ) -> None:
-        """Restores the target networks (with ``load_network``) and the logs."""
-        super().load_state_dict(state_dict, load_network, load_optimizer, load_hparams)
-        if load_network:
-            load_target_states(state_dict, self.target.modules)
 
 
 class ExpectileValueLoss(LossCallback):

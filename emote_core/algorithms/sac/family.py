@@ -282,15 +282,26 @@ class SoftActorCritic(AlgorithmFamily):
         self, config: SacConfig, networks: SacNetworks, context: BuildContext, *,
         deterministic: bool,
     ) -> Any:  # fmt: skip
-        return MultiKeyAgentProxy(
-            policy=networks.acting, device=context.device, input_keys=context.spaces.state.keys(),
-            spaces=context.spaces, deterministic=deterministic, seed=context.seed,
-        )  # fmt: skip
+        return gaussian_agent(networks.acting, context, deterministic=deterministic)
 
     def policy_graph(self, acting: nn.Module, spaces: MDPSpace) -> PolicyGraph:
-        return noise_input_graph(
-            acting, spaces, algorithm=self.name, noise_shape=tuple(spaces.actions.shape)
-        )
+        return gaussian_policy_graph(acting, spaces, algorithm=self.name)
+
+
+def gaussian_agent(policy: nn.Module, context: BuildContext, *, deterministic: bool) -> Any:
+    """The agent acting on a Gaussian policy over every observation key of ``context.spaces``:
+    with zero noise when ``deterministic``, else sampling with ``context.seed``."""
+    return MultiKeyAgentProxy(
+        policy=policy, device=context.device, input_keys=context.spaces.state.keys(),
+        spaces=context.spaces, deterministic=deterministic, seed=context.seed,
+    )  # fmt: skip
+
+
+def gaussian_policy_graph(acting: nn.Module, spaces: MDPSpace, *, algorithm: str) -> PolicyGraph:
+    """The ONNX graph of a Gaussian policy over Box actions: :func:`noise_input_graph` with
+    ``epsilon`` of the actions' shape."""
+    noise_shape = tuple(spaces.actions.shape)
+    return noise_input_graph(acting, spaces, algorithm=algorithm, noise_shape=noise_shape)
 
 
 def noise_input_graph(
@@ -320,5 +331,7 @@ __all__ = [
     "SacCritic",
     "SacNetworks",
     "SoftActorCritic",
+    "gaussian_agent",
+    "gaussian_policy_graph",
     "noise_input_graph",
 ]

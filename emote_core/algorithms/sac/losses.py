@@ -82,12 +82,16 @@ class QLoss(TdErrorPublisher, LossCallback):
         inputs = flatten_observation(observation, self.observation_keys)
         inputs, actions = window_starts(self.name, [inputs, actions], q_target.shape[0])
         q_values = self.q_network(observation=inputs, actions=actions)
+        errors = self.regression(q_values, q_target)
+        return importance_weighted_mean(self.name, errors, importance_weights, q_target.shape[0])
+
+    def regression(self, q_values: Tensor, q_target: Tensor) -> Tensor:
+        """The squared error of each window's ``q_values`` to ``q_target``, ``(count, 1)``;
+        logs the mean prediction and keeps the TD errors for :meth:`backward` to publish."""
         self.log_scalar(f"training/{self.name}_prediction", q_values.detach().mean())
         errors = q_values - q_target
         self._td_errors = errors.detach()
-        return importance_weighted_mean(
-            self.name, errors.square(), importance_weights, q_target.shape[0]
-        )
+        return errors.square()
 
 
 class StackedQLoss(LossCallback):

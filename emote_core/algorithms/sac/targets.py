@@ -11,11 +11,10 @@ from torch import Tensor, nn
 from emote_core.algorithms.base import (
     NStepTarget,
     TargetFollower,
+    TargetNetworkCheckpoints,
     key_list,
-    load_target_states,
     prepare_target,
     sample_policy,
-    target_states,
     window_count,
     window_ends,
 )
@@ -97,7 +96,63 @@ class TwinQ:
         return [p for module in self.modules.values() for p in module.parameters()]
 
 
-class QTarget(LoggingMixin, Callback):
+class FollowedTwinQ(TargetNetworkCheckpoints, LoggingMixin, Callback):
+    """The base of a callback that computes a Q target per batch from twin Q networks and
+    follows them with target copies (SAC's :class:`QTarget`, IQL's).
+
+    Holds the online and target networks as :class:`TwinQ` (``online``, ``target``), twin or
+    stacked alike; starts each target as a copy of its online network that never requires
+    gradients; ``end_batch`` moves each one ``target_q_tau`` toward it; checkpoints carry the
+    targets. Runs at ``Order.TARGET``; a subclass checks ``target_q_tau`` and writes
+    ``begin_batch``.
+
+    Raises:
+        ConfigurationError: If the Q networks are not given in one form (twin or stacked) for
+            both roles, or a target network is not a separate copy of its online network.
+    """
+
+    order: ClassVar[int] = Order.TARGET
+    graph_safe: ClassVar[bool] = True
+    compiled_methods: ClassVar[tuple[str, ...]] = ("begin_batch",)
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        data_group: str,
+        target_q_tau: float,
+        q1: nn.Module | None,
+        q2: nn.Module | None,
+        critics: nn.Module | None,
+        q1_target: nn.Module | None,
+        q2_target: nn.Module | None,
+        critics_target: nn.Module | None,
+    ) -> None:
+        super().__init__(name=name, data_group=data_group)
+        self.target_q_tau = target_q_tau
+        self.online = TwinQ(name, q1, q2, critics)
+        self.target = TwinQ(name, q1_target, q2_target, critics_target, role="_target")
+        if (self.online.stacked is None) != (self.target.stacked is None):
+            raise ConfigurationError(
+                f"{name}: the online and target Q networks must both be stacked or both not; "
+                "build the targets as copy.deepcopy of the online networks"
+            )
+        pairs = list(zip(self.target.modules.values(), self.online.modules.values(), strict=True))
+        for target, online in pairs:
+            prepare_target(name, target, online)
+        self._followers = tuple(TargetFollower(target, online) for target, online in pairs)
+
+    def end_batch(self) -> None:
+        """Moves both target networks ``target_q_tau`` of the way toward the online ones."""
+        for follower in self._followers:
+            follower.polyak_(self.target_q_tau)
+
+    def target_networks(self) -> dict[str, nn.Module]:
+        """``q1_target`` and ``q2_target``, or ``critics_target``."""
+        return self.target.modules
+
+
+class QTarget(FollowedTwinQ):
     """Computes SAC's ``q_target`` for each batch and Polyak-averages the target networks.
 
     For a window of ``L`` transitions (``L = 1`` for ordinary one-step batches)::
@@ -134,10 +189,6 @@ class QTarget(LoggingMixin, Callback):
             tensor, or a target network is not a separate copy of its online network.
     """
 
-    order: ClassVar[int] = Order.TARGET
-    graph_safe: ClassVar[bool] = True
-    compiled_methods: ClassVar[tuple[str, ...]] = ("begin_batch",)
-
     def __init__(
         self,
         *,
@@ -158,29 +209,21 @@ class QTarget(LoggingMixin, Callback):
         data_group: str = "default",
         name: str = "q_target",
     ) -> None:
-        super().__init__(name=name, data_group=data_group)
-        self.ln_alpha = check_ln_alpha(name, ln_alpha)
-        self.target_q_tau = finite_number(name, "target_q_tau", target_q_tau, 0.0, 1.0)
-        if self.target_q_tau == 0.0:
+        tau = finite_number(name, "target_q_tau", target_q_tau, 0.0, 1.0)
+        if tau == 0.0:
             raise ConfigurationError(
                 f"{name}: target_q_tau=0 would never update the target networks; use a value in "
                 "(0, 1]"
             )
+        super().__init__(
+            name=name, data_group=data_group, target_q_tau=tau, q1=q1, q2=q2, critics=critics,
+            q1_target=q1_target, q2_target=q2_target, critics_target=critics_target,
+        )  # fmt: skip
+        self.ln_alpha = check_ln_alpha(name, ln_alpha)
         self.n_step = NStepTarget(name, gamma, rollout_length, reward_scale)
-        self.online = TwinQ(name, q1, q2, critics)
-        self.target = TwinQ(name, q1_target, q2_target, critics_target, role="_target")
-        if (self.online.stacked is None) != (self.target.stacked is None):
-            raise ConfigurationError(
-                f"{name}: the online and target Q networks must both be stacked or both not; "
-                "build the targets as copy.deepcopy of the online networks"
-            )
-        pairs = list(zip(self.target.modules.values(), self.online.modules.values(), strict=True))
-        for target, online in pairs:
-            prepare_target(name, target, online)
         self.policy = policy
         self.q1, self.q2 = q1, q2
         self.q1_target, self.q2_target = q1_target, q2_target
-        self._followers = tuple(TargetFollower(target, online) for target, online in pairs)
         self.observation_keys = key_list(observation_keys)
         self.use_masks = use_masks
 
@@ -223,29 +266,5 @@ class QTarget(LoggingMixin, Callback):
         self.log_scalar(f"training/{self.name}", q_target.mean())  # "q_target" unless renamed
         return {self.data_group: {"q_target": q_target}}
 
-    def end_batch(self) -> None:
-        """Moves both target networks ``target_q_tau`` of the way toward the online ones."""
-        for follower in self._followers:
-            follower.polyak_(self.target_q_tau)
 
-    def state_dict(self) -> dict[str, Any]:
-        """The target networks' weights and the logs."""
-        return {**super().state_dict(), **target_states(self._targets())}
-
-    def load_state_dict(
-        self,
-        state_dict: dict[str, Any],
-        load_network: bool = True,
-        load_optimizer: bool = True,
-        load_hparams: bool = True,
-    ) -> None:
-        """Restores the target networks (with ``load_network``) and the logs."""
-        super().load_state_dict(state_dict, load_network, load_optimizer, load_hparams)
-        if load_network:
-            load_target_states(state_dict, self._targets())
-
-    def _targets(self) -> dict[str, nn.Module]:
-        return self.target.modules
-
-
-__all__ = ["QTarget", "TwinQ", "check_ln_alpha"]
+__all__ = ["FollowedTwinQ", "QTarget", "TwinQ", "check_ln_alpha"]
