@@ -14,19 +14,11 @@ from emote_core.algorithms.bc import BcConfig, BCLoss, BcPolicy, BehaviourClonin
 from emote_core.algorithms.bc.losses import squashed_log_likelihood
 from emote_core.algorithms.registry import BuildContext, get_algorithm
 from emote_core.errors import ConfigurationError
-from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, MDPSpace
+from emote_core.spaces import MDPSpace
+from tests.algorithms.offline import BOX, CPU, assert_refuses_table, discrete_spaces, two_keys
 
-BOX = MDPSpace(
-    rewards=BoxSpace(np.float32, (1,)),
-    actions=BoxSpace(np.float32, (1,), -1.0, 1.0),
-    state=DictSpace({"obs": BoxSpace(np.float32, (3,))}),
-)
-DISCRETE = MDPSpace(
-    rewards=BoxSpace(np.float32, (1,)),
-    actions=DiscreteSpace(n=2),
-    state=DictSpace({"obs": BoxSpace(np.float32, (4,))}),
-)
-CPU = torch.device("cpu")
+DISCRETE = discrete_spaces(2)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def fit(spaces: MDPSpace, config: BcConfig, expert, updates: int = 300):
@@ -121,14 +113,9 @@ def test_bc_is_registered_offline_only_and_refuses_bad_tables() -> None:
         (BcConfig(learning_rate=0.0), "'bc.learning_rate'"),
         (BcConfig(max_grad_norm=-1.0), "'bc.max_grad_norm'"),
     ):
-        with pytest.raises(ConfigurationError, match=key):
-            family.validate(config, source="recipe.toml")
-    two_keys = MDPSpace(
-        rewards=DISCRETE.rewards, actions=DISCRETE.actions,
-        state=DictSpace({"a": BoxSpace(np.float32, (1,)), "b": BoxSpace(np.float32, (1,))}),
-    )  # fmt: skip
+        assert_refuses_table(family, config, key)
     with pytest.raises(ConfigurationError, match="one observation key"):
-        family.check_spaces(two_keys, env_id="two-keys")
+        family.check_spaces(two_keys(DISCRETE), env_id="two-keys")
 
 
 def test_a_batch_of_unequal_observations_and_actions_is_refused() -> None:

@@ -23,19 +23,18 @@ from emote_core.algorithms.cql import (
 from emote_core.algorithms.registry import BuildContext, get_algorithm
 from emote_core.errors import ConfigurationError
 from emote_core.nn import ActionValueMlp, DiscreteActionValueMlp, GaussianMlpPolicy
-from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, MDPSpace
+from emote_core.spaces import DiscreteSpace, MDPSpace
+from tests.algorithms.offline import (
+    BOX,
+    CPU,
+    assert_refuses_table,
+    discrete_spaces,
+    two_keys,
+    update,
+)
 
-BOX = MDPSpace(
-    rewards=BoxSpace(np.float32, (1,)),
-    actions=BoxSpace(np.float32, (1,), -1.0, 1.0),
-    state=DictSpace({"obs": BoxSpace(np.float32, (3,))}),
-)
-DISCRETE = MDPSpace(
-    rewards=BoxSpace(np.float32, (1,)),
-    actions=DiscreteSpace(n=3),
-    state=DictSpace({"obs": BoxSpace(np.float32, (4,))}),
-)
-CPU = torch.device("cpu")
+DISCRETE = discrete_spaces(3)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_the_penalty_is_the_log_sum_of_importance_weighted_exponentials_minus_the_data_value():
@@ -125,12 +124,7 @@ def train_cql(spaces: MDPSpace, config: CqlConfig, batch, updates: int):
     networks = family.make_networks(config, context)
     callbacks = family.training_parts(config, networks, context).callbacks
     for step in range(1, updates + 1):
-        state = {"default": dict(batch), "bp_step": step}
-        for hook in ("begin_batch", "backward", "end_batch"):
-            for callback in callbacks:
-                if callback.overrides(hook):
-                    result = callback.call_hook(hook, state)
-                    state["default"].update((result or {}).get("default", {}))
+        update(callbacks, batch, step)
     return networks
 
 
@@ -151,7 +145,7 @@ def value_gap(networks, spaces: MDPSpace, obs: torch.Tensor, data_action: float)
 
 @pytest.mark.parametrize("spaces", [BOX, DISCRETE], ids=["box", "discrete"])
 def test_the_penalty_holds_values_of_actions_outside_the_data_below_the_data_actions(
-    spaces: MDPSpace, one_torch_thread: None
+    spaces: MDPSpace,
 ) -> None:
     generator = torch.Generator().manual_seed(1)
     width = spaces.state["obs"].shape[0]
@@ -186,12 +180,8 @@ def test_cql_is_registered_offline_only_and_builds_sac_or_dqn_networks_by_action
         agent = family.acting_agent(config, networks, context, deterministic=False)
         if spaces is DISCRETE:
             assert agent.epsilon == 0.0  # greedy also when asked to sample
-    two_keys = MDPSpace(
-        rewards=DISCRETE.rewards, actions=DISCRETE.actions,
-        state=DictSpace({"a": BoxSpace(np.float32, (1,)), "b": BoxSpace(np.float32, (1,))}),
-    )  # fmt: skip
     with pytest.raises(ConfigurationError, match="one observation key"):
-        family.check_spaces(two_keys, env_id="two-keys")
+        family.check_spaces(two_keys(DISCRETE), env_id="two-keys")
 
 
 @pytest.mark.parametrize(
@@ -213,7 +203,4 @@ def test_cql_is_registered_offline_only_and_builds_sac_or_dqn_networks_by_action
     ],
 )
 def test_cql_refuses_a_bad_table_in_one_line_naming_the_key(changes: dict, key: str) -> None:
-    with pytest.raises(ConfigurationError, match=key) as refused:
-        ConservativeQLearning().validate(CqlConfig(**changes), source="recipe.toml")
-    message = str(refused.value)
-    assert "\n" not in message and message.startswith("recipe.toml: ")
+    assert_refuses_table(ConservativeQLearning(), CqlConfig(**changes), key)
