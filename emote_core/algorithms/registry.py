@@ -177,10 +177,17 @@ class AlgorithmFamily(_Plugin):
 
     acting_callback: ClassVar[str]
     """The name of the callback whose ``network_state_dict`` in a checkpoint is the acting
-    network (the policy loss's, say): what ``emote eval`` and ``emote export onnx`` load."""
+    network (the policy loss's, say): what ``emote eval`` and ``emote export onnx`` load
+    (through :meth:`acting_callback_for`)."""
     offline_only: ClassVar[bool] = False
     """Trains from stores only (``emote train --memory STORE --no-live``): a model of
     demonstrations, say, that has no policy to collect with while it learns."""
+
+    def acting_callback_for(self, spaces: MDPSpace) -> str:
+        """The name of the callback whose network is the acting one in a run of ``spaces``:
+        :attr:`acting_callback` (this default); a family whose acting network differs by the
+        kind of actions (a policy, or a Q network acted on greedily) names it per space."""
+        return self.acting_callback
 
     def table_spaces(self, config: Any, spaces: MDPSpace) -> MDPSpace:
         """The MDP space of what the replay table (and the run's memory export) holds: the

@@ -257,11 +257,11 @@ def group_spaces(env: Any) -> dict[str, MDPSpace]:
 
 
 def acting_state(
-    checkpoint: dict[str, Any], family: AlgorithmFamily, group: str | None = None
+    checkpoint: dict[str, Any], family: AlgorithmFamily, spaces: MDPSpace, group: str | None = None
 ) -> dict[str, Any]:
-    """The acting network's weights inside a training checkpoint (of agent group ``group``'s
-    policy in a run of several)."""
-    name = group_prefix(group) + family.acting_callback
+    """The acting network's weights inside a training checkpoint of a run of ``spaces`` (of agent
+    group ``group``'s policy in a run of several)."""
+    name = group_prefix(group) + family.acting_callback_for(spaces)
     try:
         return checkpoint["callbacks"][name]["network_state_dict"]
     except KeyError as error:
@@ -408,7 +408,7 @@ def _trained(
     networks = make_networks(recipe, spaces, device)
     whose = f" (agent group '{group}')" if group else ""
     try:
-        networks.acting.load_state_dict(acting_state(data, plugins(recipe)[0], group))
+        networks.acting.load_state_dict(acting_state(data, plugins(recipe)[0], spaces, group))
     except RuntimeError as error:
         raise CheckpointError(
             f"checkpoint '{checkpoint_path}' does not fit the recipe's networks{whose}: "

@@ -176,7 +176,10 @@ def test_cql_is_registered_offline_only_and_builds_sac_or_dqn_networks_by_action
         networks = family.make_networks(config, context)
         assert isinstance(networks.acting, acting)
         names = [c.name for c in family.training_parts(config, networks, context).callbacks]
-        assert family.acting_callback in names
+        # The acting network's callback: the policy, or the Q network acted on greedily.
+        acting_callback = family.acting_callback_for(spaces)
+        assert acting_callback == ("q" if spaces is DISCRETE else "policy")
+        assert acting_callback in names
         agent = family.acting_agent(config, networks, context, deterministic=False)
         if spaces is DISCRETE:
             assert agent.epsilon == 0.0  # greedy also when asked to sample

@@ -70,7 +70,7 @@ def test_cql_cartpole_trains_on_a_store_and_exports_its_greedy_q_network(
     from emote_core.nn import DiscreteActionValueMlp
 
     q = DiscreteActionValueMlp(observation_dim=4, num_actions=2, hidden_dims=[16])
-    q.load_state_dict(checkpoint_networks(in_tmp / "run")["policy"])
+    q.load_state_dict(checkpoint_networks(in_tmp / "run")["q"])
     obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
     actions, values = onnxruntime.InferenceSession("cql.onnx").run(None, {"obs": obs})
     with torch.no_grad():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from emote_core.algorithms.cql.family import (
     CQL_ACTING_CALLBACK,
+    CQL_DISCRETE_ACTING_CALLBACK,
     ConservativeQLearning,
     CqlConfig,
 )
@@ -25,6 +26,7 @@ from emote_core.algorithms.cql.losses import (
 
 __all__ = [
     "CQL_ACTING_CALLBACK",
+    "CQL_DISCRETE_ACTING_CALLBACK",
     "ConservativeQLearning",
     "CqlConfig",
     "CqlProposals",

@@ -3,9 +3,9 @@
 
 Box actions train SAC (its networks, soft Q target, policy and temperature losses) with CQL's
 penalty in the Q losses; discrete actions train double DQN (its Q network and target) with
-the penalty in its Q loss, and act greedily. Either way the callback named ``policy`` holds
-the acting network in checkpoints: SAC's policy, or the Q network whose greedy choice is the
-discrete policy.
+the penalty in its Q loss, and act greedily. The acting network in checkpoints is SAC's
+policy (callback ``policy``) or the Q network whose greedy choice is the discrete policy
+(callback ``q``).
 """
 
 from __future__ import annotations
@@ -42,8 +42,10 @@ from emote_core.utils.checks import (
 )
 
 CQL_ACTING_CALLBACK = "policy"
-"""The callback whose network state in a checkpoint is the acting network: SAC's policy loss
-(Box actions) or the Q loss (discrete actions)."""
+"""The callback whose network state in a checkpoint is the acting network for Box actions:
+SAC's policy loss."""
+CQL_DISCRETE_ACTING_CALLBACK = "q"
+"""The same for discrete actions: the Q loss, whose network's greedy choice is the policy."""
 
 
 @dataclass
@@ -97,6 +99,11 @@ class ConservativeQLearning(AlgorithmFamily):
         positive_int(source, "'cql.target_update_interval'", config.target_update_interval)
         if config.target_entropy is not None:
             finite_number(source, "'cql.target_entropy'", config.target_entropy)
+
+    def acting_callback_for(self, spaces: MDPSpace) -> str:
+        if isinstance(spaces.actions, DiscreteSpace):
+            return CQL_DISCRETE_ACTING_CALLBACK
+        return CQL_ACTING_CALLBACK
 
     def check_spaces(self, spaces: MDPSpace, *, env_id: str) -> None:
         if isinstance(spaces.actions, DiscreteSpace):
@@ -164,8 +171,8 @@ class ConservativeQLearning(AlgorithmFamily):
             DiscreteCqlQLoss(q=networks.q, optimizer=optimizer, max_grad_norm=config.max_grad_norm,
                              observation_keys=keys, action_mask_key=spaces.action_mask_key,
                              conservative_weight=config.conservative_weight,
-                             name=CQL_ACTING_CALLBACK),
-            *priority_feedback(context.table, losses=[CQL_ACTING_CALLBACK]),
+                             name=CQL_DISCRETE_ACTING_CALLBACK),
+            *priority_feedback(context.table, losses=[CQL_DISCRETE_ACTING_CALLBACK]),
         ]  # fmt: skip
         agent = self.acting_agent(config, networks, context, deterministic=False)
         return TrainingParts(callbacks=callbacks, agent=agent)
@@ -183,4 +190,9 @@ class ConservativeQLearning(AlgorithmFamily):
         return gaussian_policy_graph(acting, spaces, algorithm=self.name)
 
 
-__all__ = ["CQL_ACTING_CALLBACK", "ConservativeQLearning", "CqlConfig"]
+__all__ = [
+    "CQL_ACTING_CALLBACK",
+    "CQL_DISCRETE_ACTING_CALLBACK",
+    "ConservativeQLearning",
+    "CqlConfig",
+]
