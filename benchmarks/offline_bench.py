@@ -107,6 +107,7 @@ def d3rlpy_config(family: str, table: dict[str, Any], batch_size: int) -> dict[s
             "kwargs": common | {"learning_rate": table["learning_rate"],
                                 "policy_type": "deterministic"},
             "encoders": {"encoder_factory": hidden},
+            "clipped_optimizers": {"optim_factory": table["max_grad_norm"]},
         }  # fmt: skip
     if family == "iql":
         return {
@@ -120,6 +121,8 @@ def d3rlpy_config(family: str, table: dict[str, Any], batch_size: int) -> dict[s
             "encoders": {name: hidden for name in
                          ("actor_encoder_factory", "critic_encoder_factory",
                           "value_encoder_factory")},
+            "clipped_optimizers": {name: table["max_grad_norm"] for name in
+                                   ("actor_optim_factory", "critic_optim_factory")},
         }  # fmt: skip
     if family == "cql":
         return {
@@ -137,21 +140,24 @@ def d3rlpy_config(family: str, table: dict[str, Any], batch_size: int) -> dict[s
             },
             "encoders": {name: hidden for name in
                          ("actor_encoder_factory", "critic_encoder_factory")},
+            "clipped_optimizers": {name: table["max_grad_norm"] for name in
+                                   ("actor_optim_factory", "critic_optim_factory")},
         }  # fmt: skip
     raise KeyError(family)
 
 
 DIFFERENCES = {
-    "bc": "both fit tanh(mean) by squared error; emote clips gradient norms at bc.max_grad_norm",
+    "bc": "both fit tanh(mean) by squared error, clipping gradient norms at bc.max_grad_norm",
     "iql": (
         "emote's policy is a tanh-squashed Gaussian with a state-dependent std, d3rlpy's an "
         "unsquashed Gaussian (mean tanh) with one learned log-std in [-5, 2]; neither decays "
-        "the actor's learning rate; emote clips gradient norms at iql.max_grad_norm"
+        "the actor's learning rate; both clip gradient norms at iql.max_grad_norm (d3rlpy's "
+        "actor and critic optimizers)"
     ),
     "cql": (
         "d3rlpy's Lagrangian alpha is off (alpha_learning_rate=0, alpha 1) so both use the "
-        "fixed conservative_weight; emote bounds the temperature by cql.max_alpha and clips "
-        "gradient norms at cql.max_grad_norm"
+        "fixed conservative_weight; emote bounds the temperature by cql.max_alpha; both clip "
+        "the actor's and critics' gradient norms at cql.max_grad_norm"
     ),
 }
 """What differs between the two sides beyond the matched settings."""
@@ -317,7 +323,13 @@ def d3rlpy_worker(request_file: str) -> None:
     )  # fmt: skip
     config = request["config"]
     encoders = {k: VectorEncoderFactory(hidden_units=v) for k, v in config["encoders"].items()}
-    algo = getattr(d3rlpy.algos, config["class"])(**config["kwargs"], **encoders).create("cpu:0")
+    # Adam clipping gradient norms where emote's losses clip them (max_grad_norm).
+    optimizers = {
+        name: d3rlpy.optimizers.AdamFactory(clip_grad_norm=norm)
+        for name, norm in config.get("clipped_optimizers", {}).items()
+    }
+    algo = getattr(d3rlpy.algos, config["class"])(**config["kwargs"], **encoders, **optimizers)
+    algo = algo.create("cpu:0")
     algo.build_with_dataset(dataset)
     updates = request["updates"]
     started = time.perf_counter()
