@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from emote_cli._common import ExitCode
 from emote_cli.app import app
 
-pytest.importorskip("minari")
+pytest.importorskip("minari", reason="Minari comes with the dev and minari extras")
 DATA = Path(__file__).parents[1] / "integrations" / "minari" / "data"
 
 
