@@ -3,6 +3,7 @@ normalised score (0 = random, 100 = expert) where reference returns are known.""
 
 from __future__ import annotations
 
+import os
 import stat
 from collections.abc import Callable
 from enum import Enum
@@ -218,10 +219,16 @@ def run_reference_returns(run_path: Path) -> tuple[ReferenceReturns | None, str 
     """
     starts = read_run_record(RunDirectory(run_path).run_file).get("starts") or [{}]
     stores = [str(store) for store in starts[0].get("memory") or []]
+    began_in = starts[0].get("directory")
     found: dict[str, ReferenceReturns | None] = {}
     for store in stores:
+        located = store
+        if began_in and "://" not in store and not os.path.isabs(store):
+            # A relative path names the store from where training began, if it is still there.
+            started_from = os.path.join(began_in, store)
+            located = started_from if os.path.exists(started_from) else store
         try:
-            found[store] = reference_returns(store)
+            found[store] = reference_returns(located)
         except EmoteError as error:
             return None, f"the run's store '{store}' cannot be read ({error})"
     recorded = set(found.values())

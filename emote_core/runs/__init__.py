@@ -384,6 +384,7 @@ def _write_run_files(
         "time": datetime.now(UTC).isoformat(),
         "unix_time": time.time(),
         "memory": [str(m) for m in memory or []],
+        "directory": os.getcwd(),  # where relative `memory` paths start
         "live": live,
         "steps": steps,
     }

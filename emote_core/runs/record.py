@@ -79,6 +79,7 @@ def _is_count(value: Any) -> bool:
 _START_ENTRIES = {
     "command": (_is_strings, "a list of strings"),
     "memory": (_is_strings, "a list of store paths"),
+    "directory": (lambda v: isinstance(v, str), "a path"),
     "live": (lambda v: isinstance(v, bool), "true or false"),
     "follow": (lambda v: isinstance(v, bool), "true or false"),
     "resume": (lambda v: isinstance(v, bool), "true or false"),

@@ -147,3 +147,15 @@ def test_training_logs_the_normalised_score_of_its_evaluations(trained):
     events.Reload()
     logged = events.Scalars("eval_bp_step/normalised_score")
     assert [(e.step, e.value) for e in logged] == [(4, pytest.approx(final["normalised_score"]))]
+
+
+def test_a_run_trained_on_relative_store_paths_is_scored_from_another_directory(
+    runner, trained, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(trained)
+    result = runner.invoke(app, ["train", "bc_pendulum", "--memory", "a.zarr", "--no-live",
+                                 "--steps", "2", "--run-dir", "relative", *TINY])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    monkeypatch.chdir(tmp_path)
+    report = evaluate(runner, str(trained / "relative"))
+    assert report["normalised_score"] == pytest.approx(expected(report["mean_return"]))
