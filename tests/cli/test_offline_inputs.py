@@ -17,7 +17,6 @@ from emote_core.errors import ConfigurationError
 from emote_core.integrations.convert import write_target
 from emote_core.recipes.locations import available_recipes
 from emote_core.stores.zarr_store import MemoryStore
-from tests.conftest import kept_logging
 
 
 def offline_families() -> list[str]:
@@ -42,19 +41,11 @@ def test_the_offline_families_are_found_through_the_registry() -> None:
 
 
 @pytest.fixture(scope="module")
-def stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Random-policy stores: Pendulum of 2 episodes, of 1 episode, of 2 episodes with a NaN
-    reward; CartPole of 3 episodes."""
+def stores(offline_stores: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Stores made from ``offline_stores``' Pendulum one (which tests read from there): of 1
+    episode, and of 2 episodes with a NaN reward."""
     root = tmp_path_factory.mktemp("offline_inputs")
-    runner = CliRunner(env={"COLUMNS": "200"})
-    with kept_logging():
-        for recipe, out, episodes in (("sac_pendulum", "pendulum.zarr", "2"),
-                                      ("dqn_cartpole", "cartpole.zarr", "3")):  # fmt: skip
-            collected = runner.invoke(app, ["collect", recipe, "--out", str(root / out),
-                                            "--episodes", episodes, "--seed", "5",
-                                            "-q"])  # fmt: skip
-            assert collected.exit_code == 0, collected.output
-    stored = MemoryStore(root / "pendulum.zarr").read()
+    stored = MemoryStore(offline_stores / "pendulum.zarr").read()
     write_target(dataclasses.replace(stored, episodes=stored.episodes[:1]),
                  root / "one_episode.zarr")  # fmt: skip
     identity, data, end = stored.episodes[1]
@@ -96,8 +87,8 @@ def refused(runner: CliRunner, where: Path, family: str, *args: str) -> str:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_a_discrete_store_does_not_fit(runner, tmp_path, stores, family):
-    cartpole = str(stores / "cartpole.zarr")
+def test_a_discrete_store_does_not_fit(runner, tmp_path, offline_stores, family):
+    cartpole = str(offline_stores / "cartpole.zarr")
     message = refused(runner, tmp_path, family, "--memory", cartpole, "--no-live")
     assert "collected on CartPole-v1" in message  # the recipe's env is Pendulum-v1
     why = cartpole_refusal(get_algorithm(family))
@@ -124,8 +115,8 @@ def test_a_store_of_one_episode_is_too_small_for_a_batch(runner, tmp_path, store
     "args", [(), ("--memory", "{stores}/pendulum.zarr"), ("--memory", "{stores}/pendulum.zarr",
                                                            "--live")]
 )  # fmt: skip
-def test_training_live_is_refused(runner, tmp_path, stores, family, args):
-    args = tuple(arg.format(stores=stores) for arg in args)
+def test_training_live_is_refused(runner, tmp_path, offline_stores, family, args):
+    args = tuple(arg.format(stores=offline_stores) for arg in args)
     message = refused(runner, tmp_path, family, *args)
     assert f"'{family}' learns from stored episodes only" in message
 
