@@ -47,6 +47,7 @@ from emote_core.algorithms.sac.family import (
     SacConfig,
     SacNetworks,
     SoftActorCritic,
+    gaussian_agent,
     noise_input_graph,
 )
 from emote_core.callback import Callback
@@ -54,7 +55,6 @@ from emote_core.callbacks.checkpoint_files import load_latest_checkpoint
 from emote_core.errors import CheckpointError, ConfigurationError
 from emote_core.nn.inputs import observation_dim
 from emote_core.onnx.graph import PolicyGraph
-from emote_core.proxies import MultiKeyAgentProxy
 from emote_core.spaces import BoxSpace, DiscreteSpace, MDPSpace
 from emote_core.utils.files import read_regular_file
 
@@ -189,11 +189,7 @@ class GenrlVae(AlgorithmFamily):
         self, config: GenrlVaeConfig, networks: VaeNetworks, context: BuildContext, *,
         deterministic: bool,
     ) -> Any:  # fmt: skip
-        return MultiKeyAgentProxy(
-            policy=networks.acting, device=context.device,
-            input_keys=context.spaces.state.keys(), spaces=context.spaces,
-            deterministic=deterministic, seed=context.seed,
-        )  # fmt: skip
+        return gaussian_agent(networks.acting, context, deterministic=deterministic)
 
     def policy_graph(self, acting: nn.Module, spaces: MDPSpace) -> PolicyGraph:
         return noise_input_graph(
