@@ -46,13 +46,29 @@ TABLE_FACTOR = 2
 """The table's ``maxlen`` in ring sizes: room for every episode the ring still points at."""
 
 
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """``device`` as skrl resolves it: one torch cannot use (no CUDA, a bad name or index) is
+    logged as a warning and replaced, as is ``None``, by CUDA if available, else the CPU."""
+    available = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    if device is None:
+        return available
+    try:
+        chosen = torch.device(device)
+        torch.zeros(1, device=chosen)
+    except (RuntimeError, AssertionError, ValueError) as error:
+        log.warning("SkrlMemory cannot use device %r (%s); using %s", device, error, available)
+        return available
+    return chosen
+
+
 class SkrlMemory(SkrlMemoryReads):
     """A skrl ``RandomMemory`` whose transitions live in an emote episode table.
 
     Args:
         memory_size: Rows per env in skrl's ring (``(memory_size, num_envs)`` slots).
         num_envs: Parallel envs.
-        device: Where tensors live and samples are returned (``None``: CUDA if available).
+        device: Where tensors live and samples are returned (``None``, or one torch cannot use:
+            CUDA if available, else the CPU, with a warning as skrl gives).
         export: Save the memory (``export_format``) each time the ring fills, as skrl does.
         export_format: ``"pt"``, ``"npz"`` or ``"csv"``.
         export_directory: Where exports go (a ``memories/`` folder inside it).
@@ -87,9 +103,7 @@ class SkrlMemory(SkrlMemoryReads):
         register_with_skrl(type(self))
         self.memory_size = memory_size
         self.num_envs = num_envs
-        if device is None:
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.export = export
         self.export_format = export_format
         self.export_directory = export_directory
@@ -111,6 +125,7 @@ class SkrlMemory(SkrlMemoryReads):
         self._slot_ids = np.full((memory_size, num_envs), -1, dtype=np.int64)
         self._slot_offsets = np.zeros((memory_size, num_envs), dtype=np.int64)
         self._holes = 0  # slots below len(self) whose episode the table ejected
+        self._loose: dict[str, torch.Tensor] = {}  # set_tensor_by_name values of empty slots
         self._committed: OrderedDict[int, tuple[int, np.ndarray]] = OrderedDict()
         self._next_id = 0
 
@@ -150,6 +165,7 @@ class SkrlMemory(SkrlMemoryReads):
         self.reset()
         self.table = None
         self._open = None
+        self._loose.clear()
         self._committed.clear()
         self.inferred_cuts = 0
 
@@ -309,6 +325,8 @@ class SkrlMemory(SkrlMemoryReads):
         identities, offsets, self._next_id = self._open.append(envs, rows, position, self._next_id)
         self._slot_ids[position, envs] = identities
         self._slot_offsets[position, envs] = offsets
+        if self._loose:
+            self._forget_loose(position * self.num_envs + envs)
         terminal = self._flags(rows, TERMINAL_FLAGS, len(envs))
         interrupted = self._flags(rows, INTERRUPTED_FLAGS, len(envs))
         for env, ends_terminal, ends_interrupted in zip(envs, terminal, interrupted, strict=True):

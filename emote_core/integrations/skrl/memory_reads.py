@@ -2,7 +2,9 @@
 whole-tensor access, answered from the ring's slot map, the emote table and the open episodes.
 
 A ring slot holds ``(episode identity, step)`` or ``-1`` (never written, or its episode was
-ejected from the table); such slots read as skrl's fill (NaN for floats, zero otherwise).
+ejected from the table); such slots read as skrl's fill (NaN for floats, zero otherwise), or as
+the values :meth:`SkrlMemoryReads.set_tensor_by_name` last wrote there, as skrl's dense tensors
+would hold them.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class SkrlMemoryReads:
     _slot_ids: np.ndarray
     _slot_offsets: np.ndarray
     _holes: int
+    _loose: dict[str, torch.Tensor]
 
     filled: bool
     memory_index: int
@@ -49,7 +52,8 @@ class SkrlMemoryReads:
 
     def _rows(self, names: Sequence[str], flat: np.ndarray) -> list[torch.Tensor | None]:
         """The rows at flat ring indexes ``flat`` of each name (``None`` for unknown names);
-        slots never written or whose episode was ejected read as skrl's fill (NaN or 0)."""
+        slots never written or whose episode was ejected read as what ``set_tensor_by_name``
+        wrote there, else as skrl's fill (NaN or 0)."""
         flat = np.asarray(flat, dtype=np.int64).reshape(-1)
         positions, envs = np.divmod(flat, self.num_envs)
         identities = self._slot_ids[positions, envs]
@@ -71,9 +75,14 @@ class SkrlMemoryReads:
             if spec is None:
                 result.append(None)
                 continue
-            out = torch.full(
-                (len(flat), *spec.shape), spec.fill_value(), dtype=spec.dtype, device=self.device
-            )
+            loose = self._loose.get(name)
+            if loose is not None:
+                out = loose[torch.as_tensor(flat, device=self.device)]
+            else:
+                out = torch.full(
+                    (len(flat), *spec.shape), spec.fill_value(),
+                    dtype=spec.dtype, device=self.device,
+                )  # fmt: skip
             if held.any():
                 out[torch.as_tensor(np.flatnonzero(held), device=self.device)] = batch[name].to(
                     device=self.device, dtype=spec.dtype
@@ -172,7 +181,8 @@ class SkrlMemoryReads:
     def set_tensor_by_name(self, name: str, tensor: torch.Tensor) -> None:
         """Writes ``(memory_size, num_envs, *shape)`` values into the rows the ring points at.
 
-        Slots never written or whose episode was ejected are skipped.
+        Slots not holding a row (never written, or their episode was ejected) keep the values as
+        skrl's dense tensors do: they read back until :meth:`add_samples` writes the slot.
 
         Raises:
             KeyError: No such tensor.
@@ -188,12 +198,13 @@ class SkrlMemoryReads:
                 f"'{name}' is derived from '{name[len('next_') :]}' (the next row of the episode); "
                 f"set '{name[len('next_') :]}' instead"
             )
-        if self.table is None or self._open is None:
-            return
         flat = values.reshape(-1, *spec.shape)
         positions, envs = np.divmod(np.arange(len(flat)), self.num_envs)
         identities = self._slot_ids[positions, envs]
         offsets = self._slot_offsets[positions, envs]
+        self._write_loose(name, np.flatnonzero(identities < 0), flat)
+        if self.table is None or self._open is None:
+            return
         open_ = self._open.is_open(envs, identities)
         if open_.any():
             chosen = torch.as_tensor(np.flatnonzero(open_), device=flat.device)
@@ -213,6 +224,28 @@ class SkrlMemoryReads:
                 self.table.write_steps(
                     identity, name, offset=int(offsets[row]), values=host[row : row + 1]
                 )
+
+    def _write_loose(self, name: str, slots: np.ndarray, flat: torch.Tensor) -> None:
+        """Keeps ``flat[slots]`` for flat ring ``slots`` that hold no row."""
+        if len(slots) == 0:
+            return
+        spec = self.specs[name]
+        loose = self._loose.get(name)
+        if loose is None:
+            loose = torch.full(
+                (self.memory_size * self.num_envs, *spec.shape), spec.fill_value(),
+                dtype=spec.dtype, device=self.device,
+            )  # fmt: skip
+            self._loose[name] = loose
+        chosen = torch.as_tensor(slots, device=flat.device)
+        loose[torch.as_tensor(slots, device=self.device)] = flat[chosen].to(
+            device=self.device, dtype=spec.dtype
+        )
+
+    def _forget_loose(self, slots: np.ndarray) -> None:
+        """Drops what ``set_tensor_by_name`` kept at flat ring ``slots`` (rows are added there)."""
+        for name, loose in self._loose.items():
+            loose[torch.as_tensor(slots, device=self.device)] = self.specs[name].fill_value()
 
 
 __all__ = ["SkrlMemoryReads"]

@@ -183,19 +183,49 @@ def test_ejected_episodes_are_never_sampled_and_the_ring_keeps_skrls_counts():
 
 
 def test_set_tensor_by_name_writes_through_to_table_and_open_rows():
+    theirs = skrl_memories.RandomMemory(memory_size=30, num_envs=2, device="cpu")
     memory = SkrlMemory(memory_size=30, num_envs=2, device="cpu")
-    _create(memory)
-    memory.create_tensor(name="advantages", size=1, dtype=torch.float32)
-    _collect([memory], envs=2, steps=25)
+    for each in (theirs, memory):
+        _create(each)
+        each.create_tensor(name="advantages", size=1, dtype=torch.float32)
+    _collect([theirs, memory], envs=2, steps=25)
     values = torch.arange(60, dtype=torch.float32).reshape(30, 2, 1)
-    memory.set_tensor_by_name("advantages", values)
-    back = memory.get_tensor_by_name("advantages")
-    _equal(back[:25], values[:25])
-    assert torch.isnan(back[25:]).all()  # never written: skrl's NaN
+    for each in (theirs, memory):
+        each.set_tensor_by_name("advantages", values)
+    _equal(memory.get_tensor_by_name("advantages"), values)  # rows not added yet keep theirs too
+    _equal(theirs.get_tensor_by_name("advantages"), values)
     held = [d["advantages"][:, 0] for _, d, _ in memory.table.episodes()]
     assert all(len(h) for h in held) and set(np.concatenate(held).tolist()) <= set(range(50))
     with pytest.raises(ValueError, match="derived from 'observations'"):
         memory.set_tensor_by_name("next_observations", torch.zeros(30, 2, 4))
+
+
+def test_values_set_before_rows_are_added_read_back_until_rows_replace_them():
+    theirs = skrl_memories.RandomMemory(memory_size=5, num_envs=2, device="cpu")
+    ours = SkrlMemory(memory_size=5, num_envs=2, device="cpu")
+    for memory in (theirs, ours):
+        memory.create_tensor(name="rewards", size=1, dtype=torch.float32)
+        memory.set_tensor_by_name("rewards", torch.arange(10).reshape(5, 2, 1))
+    _equal(ours.get_tensor_by_name("rewards"), theirs.get_tensor_by_name("rewards"))
+    for memory in (theirs, ours):
+        memory.add_samples(rewards=torch.full((2, 1), -1.0))
+    _equal(ours.get_tensor_by_name("rewards"), theirs.get_tensor_by_name("rewards"))
+    (rows,) = ours.sample_by_index(["rewards"], indexes=[0, 1, 2, 9])
+    assert rows[0][:, 0].tolist() == [-1.0, -1.0, 2.0, 9.0]
+    ours.clear()
+    assert torch.isnan(ours.get_tensor_by_name("rewards")).all()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the fallback of a CPU-only torch")
+def test_a_device_torch_cannot_use_falls_back_as_skrls_does(caplog):
+    theirs = skrl_memories.RandomMemory(memory_size=3, device="cuda:0")
+    with caplog.at_level("WARNING", logger="emote_core.integrations.skrl.memory"):
+        ours = SkrlMemory(memory_size=3, device="cuda:0")
+    assert ours.device == theirs.device == torch.device("cpu")
+    assert "cannot use device 'cuda:0'" in caplog.text
+    ours.create_tensor(name="rewards", size=1)
+    ours.add_samples(rewards=torch.ones(1, 1))
+    assert ours.get_tensor_by_name("rewards")[0, 0].item() == 1.0
 
 
 def test_create_tensor_follows_skrl_and_refuses_late_tensors():
