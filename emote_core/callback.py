@@ -110,7 +110,8 @@ class Callback:
     Args:
         name: A unique name, used for logs and checkpoints. Defaults to the class name.
         cycle: ``begin_cycle`` runs when ``(bp_step - 1) % cycle == 0`` and ``end_cycle`` when
-            ``bp_step % cycle == 0``; ``None`` never runs them.
+            ``bp_step % cycle == 0``; ``None`` or ``0`` never runs them (``0`` is stored as
+            ``None``).
         data_group: The data group whose values this callback's hooks see first.
     """
 
@@ -123,11 +124,13 @@ class Callback:
     def __init__(
         self, *, name: str | None = None, cycle: int | None = None, data_group: str | None = None
     ) -> None:
-        if cycle is not None and (not isinstance(cycle, int) or cycle < 1):
+        if cycle is not None and (not isinstance(cycle, int) or isinstance(cycle, bool) or cycle < 0):
             raise CallbackDefinitionError(
                 f"callback '{name or type(self).__name__}' has cycle={cycle!r}; a cycle must be a "
-                "positive integer or None"
+                "positive integer, or 0 or None for never"
             )
+        if cycle == 0:  # upstream emote's spelling of "never"
+            cycle = None
         self.name = name if name is not None else type(self).__name__
         self.cycle = cycle
         self.data_group = data_group

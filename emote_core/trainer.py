@@ -64,7 +64,7 @@ class Trainer:
         callbacks: The callbacks; they run in ascending ``order`` (ties keep the given order).
         dataloader: An iterable of batches: dicts holding data groups and ``batch_size_key``.
         batch_size_key: The top-level batch key giving the number of samples in the batch; it is
-            summed into ``bp_samples``.
+            summed into ``bp_samples``. A batch without it counts the state's value of the key.
 
     Raises:
         CallbackDefinitionError: If two callbacks share a name or an entry is not a callback.
@@ -151,14 +151,19 @@ class Trainer:
                 break
             if self._stop_requested():  # before this batch is trained
                 break
-            if self.batch_size_key not in batch:
+            # A batch without the key counts the state's value (set by the user or an earlier
+            # batch), as upstream emote did.
+            batch_size = batch.get(self.batch_size_key, state.get(self.batch_size_key))
+            if batch_size is None:
                 raise ConfigurationError(
                     f"a batch from the data loader has no '{self.batch_size_key}' key (the "
-                    f"trainer's batch_size_key); batch keys: {sorted(batch)}"
+                    f"trainer's batch_size_key) and the state has none; batch keys: "
+                    f"{sorted(batch)} — yield it with each batch or set "
+                    f"trainer.state['{self.batch_size_key}']"
                 )
             bp_step = state["bp_step"] + 1
             state["bp_step"] = bp_step
-            state["bp_samples"] = state["bp_samples"] + int(batch[self.batch_size_key])
+            state["bp_samples"] = state["bp_samples"] + int(batch_size)
             state.merge(batch)
             if not self._run_hook("begin_cycle", bp_step - 1):
                 break

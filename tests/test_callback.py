@@ -112,9 +112,14 @@ def test_overrides_reports_only_implemented_hooks() -> None:
     assert [h for h in LIFECYCLE_HOOKS if callback.overrides(h)] == ["backward"]
 
 
-def test_invalid_cycle_is_rejected() -> None:
-    with pytest.raises(CallbackDefinitionError, match="cycle=0"):
-        Callback(cycle=0)
+@pytest.mark.parametrize("cycle", [-1, 1.5, True])
+def test_invalid_cycle_is_rejected(cycle) -> None:
+    with pytest.raises(CallbackDefinitionError, match=f"cycle={cycle!r}"):
+        Callback(cycle=cycle)
+
+
+def test_cycle_zero_means_never_as_upstream() -> None:
+    assert Callback(cycle=0).cycle is None
 
 
 def test_order_constants_are_ascending_in_lifecycle_sense() -> None:

@@ -277,6 +277,19 @@ def test_missing_batch_size_key_is_a_clear_error() -> None:
         Trainer([], [{"default": {}}]).train()
 
 
+def test_a_batch_without_its_size_counts_the_states_value() -> None:
+    trainer = Trainer([], [{"default": {}}, {"batch_size": 3}, {"default": {}}])
+    trainer.state["batch_size"] = 5
+    assert trainer.train()["bp_samples"] == 5 + 3 + 3
+
+
+def test_a_never_cycle_skips_the_cycle_hooks() -> None:
+    events: list = []
+    Trainer([Recorder(events, cycle=0)], batches(3)).train()
+    assert not [e for e in events if e[1] in ("begin_cycle", "end_cycle")]
+    assert [e[1] for e in events].count("backward") == 3
+
+
 def test_duplicate_callback_names_are_rejected() -> None:
     with pytest.raises(CallbackDefinitionError, match=r"\['same'\]"):
         Trainer([Callback(name="same"), Callback(name="same")], [])

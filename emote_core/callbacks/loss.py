@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from abc import ABC, abstractmethod
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -12,11 +12,15 @@ from torch import nn
 
 from emote_core.callback import Callback, Order
 from emote_core.callbacks.logging_mixin import LoggingMixin
-from emote_core.errors import ConfigurationError
+from emote_core.errors import CallbackDefinitionError, ConfigurationError
 
 
-class LossCallback(LoggingMixin, Callback, ABC):
+class LossCallback(LoggingMixin, Callback):
     """Base of every loss: implement :meth:`loss`; this class does the optimisation step.
+
+    A subclass that does not implement :meth:`loss` cannot be built. ``LossCallback`` itself
+    can, to hold a network and optimizer for a ``Checkpointer`` or ``CheckpointLoader``; its
+    ``loss`` raises ``NotImplementedError`` if it is ever trained.
 
     Each batch, ``backward`` zeroes the gradients, computes :meth:`loss` with its parameters
     selected by name from the state (data group first), back-propagates, clips the gradient norm,
@@ -30,6 +34,7 @@ class LossCallback(LoggingMixin, Callback, ABC):
         optimizer: The optimizer over the trained parameters.
         lr_schedule: A torch learning-rate scheduler stepped after every optimizer step.
         max_grad_norm: Clip the total gradient norm to this; ``None`` measures without clipping.
+            ``0`` zeroes every gradient, as torch's clipping does, with a warning.
         data_group: The data group the loss reads first.
         log_per_param_weights: Also log a histogram of every parameter's weights.
         log_per_param_grads: Also log a histogram of every parameter's gradients.
@@ -56,10 +61,24 @@ class LossCallback(LoggingMixin, Callback, ABC):
         log_per_param_grads: bool = False,
         **kwargs: Any,
     ) -> None:
+        cls = type(self)
+        if cls is not LossCallback and cls.loss is LossCallback.loss:
+            raise CallbackDefinitionError(
+                f"loss class {cls.__qualname__} does not implement loss(); every loss must — "
+                "define loss() returning a scalar tensor"
+            )
         super().__init__(name=name, data_group=data_group, **kwargs)
-        if max_grad_norm is not None and not max_grad_norm > 0:
+        if max_grad_norm is not None and not max_grad_norm >= 0:
             raise ConfigurationError(
-                f"loss '{name}' has max_grad_norm={max_grad_norm}; it must be positive or None"
+                f"loss '{name}' has max_grad_norm={max_grad_norm}; it must be positive, 0 "
+                "(zeroes every gradient) or None (no clipping)"
+            )
+        if max_grad_norm == 0:
+            warnings.warn(
+                f"loss '{name}' has max_grad_norm=0, which clips every gradient to zero so the "
+                "loss never trains its network; pass a positive value, or None not to clip",
+                UserWarning,
+                stacklevel=2,
             )
         self.network = network
         self.optimizer = optimizer
@@ -69,9 +88,17 @@ class LossCallback(LoggingMixin, Callback, ABC):
         self.log_per_param_grads = log_per_param_grads
         self.parameters = [p for group in optimizer.param_groups for p in group["params"]]
 
-    @abstractmethod
     def loss(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        """Returns the scalar loss; parameters are filled by name from the training state."""
+        """Returns the scalar loss; parameters are filled by name from the training state.
+
+        Raises:
+            NotImplementedError: On ``LossCallback`` itself, which holds a network for
+                checkpoints and has no loss.
+        """
+        raise NotImplementedError(
+            f"loss '{self.name}' is a plain LossCallback, which has no loss to train; subclass "
+            "it and implement loss(), or list it only among a checkpointer's restorees"
+        )
 
     def backward(self, **state: Any) -> None:
         """Runs one optimisation step of this loss."""

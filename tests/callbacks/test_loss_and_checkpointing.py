@@ -14,7 +14,7 @@ from emote_core.callbacks.checkpointing import (
 )
 from emote_core.callbacks.generic import BackPropStepsTerminator
 from emote_core.callbacks.loss import LossCallback
-from emote_core.errors import CheckpointError, ConfigurationError
+from emote_core.errors import CallbackDefinitionError, CheckpointError, ConfigurationError
 from emote_core.trainer import Trainer
 
 
@@ -220,3 +220,40 @@ def test_load_flags_choose_what_is_restored(tmp_path) -> None:
     assert not hparams_only.optimizer.state
     saved = data["network_state_dict"]
     assert torch.equal(hparams_only.network.state_dict()["0.weight"], saved["0.weight"])
+
+
+def test_a_plain_loss_callback_holds_a_network_for_checkpoints(tmp_path) -> None:
+    network = make_network()
+    holder = LossCallback(name="holder", network=network,
+                          optimizer=torch.optim.Adam(network.parameters()))  # fmt: skip
+    Trainer([Checkpointer(callbacks=[holder], run_dir=tmp_path, checkpoint_interval=1)],
+            [{"batch_size": 1}]).train()  # fmt: skip
+    fresh = make_network()
+    with torch.no_grad():
+        for parameter in fresh.parameters():
+            parameter.zero_()
+    holder.network = fresh
+    Trainer([CheckpointLoader(callbacks=[holder], run_dir=tmp_path)], []).train()
+    for saved, loaded in zip(network.parameters(), fresh.parameters(), strict=True):
+        torch.testing.assert_close(saved, loaded)
+    with pytest.raises(NotImplementedError, match="plain LossCallback"):
+        Trainer([holder], [{"batch_size": 1}]).train()
+
+
+def test_a_loss_subclass_without_loss_is_refused() -> None:
+    class Forgot(LossCallback):
+        pass
+
+    network = make_network()
+    with pytest.raises(CallbackDefinitionError, match="Forgot does not implement loss"):
+        Forgot(name="f", network=network, optimizer=torch.optim.Adam(network.parameters()))
+
+
+def test_max_grad_norm_zero_warns_and_zeroes_gradients() -> None:
+    network = make_network()
+    with pytest.warns(UserWarning, match="max_grad_norm=0"):
+        loss = RegressionLoss(network=network, lr=0.1, max_grad_norm=0)
+    before = [p.detach().clone() for p in network.parameters()]
+    Trainer([loss], regression_batches(1)).train()
+    for old, new in zip(before, network.parameters(), strict=True):
+        torch.testing.assert_close(old, new)
