@@ -14,12 +14,12 @@ from emote_core.algorithms.sac import AlphaLoss, PolicyLoss, QLoss, QTarget, sof
 from emote_core.callback import Order
 from emote_core.callbacks.checkpointing import Checkpointer, CheckpointLoader
 from emote_core.callbacks.generic import BackPropStepsTerminator
-from emote_core.errors import ConfigurationError, MissingStateKeyError
+from emote_core.errors import CheckpointError, ConfigurationError, MissingStateKeyError
 from emote_core.memory.builders import DictObsMemoryTable, DictObsNStepMemoryTable
 from emote_core.memory.loaders import MemoryLoader
 from emote_core.nn.action_value import ActionValueMlp
 from emote_core.nn.policies import GaussianMlpPolicy
-from emote_core.schedules import LinearSchedule
+from emote_core.schedules import ConstantSchedule, LinearSchedule
 from emote_core.spaces import BoxSpace, DictSpace, MDPSpace
 from emote_core.trainer import Trainer
 from emote_core.typing import EpisodeState
@@ -296,6 +296,7 @@ def test_alpha_is_clamped_and_the_target_entropy_schedule_advances() -> None:
     batch = bandit_table(episodes=20).sample(16, 1)
     for _ in range(4):
         alpha_loss.backward(**batch)
+        alpha_loss.end_batch()  # steps the schedule, as the trainer does after backward
     assert parts["ln_alpha"].exp().item() <= 2.0 + 1e-6
     assert alpha_loss.scalar_logs["training/alpha"] <= 2.0 + 1e-6
     assert schedule.steps_taken == 4 and alpha_loss.target_entropy_value == -3.0
@@ -395,3 +396,32 @@ def test_n_step_sac_trains_through_the_trainer() -> None:
     assert state["default"]["q_target"].shape == (4, 1)
     assert state["default"]["policy_log_probs"].shape == (12, 1)
     assert np.isfinite(callbacks[1].scalar_logs["loss/q1"])
+
+
+def alpha_loss(**kwargs) -> AlphaLoss:
+    policy = GaussianMlpPolicy(observation_dim=1, action_dim=2, hidden_dims=(8,))
+    ln_alpha = torch.zeros(1, requires_grad=True)
+    return AlphaLoss(policy=policy, ln_alpha=ln_alpha, action_dim=2,
+                     optimizer=torch.optim.Adam([ln_alpha]), **kwargs)  # fmt: skip
+
+
+def test_alpha_loads_upstreams_layout_in_place_and_refuses_a_state_without_alpha() -> None:
+    loss = alpha_loss()
+    shared = loss.ln_alpha
+    loss.load_state_dict({"network_state_dict": torch.tensor(1.5)}, load_optimizer=False)
+    assert loss.ln_alpha is shared and shared.item() == 1.5
+    with pytest.raises(CheckpointError, match="no ln_alpha to load"):
+        loss.load_state_dict({"optimizer_state_dict": None}, load_optimizer=False)
+    loss.load_state_dict({}, load_network=False, load_optimizer=False)  # nothing asked for
+    assert shared.item() == 1.5
+
+
+def test_a_number_target_entropy_is_a_constant_schedule_that_does_not_block_capture() -> None:
+    default, numbered = alpha_loss(), alpha_loss(target_entropy=-0.5)
+    assert isinstance(default.target_entropy, ConstantSchedule)
+    assert default.target_entropy.value == -2.0 and numbered.target_entropy_value == -0.5
+    assert default.capture_blocker() is None
+    scheduled = alpha_loss(target_entropy=LinearSchedule(0.0, -1.0, 2))
+    assert scheduled.capture_blocker() == "its target entropy follows a schedule"
+    with pytest.raises(TypeError, match="target_entropy must be a number"):
+        alpha_loss(target_entropy="auto")

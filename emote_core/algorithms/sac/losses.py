@@ -19,10 +19,10 @@ from emote_core.algorithms.base import (
 )
 from emote_core.algorithms.sac.targets import TwinQ, check_ln_alpha
 from emote_core.callbacks.loss import LossCallback
-from emote_core.errors import ConfigurationError
+from emote_core.errors import CheckpointError, ConfigurationError
 from emote_core.memory.priorities import td_error_outputs
 from emote_core.nn.inputs import flatten_observation
-from emote_core.schedules import BPStepScheduler
+from emote_core.schedules import BPStepScheduler, ConstantSchedule
 
 POLICY_LOG_PROBS_KEY = "policy_log_probs"
 """Where :class:`PolicyLoss` leaves its batch's log-probabilities for :class:`AlphaLoss`."""
@@ -301,14 +301,16 @@ class AlphaLoss(LossCallback):
     The loss is ``-mean(ln_alpha * (log pi(a|s) + target_entropy))``; ``ln_alpha`` is then
     clamped to ``log(max_alpha)``. It is updated in place, so every holder of the same tensor
     (:class:`QTarget`, :class:`PolicyLoss`) sees the new value and a restored checkpoint. Logs
-    ``training/<name>`` (alpha) and ``training/<name>_target_entropy``.
+    ``training/<name>`` (alpha) and ``training/<name>_target_entropy``. The target entropy is
+    always a schedule (:attr:`target_entropy`; a number becomes a ``ConstantSchedule``), stepped
+    in ``end_batch``.
 
     Args:
         policy: The policy; ``policy.sample(observation)`` gives ``(actions, log_probs)``.
         ln_alpha: The shared log temperature: a one-element leaf tensor with requires_grad.
         optimizer: An optimizer over ``[ln_alpha]``.
         action_dim: The number of action dimensions.
-        target_entropy: A number, a schedule stepped once per update, or ``None`` for
+        target_entropy: A number, a schedule stepped once per batch, or ``None`` for
             ``-action_dim``.
         max_alpha: The largest temperature; ``None`` does not clamp.
         lr_schedule: A torch learning-rate scheduler stepped after every update.
@@ -323,9 +325,12 @@ class AlphaLoss(LossCallback):
     Raises:
         ConfigurationError: If ``ln_alpha`` is not a shared leaf tensor in ``optimizer``, or
             ``action_dim``/``max_alpha`` is not positive.
+        TypeError: If ``target_entropy`` is not a number, a schedule or ``None``.
     """
 
     graph_safe: ClassVar[bool] = True
+    target_entropy: BPStepScheduler
+    """The target entropy's schedule; a number given is held as a ``ConstantSchedule``."""
 
     def __init__(
         self,
@@ -364,13 +369,13 @@ class AlphaLoss(LossCallback):
             )
         if target_entropy is None:
             target_entropy = -float(action_dim)
-        elif not isinstance(target_entropy, BPStepScheduler):
+        if not isinstance(target_entropy, BPStepScheduler):
             if isinstance(target_entropy, bool) or not isinstance(target_entropy, int | float):
-                raise ConfigurationError(
-                    f"{name}: target_entropy must be a number, a BPStepScheduler or None; got "
-                    f"{target_entropy!r}"
+                raise TypeError(
+                    f"{name}: target_entropy must be a number, an emote_core.schedules schedule "
+                    f"or None; got {target_entropy!r} ({type(target_entropy).__name__})"
                 )
-            target_entropy = float(target_entropy)
+            target_entropy = ConstantSchedule(target_entropy)
         self.policy = policy
         self.action_dim = action_dim
         self.target_entropy = target_entropy
@@ -379,18 +384,16 @@ class AlphaLoss(LossCallback):
         self.reuse_policy_log_probs = reuse_policy_log_probs
 
     def capture_blocker(self) -> str | None:
-        """As :meth:`LossCallback.capture_blocker`, and not with a target-entropy schedule."""
+        """As :meth:`LossCallback.capture_blocker`, and not with a target entropy that changes."""
         reason = super().capture_blocker()
-        if reason is None and isinstance(self.target_entropy, BPStepScheduler):
+        if reason is None and not isinstance(self.target_entropy, ConstantSchedule):
             reason = "its target entropy follows a schedule"
         return reason
 
     @property
     def target_entropy_value(self) -> float:
         """The target entropy at the current step."""
-        if isinstance(self.target_entropy, BPStepScheduler):
-            return float(self.target_entropy.value)
-        return self.target_entropy
+        return float(self.target_entropy.value)
 
     def loss(
         self, observation: dict[str, Tensor], policy_log_probs: Tensor | None = None
@@ -407,7 +410,7 @@ class AlphaLoss(LossCallback):
         return -(self.ln_alpha * error).mean()
 
     def backward(self, **state: Any) -> None:
-        """One temperature step, then the clamp, the logs and the target-entropy schedule.
+        """One temperature step, then the clamp and the logs.
 
         The policy loss's log-probabilities are reused only when they are this step's
         (decided here, not in :meth:`loss`, so that a compiled loss sees no step numbers).
@@ -425,15 +428,16 @@ class AlphaLoss(LossCallback):
                 self.ln_alpha.clamp_(max=self.max_ln_alpha)
         self.log_scalar(f"training/{self.name}", self.ln_alpha.detach().exp())
         self.log_scalar(f"training/{self.name}_target_entropy", self.target_entropy_value)
-        if isinstance(self.target_entropy, BPStepScheduler):
-            self.target_entropy.step()
+
+    def end_batch(self) -> None:
+        """Steps the target-entropy schedule once per batch."""
+        self.target_entropy.step()
 
     def state_dict(self) -> dict[str, Any]:
         """The optimizer, ``ln_alpha``, the target-entropy schedule and the logs."""
         state = super().state_dict()
         state["ln_alpha"] = self.ln_alpha.detach().cpu().clone()
-        if isinstance(self.target_entropy, BPStepScheduler):
-            state["target_entropy_schedule"] = self.target_entropy.state_dict()
+        state["target_entropy_schedule"] = self.target_entropy.state_dict()
         return state
 
     def load_state_dict(
@@ -444,18 +448,30 @@ class AlphaLoss(LossCallback):
         load_hparams: bool = True,
     ) -> None:
         """Restores ``ln_alpha`` in place (with ``load_network``), the optimizer and the
-        target-entropy schedule (with ``load_hparams``)."""
+        target-entropy schedule (with ``load_hparams``).
+
+        ``ln_alpha`` is read from emote's ``"ln_alpha"`` entry or, in upstream emote's layout,
+        from ``"network_state_dict"``.
+
+        Raises:
+            CheckpointError: With ``load_network``, if neither entry holds a tensor of
+                ``ln_alpha``'s size.
+        """
         super().load_state_dict(state_dict, load_network, load_optimizer, load_hparams)
-        if load_network and "ln_alpha" in state_dict:
-            saved = state_dict["ln_alpha"]
+        if load_network:
+            key = "ln_alpha" if "ln_alpha" in state_dict else "network_state_dict"
+            saved = state_dict.get(key)
+            if not isinstance(saved, Tensor) or saved.numel() != self.ln_alpha.numel():
+                raise CheckpointError(
+                    f"{self.name}: the state has no ln_alpha to load (an 'ln_alpha' or upstream "
+                    f"emote's 'network_state_dict' tensor of {self.ln_alpha.numel()} element); "
+                    f"it holds {sorted(state_dict)} — pass AlphaLoss's state_dict(), or "
+                    "load_network=False to keep the current temperature"
+                )
             with torch.no_grad():
-                self.ln_alpha.copy_(saved.reshape(self.ln_alpha.shape))
+                self.ln_alpha.copy_(saved.detach().reshape(self.ln_alpha.shape))
         schedule = state_dict.get("target_entropy_schedule")
-        if (
-            load_hparams
-            and schedule is not None
-            and isinstance(self.target_entropy, BPStepScheduler)
-        ):
+        if load_hparams and schedule is not None:
             self.target_entropy.load_state_dict(schedule)
 
 
