@@ -76,7 +76,7 @@ def discount(rewards: Tensor, values: Tensor, *, masks: Tensor, gamma_matrix: Te
     ``masks`` and ``gamma_matrix`` are keyword-only: upstream emote's ``discount(rewards, values,
     gamma_matrix)`` takes no masks and returns every step's return, flattened; a call written for
     it fails here instead of reading the gamma matrix as masks. Its counterpart is
-    :func:`discount_all_steps` (``.reshape(-1, 1)`` for upstream's shape).
+    :func:`discount_all_steps`, which returns upstream's shape.
 
     Args:
         rewards: ``(B, L)`` rewards of each window.
@@ -96,7 +96,8 @@ def discount(rewards: Tensor, values: Tensor, *, masks: Tensor, gamma_matrix: Te
 def discount_all_steps(
     rewards: Tensor, values: Tensor, *, masks: Tensor, gamma_matrix: Tensor
 ) -> Tensor:
-    """The return from every step of each window, all bootstrapped from the window's end.
+    """The return from every step of each window, all bootstrapped from the window's end, in
+    upstream emote's flattened shape.
 
     Args:
         rewards: ``(B, L)`` rewards of each window.
@@ -105,12 +106,14 @@ def discount_all_steps(
         gamma_matrix: From ``make_gamma_matrix(gamma, L)``.
 
     Returns:
-        ``(B, L)``: column ``j`` is ``sum_{i>=j} gamma^(i-j) r_i + gamma^(L-j) * masks * values``.
+        ``(B * L, 1)``, window after window: row ``b * L + j`` is
+        ``sum_{i>=j} gamma^(i-j) r_i + gamma^(L-j) * masks * values`` of window ``b``
+        (``.view(B, L)`` gives one row per window).
 
     Raises:
         ConfigurationError: If the shapes disagree.
     """
-    return _stacked(rewards, values, masks, gamma_matrix) @ gamma_matrix
+    return (_stacked(rewards, values, masks, gamma_matrix) @ gamma_matrix).reshape(-1, 1)
 
 
 def split_rollouts(data: Tensor, rollout_length: int) -> Tensor:

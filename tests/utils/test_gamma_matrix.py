@@ -46,7 +46,8 @@ def test_vectorised_returns_match_the_loop(
         loop_returns(rewards.tolist(), values.tolist(), masks.tolist(), gamma), dtype=torch.float64
     )
     torch.testing.assert_close(
-        discount_all_steps(rewards, values, masks=masks, gamma_matrix=matrix), expected
+        discount_all_steps(rewards, values, masks=masks, gamma_matrix=matrix),
+        expected.reshape(-1, 1),
     )
     torch.testing.assert_close(
         discount(rewards, values, masks=masks, gamma_matrix=matrix), expected[:, :1]
@@ -60,6 +61,9 @@ def test_a_three_step_return_by_hand() -> None:
     masks = torch.tensor([[1.0], [0.0]])
     # 1 + 0.5 * 2 + 0.25 * 4 + 0.125 * 8 = 4, and 3 without the bootstrap.
     assert discount(rewards, values, masks=masks, gamma_matrix=matrix).tolist() == [[4.0], [3.0]]
+    # Every step's return, window after window in one column, as upstream's discount gave them.
+    every_step = discount_all_steps(rewards, values, masks=masks, gamma_matrix=matrix)
+    assert every_step.tolist() == [[4.0], [6.0], [8.0], [3.0], [4.0], [4.0]]
 
 
 def test_mismatched_shapes_and_bad_settings_are_errors() -> None:
