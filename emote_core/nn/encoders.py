@@ -97,6 +97,9 @@ class _ConvEncoder(nn.Module):
             raise ConfigurationError(f"{owner}'s padding must be an integer >= 0; got {padding!r}")
         self.channels_last = channels_last
         self.input_shape = tuple(input_shape)
+        """One observation's shape as given."""
+        self.conv_input_shape = self._channels_first(self.input_shape)
+        """One observation's shape as the convolutions see it: channels first."""
         in_channels = input_shape[-1] if channels_last else input_shape[0]
         layers: list[nn.Module] = []
         for out_channels, kernel, stride in zip(channels, kernels, strides, strict=True):
@@ -113,7 +116,7 @@ class _ConvEncoder(nn.Module):
         )
         try:
             with torch.no_grad():
-                probe = self.layers(torch.zeros(1, *self._channels_first(self.input_shape)))
+                probe = self.layers(torch.zeros(1, *self.conv_input_shape))
         except RuntimeError as error:
             raise too_small from error
         if probe.numel() == 0:

@@ -48,6 +48,15 @@ def test_conv1d_over_sequences() -> None:
     assert encoder(torch.randn(7, 20, 3)).shape == (7, 24)
 
 
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_the_convolutions_see_observations_channels_first(channels_last: bool) -> None:
+    shape = (20, 3) if channels_last else (3, 20)
+    encoder = Conv1dEncoder(
+        input_shape=shape, channels=[4], kernels=[1], channels_last=channels_last
+    )
+    assert encoder.input_shape == shape and encoder.conv_input_shape == (3, 20)
+
+
 def test_mlp_encoder_widths() -> None:
     encoder = MlpEncoder(input_dim=3, hidden_dims=(8, 5))
     assert encoder.output_dim == 5 and encoder(torch.randn(2, 3)).shape == (2, 5)
