@@ -121,6 +121,8 @@ def test_the_amp_reward_weights_task_and_style_rewards_and_logs_both() -> None:
     style_only = AMPReward(discriminator=linear_discriminator(1.0, -1.0), task_reward_weight=0.0)
     out = style_only.begin_batch(rewards=rewards, **batch)["default"]["rewards"]
     assert out.flatten().tolist() == pytest.approx([0.75, 0.75, 0.0])
+    top_level = AMPReward(discriminator=linear_discriminator(1.0, -1.0), data_group=None)
+    assert set(top_level.begin_batch(rewards=rewards, **batch)) == {"rewards"}
 
 
 def test_n_step_batches_pair_each_step_with_the_next_row_of_its_window() -> None:

@@ -223,7 +223,8 @@ class AMPReward(LoggingMixin, Callback):
         state_map_fn: Features of a policy state (identity by default).
         observation_keys: The observation keys the features are made of (``None``: all).
         rollout_length: Transitions per window in the batch.
-        data_group: The data group whose ``rewards`` are rewritten.
+        data_group: The data group whose ``rewards`` are rewritten; ``None``: the top-level
+            ``rewards``.
         name: Unique name.
 
     Raises:
@@ -241,7 +242,7 @@ class AMPReward(LoggingMixin, Callback):
         state_map_fn: StateMap = _identity,
         observation_keys: Sequence[str] | None = None,
         rollout_length: int = 1,
-        data_group: str = "default",
+        data_group: str | None = "default",
         name: str = "amp_reward",
     ) -> None:
         super().__init__(name=name, data_group=data_group)
@@ -256,7 +257,8 @@ class AMPReward(LoggingMixin, Callback):
     def begin_batch(
         self, observation: dict[str, Tensor], next_observation: dict[str, Tensor], rewards: Tensor
     ) -> dict[str, Any]:
-        """Returns ``{data_group: {"rewards": task and style reward}}``."""
+        """Returns ``{data_group: {"rewards": task and style reward}}`` (without a data group,
+        ``{"rewards": ...}``)."""
         group = {"observation": observation, "next_observation": next_observation}
         with torch.no_grad():
             inputs = self._features(group, self.state_map_fn, where=str(self.data_group))
@@ -265,6 +267,8 @@ class AMPReward(LoggingMixin, Callback):
         self.log_scalar("amp/task_reward", rewards.mean())
         self.log_scalar("amp/style_reward", style.mean())
         self.log_scalar("amp/total_reward", total.mean())
+        if self.data_group is None:
+            return {"rewards": total}
         return {self.data_group: {"rewards": total}}
 
 
