@@ -13,6 +13,7 @@ from __future__ import annotations
 from emote_core.models.callbacks import (
     BatchSampler,
     LossProgressCheck,
+    LossProgressTestCheck,
     ModelBasedCollector,
     ModelLoss,
     is_holdout,
@@ -40,6 +41,7 @@ __all__ = [
     "EnsembleLinearLayer",
     "EnsembleOfGaussian",
     "LossProgressCheck",
+    "LossProgressTestCheck",
     "ModelBasedCollector",
     "ModelEnv",
     "ModelLoss",

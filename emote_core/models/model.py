@@ -61,18 +61,21 @@ class DynamicModel(nn.Module):
 
     Args:
         model: The network, an ``nn.Module`` such as an
-            :class:`~emote_core.models.EnsembleOfGaussian`; its ``in_size`` must be the model
-            input's width and its ``out_size`` ``observation_size`` (+1 with learned rewards).
-        observation_size: The width of an observation.
-        action_size: The width of an action.
+            :class:`~emote_core.models.EnsembleOfGaussian`. When it declares ``in_size`` and
+            ``out_size``, they must be the model input's width and ``observation_size`` (+1 with
+            learned rewards); a network that declares neither is used unchecked.
+        observation_size: The width of an observation; ``None`` reads it from the network's
+            ``out_size``.
+        action_size: The width of an action; ``None`` reads it from the network's ``in_size``.
         learned_rewards: Whether the model predicts the reward as the target's last column.
         obs_process_fn: Maps observations ``(B, observation_size)`` to the features the network
             sees (called once on a zero row to find their width).
         no_delta_list: Observation dimensions predicted absolutely rather than as deltas.
 
     Raises:
-        ConfigurationError: If ``model`` is not a module, a size is not a positive integer, the
-            network's sizes do not match, or a ``no_delta_list`` entry is not a dimension.
+        ConfigurationError: If ``model`` is not a module, a size is not a positive integer, is
+            left out for a network that declares none, or does not match the network's, or a
+            ``no_delta_list`` entry is not a dimension.
     """
 
     delta_mask: Tensor
@@ -81,8 +84,8 @@ class DynamicModel(nn.Module):
         self,
         *,
         model: DynamicsNetwork,
-        observation_size: int,
-        action_size: int,
+        observation_size: int | None = None,
+        action_size: int | None = None,
         learned_rewards: bool = True,
         obs_process_fn: Callable[[Tensor], Tensor] | nn.Module | None = None,
         no_delta_list: Sequence[int] | None = None,
@@ -93,9 +96,18 @@ class DynamicModel(nn.Module):
                 f"DynamicModel's model must be a torch.nn.Module; got {type(model).__name__} — "
                 "use an EnsembleOfGaussian or a DeterministicModel"
             )
-        self.observation_size = positive_int("DynamicModel", "observation_size", observation_size)
-        self.action_size = positive_int("DynamicModel", "action_size", action_size)
         self.learned_rewards = bool(learned_rewards)
+        in_size, out_size = getattr(model, "in_size", None), getattr(model, "out_size", None)
+        declared = isinstance(in_size, int) and isinstance(out_size, int)
+        if (observation_size is None or action_size is None) and not declared:
+            raise ConfigurationError(
+                f"DynamicModel needs observation_size and action_size for a network that "
+                f"declares no in_size/out_size ({type(model).__name__}); got observation_size="
+                f"{observation_size!r}, action_size={action_size!r} — pass both"
+            )
+        if observation_size is None:
+            observation_size = int(out_size) - (1 if self.learned_rewards else 0)
+        self.observation_size = positive_int("DynamicModel", "observation_size", observation_size)
         self.model = model
         self.obs_process_fn = obs_process_fn
         device = _device_of(model)
@@ -104,10 +116,12 @@ class DynamicModel(nn.Module):
             with torch.no_grad():
                 zero = torch.zeros(1, observation_size, device=device)
                 feature_size = int(obs_process_fn(zero).shape[-1])
+        if action_size is None:
+            action_size = int(in_size) - feature_size
+        self.action_size = positive_int("DynamicModel", "action_size", action_size)
         self.input_size = feature_size + action_size
         self.target_size = observation_size + (1 if learned_rewards else 0)
-        in_size, out_size = getattr(model, "in_size", None), getattr(model, "out_size", None)
-        if (in_size, out_size) != (self.input_size, self.target_size):
+        if declared and (in_size, out_size) != (self.input_size, self.target_size):
             raise ConfigurationError(
                 f"DynamicModel needs a network with in_size {self.input_size} (observation "
                 f"features {feature_size} + action {action_size}) and out_size "
@@ -327,7 +341,7 @@ class DynamicModel(nn.Module):
         with torch.no_grad():
             model_in = self.input_normalizer.normalize(self.get_model_input(observation, action))
             predicted = self.target_normalizer.denormalize(
-                self.model.sample(model_in, generator=generator)
+                self.model.sample(model_in, generator)  # positional, as upstream's networks take it
             )
             change = predicted[:, : self.observation_size].to(observation.dtype)
             next_observation = torch.where(self.delta_mask, observation + change, change)

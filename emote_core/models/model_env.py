@@ -42,8 +42,9 @@ class ModelEnv:
     Args:
         model: Predicts next observations (and, optionally, rewards); see
             :class:`DynamicsSampler`. It is called under ``torch.no_grad()``.
-        termination_fn: ``fn(actions, next_observation) -> (B, 1) bool``, or the name of a
-            registered one (see :mod:`emote_core.models.termination`).
+        termination_fn: ``fn(actions, next_observation) -> (B, 1) bool`` (numbers count as
+            terminal where they are not 0), or the name of a registered one (see
+            :mod:`emote_core.models.termination`).
         reward_fn: ``reward_fn(actions, next_observation) -> (B, 1)``: when given, rewards come
             from it; when ``None``, the model must return learned rewards.
         generator: Passed to ``model.sample`` so rollouts are reproducible.
@@ -257,9 +258,14 @@ class ModelEnv:
     def _terminated(self, actions: Tensor, next_observation: Tensor, count: int) -> Tensor:
         terminated = self.termination_fn(actions, next_observation)
         if (
-            not isinstance(terminated, Tensor)
-            or terminated.dtype != torch.bool
-            or tuple(terminated.shape) not in ((count,), (count, 1))
+            isinstance(terminated, Tensor)
+            and terminated.dtype != torch.bool
+            and not terminated.is_complex()
+        ):
+            terminated = terminated != 0  # 0/1 flags, as upstream's truth test read them
+        if not isinstance(terminated, Tensor) or tuple(terminated.shape) not in (
+            (count,),
+            (count, 1),
         ):
             got = (
                 f"{terminated.dtype} of shape {tuple(terminated.shape)}"
@@ -267,7 +273,8 @@ class ModelEnv:
                 else type(terminated).__name__
             )
             raise ConfigurationError(
-                f"termination_fn must return a bool tensor of shape ({count}, 1); got {got}"
+                f"termination_fn must return a bool (or 0/1) tensor of shape ({count}, 1); got "
+                f"{got}"
             )
         return terminated.reshape(count, 1)
 

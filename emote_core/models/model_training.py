@@ -14,7 +14,7 @@ from torch import Tensor
 from emote_core.callback import Callback, Order
 from emote_core.callbacks.logging_mixin import LoggingMixin
 from emote_core.callbacks.loss import LossCallback
-from emote_core.errors import ConfigurationError, SamplingError
+from emote_core.errors import ConfigurationError, SamplingError, TestCheckFailed
 from emote_core.models._callback_parts import (
     check_holdout_fraction,
     is_holdout,
@@ -22,6 +22,7 @@ from emote_core.models._callback_parts import (
     observation_rows,
     save_generator,
 )
+from emote_core.trainer import TrainingShutdownException
 from emote_core.utils.checks import positive_int
 
 
@@ -311,4 +312,104 @@ class LossProgressCheck(LoggingMixin, Callback):
             self.rng.bit_generator.state = state_dict["rng"]
 
 
-__all__ = ["LossProgressCheck", "ModelLoss"]
+class LossProgressTestCheck(LoggingMixin, Callback):
+    """Checks that a dynamics model's prediction error on the training batches falls, then stops
+    training after ``num_bp`` updates.
+
+    Each update, before :class:`ModelLoss` steps, it samples the model's next observations and
+    rewards for the batch and records their mean absolute errors (logged as
+    ``model/observation_prediction_error`` and ``model/reward_prediction_error``). Every
+    ``num_bp // 10`` updates (at least 1) they are averaged. After ``num_bp`` updates, for both
+    errors, no average may exceed the one four averages earlier by more than ``tolerance``
+    (relative; sampling noise once the model has converged) and the last must be below the first.
+
+    Args:
+        model: The :class:`~emote_core.models.model.DynamicModel` (with learned rewards).
+        num_bp: Updates before the check, which then stops training.
+        tolerance: The relative rise between averages four windows apart taken for noise.
+        data_group: The data group of the batch.
+        input_key: The observation key the model reads.
+        seed: Seeds the model's sampling.
+        name: Unique name.
+
+    Raises:
+        TestCheckFailed: (at the check) naming the averages that rose.
+        ConfigurationError: If ``num_bp`` is not a positive integer or ``tolerance`` is
+            negative.
+    """
+
+    order: ClassVar[int] = Order.DATA + 4  # before ModelLoss steps on the same batch
+
+    def __init__(
+        self,
+        *,
+        model: torch.nn.Module,
+        num_bp: int,
+        tolerance: float = 0.1,
+        data_group: str = "default",
+        input_key: str = "obs",
+        seed: int = 0,
+        name: str = "loss_progress_test_check",
+    ) -> None:
+        super().__init__(
+            name=name, cycle=positive_int(name, "num_bp", num_bp), data_group=data_group
+        )
+        if not (math.isfinite(tolerance) and tolerance >= 0.0):
+            raise ConfigurationError(f"{name}: tolerance must be 0 or more; got {tolerance!r}")
+        self.tolerance = float(tolerance)
+        self.model = model
+        self.input_key = input_key
+        self.window = max(1, num_bp // 10)
+        self.generator = torch.Generator().manual_seed(int(seed))
+        self.averages: list[np.ndarray] = []
+        """The windows' mean errors so far, ``[observation, reward]`` each."""
+        self._errors: list[list[float]] = []
+
+    def begin_batch(
+        self, observation: Any, next_observation: Any, actions: Tensor, rewards: Tensor
+    ) -> None:
+        """Records the model's prediction errors on this batch."""
+        states = observation_rows(self.name, observation, self.input_key)
+        next_states = observation_rows(self.name, next_observation, self.input_key)
+        predicted, predicted_rewards = self.model.sample(states, actions, generator=self.generator)
+        if predicted_rewards is None:
+            raise ConfigurationError(
+                f"{self.name}: the model predicts no rewards; build it with learned_rewards=True"
+            )
+        errors = [
+            float((predicted - next_states).abs().mean()),
+            float((predicted_rewards - rewards.reshape(predicted_rewards.shape)).abs().mean()),
+        ]
+        self.log_scalar("model/observation_prediction_error", errors[0])
+        self.log_scalar("model/reward_prediction_error", errors[1])
+        self._errors.append(errors)
+        if len(self._errors) >= self.window:
+            self.averages.append(np.mean(np.array(self._errors), axis=0))
+            self._errors = []
+
+    def end_cycle(self, bp_step: int) -> None:
+        """Fails if an average error rose over four windows or did not fall overall; otherwise
+        stops training."""
+        averages, limit = self.averages, 1.0 + self.tolerance
+        rises = [
+            f"{what} error {averages[i][j]:.4g} -> {averages[i + 4][j]:.4g} "
+            f"(windows {i} and {i + 4})"
+            for i in range(len(averages) - 4)
+            for j, what in enumerate(("observation", "reward"))
+            if averages[i + 4][j] > averages[i][j] * limit
+        ]
+        if len(averages) > 1:
+            rises += [
+                f"{what} error {averages[0][j]:.4g} -> {averages[-1][j]:.4g} (first and last)"
+                for j, what in enumerate(("observation", "reward"))
+                if not averages[-1][j] < averages[0][j]
+            ]
+        if rises:
+            raise TestCheckFailed(
+                f"{self.name}: the model's prediction error did not fall by bp_step {bp_step}: "
+                + "; ".join(rises)
+            )
+        raise TrainingShutdownException(f"model prediction error fell over {bp_step} updates")
+
+
+__all__ = ["LossProgressCheck", "LossProgressTestCheck", "ModelLoss"]

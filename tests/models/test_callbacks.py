@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from emote_core.callbacks.compiled import compile_methods
-from emote_core.errors import ConfigurationError
+from emote_core.errors import ConfigurationError, TestCheckFailed
 from emote_core.memory.builders import DictObsMemoryTable
 from emote_core.memory.loaders import MemoryLoader
 from emote_core.memory.proxy import MemoryTableProxy
@@ -18,6 +18,7 @@ from emote_core.models import DynamicModel, EnsembleOfGaussian, ModelEnv
 from emote_core.models.callbacks import (
     BatchSampler,
     LossProgressCheck,
+    LossProgressTestCheck,
     ModelBasedCollector,
     ModelLoss,
     is_holdout,
@@ -25,6 +26,7 @@ from emote_core.models.callbacks import (
 from emote_core.proxies.generic import GenericAgentProxy
 from emote_core.schedules import ConstantSchedule, TruncatedLinearSchedule
 from emote_core.spaces import BoxSpace, DictSpace, MDPSpace
+from emote_core.trainer import Trainer
 
 SPACES = MDPSpace(
     rewards=BoxSpace(np.float32, (1,)),
@@ -394,3 +396,42 @@ def test_the_compiled_model_loss_is_one_graph_and_trains_as_the_eager_one(graph_
                             compiled.model.state_dict().values(), strict=True):  # fmt: skip
         torch.testing.assert_close(a, b, msg=name)
     assert compiled.generator.get_state().equal(eager.generator.get_state())
+
+
+class ScriptedError:
+    """Predicts the batch's next observation and reward off by the next of ``errors``."""
+
+    def __init__(self, errors: list[float]) -> None:
+        self.errors = iter(errors)
+        self.batch: dict = {}
+
+    def sample(self, observation, action, *, generator=None):
+        error = next(self.errors)
+        return self.batch["next"] + error, self.batch["rewards"] - error
+
+
+def scripted_run(errors: list[float]) -> int:
+    model = ScriptedError(errors)
+    batches = []
+    for _ in errors:
+        group = {
+            "observation": {"obs": torch.zeros(2, 2)},
+            "actions": torch.zeros(2, 2),
+            "next_observation": {"obs": torch.ones(2, 2)},
+            "rewards": torch.ones(2, 1),
+        }
+        batches.append({"batch_size": 2, "default": group})
+    model.batch = {"next": torch.ones(2, 2), "rewards": torch.ones(2, 1)}
+    check = LossProgressTestCheck(model=model, num_bp=len(errors))
+    return Trainer([check], batches + batches).train()["bp_step"]
+
+
+def test_the_loss_progress_test_check_stops_a_falling_run_and_fails_a_rising_one() -> None:
+    falling = [1.0 / (k + 1) for k in range(20)]  # windows of 2 updates
+    assert scripted_run(falling) == 20  # stopped at num_bp, before the second pass
+    noisy = falling[:16] + [falling[12] * 1.05] * 4  # within the 10% tolerance of noise
+    assert scripted_run(noisy) == 20
+    with pytest.raises(TestCheckFailed, match=r"observation error .* \(windows 5 and 9\)"):
+        scripted_run(falling[:18] + [falling[10] * 1.5] * 2)
+    with pytest.raises(TestCheckFailed, match="first and last"):
+        scripted_run([0.5] * 20)

@@ -186,6 +186,23 @@ def test_the_whole_model_round_trips_through_a_state_dict() -> None:
     assert (restored.ensemble_size, restored.num_elites) == (3, 2)
 
 
+class Doubling(nn.Module):
+    """Declares no sizes and takes its generator positionally, as upstream's networks did."""
+
+    def sample(self, model_in: Tensor, rng: torch.Generator | None) -> Tensor:
+        return 2.0 * model_in
+
+
+def test_sizes_come_from_a_network_that_declares_them_and_one_that_does_not_is_used_unchecked():
+    inferred = DynamicModel(model=ensemble(None))
+    assert (inferred.observation_size, inferred.action_size) == (OBSERVATION_SIZE, ACTION_SIZE)
+    model = DynamicModel(model=Doubling(), observation_size=1, action_size=1, no_delta_list=[0])
+    next_observation, reward = model.sample(torch.tensor([[3.0]]), torch.tensor([[0.5]]))
+    assert next_observation.tolist() == [[6.0]] and reward.tolist() == [[1.0]]
+    with pytest.raises(ConfigurationError, match=r"declares no in_size/out_size .*pass both"):
+        DynamicModel(model=Doubling(), observation_size=1)
+
+
 @pytest.mark.parametrize(
     ("build", "message"),
     [
