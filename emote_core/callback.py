@@ -124,7 +124,9 @@ class Callback:
     def __init__(
         self, *, name: str | None = None, cycle: int | None = None, data_group: str | None = None
     ) -> None:
-        if cycle is not None and (not isinstance(cycle, int) or isinstance(cycle, bool) or cycle < 0):
+        if cycle is not None and (
+            not isinstance(cycle, int) or isinstance(cycle, bool) or cycle < 0
+        ):
             raise CallbackDefinitionError(
                 f"callback '{name or type(self).__name__}' has cycle={cycle!r}; a cycle must be a "
                 "positive integer, or 0 or None for never"
