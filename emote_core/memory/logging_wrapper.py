@@ -44,6 +44,13 @@ HISTOGRAM_PREFIX = "histogram:"
 the key without it."""
 
 
+def _reward_value(observation: DictObservation) -> float:
+    """The observation's reward as a float; ``None`` (no reward sent) is NaN, as the proxy
+    stores it."""
+    reward = observation.rewards[REWARD_KEY]
+    return float("nan") if reward is None else float(reward)
+
+
 def _copy_windows(windows: dict[str, deque[float]]) -> dict[str, deque[float]]:
     return {key: deque(window, maxlen=window.maxlen) for key, window in windows.items()}
 
@@ -101,7 +108,8 @@ class LoggingProxyWrapper(LoggingMixin, MemoryTableProxyWrapper):
             calls of :meth:`add` (upstream's call); ``None`` leaves writing to a logger callback.
         log_interval: Calls of :meth:`add` between writes to ``writer`` (needed with it).
         name: The name checkpoints store this wrapper's counters under.
-        cycle_in_steps: How many agent steps between refreshes of rates, timers and histograms.
+        cycle_in_steps: How many agent steps between refreshes of rates, timers and histograms
+            (histograms are also brought up to date whenever they are read).
         histogram_length: The most ``info_lists`` values kept per key between writes.
         default_window_length: How many values each windowed scalar keeps.
         clock: The time source for the rate, in seconds (for tests).
@@ -170,8 +178,10 @@ class LoggingProxyWrapper(LoggingMixin, MemoryTableProxyWrapper):
 
     @property
     def hist_logs(self) -> dict[str, np.ndarray]:
-        """A snapshot of the histograms; clearing it drops the values read from the wrapper."""
+        """A snapshot of the histograms, with every value recorded so far; clearing it drops the
+        values read from the wrapper."""
         with self._lock:
+            self._flush_histograms()
             return _HistogramSnapshot(self._logs.hist_logs, self)
 
     @hist_logs.setter
@@ -220,7 +230,7 @@ class LoggingProxyWrapper(LoggingMixin, MemoryTableProxyWrapper):
                 if running is None:
                     returns[agent] = [0.0, 0]  # started mid-stream: its reward is not ours
                 else:
-                    running[0] += float(observation.rewards[REWARD_KEY])  # type: ignore[arg-type]
+                    running[0] += _reward_value(observation)
                     running[1] += 1
             elif state == _INITIAL:
                 steps += 1
@@ -228,7 +238,7 @@ class LoggingProxyWrapper(LoggingMixin, MemoryTableProxyWrapper):
             elif state in _FINAL:
                 running = returns.pop(agent, None)
                 if running is not None:
-                    reward = float(observation.rewards[REWARD_KEY])  # type: ignore[arg-type]
+                    reward = _reward_value(observation)
                     finished.append((running[0] + reward, int(running[1]) + 1))
             if observation.metadata is not None:
                 metadata.append(observation.metadata)
@@ -345,14 +355,19 @@ class LoggingProxyWrapper(LoggingMixin, MemoryTableProxyWrapper):
                 for timer_name, stats in timers.stats().items():
                     if stats["count"] > 0:
                         logs.scalar_logs[f"timing/{timer_name}"] = stats["mean"]
-            for key, pending in self._pending_lists.items():
-                if not pending:
-                    continue
-                earlier = logs.hist_logs.get(key)
-                fresh = np.fromiter(pending, dtype=np.float64, count=len(pending))
-                values = fresh if earlier is None else np.concatenate([earlier, fresh])
-                logs.hist_logs[key] = values[-self.histogram_length :]
-                pending.clear()
+            self._flush_histograms()
+
+    def _flush_histograms(self) -> None:
+        """Moves the values gathered since the last flush into the histograms (under the lock)."""
+        logs = self._logs
+        for key, pending in self._pending_lists.items():
+            if not pending:
+                continue
+            earlier = logs.hist_logs.get(key)
+            fresh = np.fromiter(pending, dtype=np.float64, count=len(pending))
+            values = fresh if earlier is None else np.concatenate([earlier, fresh])
+            logs.hist_logs[key] = values[-self.histogram_length :]
+            pending.clear()
 
     def get_report(self, keys: Iterable[str]) -> tuple[dict[str, float], dict[str, list[float]]]:
         """Current values of ``keys``, for callers that report them elsewhere.

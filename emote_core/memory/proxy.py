@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -33,6 +34,11 @@ REWARDS_COLUMN = "rewards"
 """The table column that receives the rewards."""
 TERMINAL_COLUMN = "terminal"
 """The table column that receives the per-step terminal flags (``use_terminal=True``)."""
+
+
+class MissingRewardWarning(UserWarning):
+    """An observation's ``rewards["reward"]`` was ``None``; its transition holds a NaN reward."""
+
 
 _RUNNING = EpisodeState.RUNNING
 _INITIAL = EpisodeState.INITIAL
@@ -78,6 +84,16 @@ class Episode:
     def __len__(self) -> int:
         """Transitions collected so far (rewards received)."""
         return len(self._rewards)
+
+    @property
+    def observations(self) -> dict[str, list[Any]]:
+        """The observations so far by key, oldest first (new lists of the arrays given)."""
+        return {key: list(values) for key, values in self._observations.items()}
+
+    @property
+    def actions(self) -> dict[str, list[Any]]:
+        """The actions so far by key, oldest first (new lists of the arrays given)."""
+        return {key: list(values) for key, values in (self._actions or {}).items()}
 
     @property
     def observation_count(self) -> int:
@@ -184,13 +200,18 @@ class MemoryTableProxy:
     Args:
         table: The table finished episodes go to.
         minimum_length_threshold: Episodes with fewer transitions are dropped (logged at debug
-            level); ``None`` keeps every episode.
+            level); ``None`` or ``0`` keeps every episode.
         use_terminal: Also store a per-step ``"terminal"`` value (``N + 1`` values: 0, and 1 at
             the final observation of a TERMINAL episode), for tables built with a terminal column.
         name: A name for logs.
 
+    A RUNNING or final observation whose ``rewards["reward"]`` is ``None`` is stored with a NaN
+    reward, with a :class:`MissingRewardWarning` at the first one: the transition is kept, and
+    training on it fails visibly (NaN losses) rather than on an invented reward.
+
     Raises:
-        ConfigurationError: If ``minimum_length_threshold`` is not ``None`` or a positive integer.
+        ConfigurationError: If ``minimum_length_threshold`` is not ``None`` or a non-negative
+            integer.
     """
 
     accepts_episodes: bool = True
@@ -207,11 +228,11 @@ class MemoryTableProxy:
         if minimum_length_threshold is not None and (
             isinstance(minimum_length_threshold, bool)
             or not isinstance(minimum_length_threshold, int)
-            or minimum_length_threshold < 1
+            or minimum_length_threshold < 0
         ):
             raise ConfigurationError(
-                f"minimum_length_threshold must be None or a positive number of transitions; got "
-                f"{minimum_length_threshold!r}"
+                f"minimum_length_threshold must be None, 0 (both keep every episode) or a positive "
+                f"number of transitions; got {minimum_length_threshold!r}"
             )
         self._table = table
         self._minimum_length = minimum_length_threshold or 0
@@ -229,6 +250,7 @@ class MemoryTableProxy:
         """Episodes added to the table by this proxy."""
         self.dropped_episodes = 0
         """Episodes finished but dropped for being shorter than the threshold."""
+        self._warned_missing_reward = False
 
     @property
     def table(self) -> ArrayMemoryTable:
@@ -243,6 +265,11 @@ class MemoryTableProxy:
     def is_initial(self, identity: AgentId) -> bool:
         """Whether agent ``identity`` has no open episode (its next observation starts one)."""
         return identity not in self._episodes
+
+    def open_episode(self, identity: AgentId) -> Episode | None:
+        """Agent ``identity``'s episode in progress (``None`` when it has none), to read; the
+        proxy keeps adding to it."""
+        return self._episodes.get(identity)
 
     def add(
         self,
@@ -279,7 +306,9 @@ class MemoryTableProxy:
                         )
                         episode = episodes[agent] = Episode(observation.array_data)
                     else:
-                        episode.add_transition(_reward(agent, observation), observation.array_data)
+                        episode.add_transition(
+                            self._reward(agent, observation), observation.array_data
+                        )
                     episode.add_action(actions)
                 elif state == _INITIAL:
                     if episode is not None:
@@ -303,7 +332,7 @@ class MemoryTableProxy:
                         )
                         continue
                     del episodes[agent]
-                    episode.add_transition(_reward(agent, observation), observation.array_data)
+                    episode.add_transition(self._reward(agent, observation), observation.array_data)
                     end_state = EpisodeState(state)
                     terminal = (end_state == _TERMINAL) if self._use_terminal else None
                     self._complete(
@@ -315,6 +344,23 @@ class MemoryTableProxy:
                         f"memory proxy '{self.name}': agent {agent!r} sent episode_state "
                         f"{state!r}; use an emote_core.typing.EpisodeState"
                     )
+
+    def _reward(self, agent: AgentId, observation: DictObservation) -> Any:
+        """The reward an observation carries; ``None`` is NaN, with a warning the first time."""
+        reward = _reward(agent, observation)
+        if reward is None:
+            if not self._warned_missing_reward:
+                self._warned_missing_reward = True
+                warnings.warn(
+                    f"memory proxy '{self.name}': agent {agent!r} sent a "
+                    f"{EpisodeState(observation.episode_state).name} observation with "
+                    f"rewards['{REWARD_KEY}'] = None; its transition is stored with a NaN reward "
+                    "(warned once) — send the previous action's reward",
+                    MissingRewardWarning,
+                    stacklevel=3,
+                )
+            return np.nan
+        return reward
 
     def add_episode(self, sequence: Mapping[str, np.ndarray], end_state: EpisodeState) -> None:
         """Adds one finished episode at once, as its steps through :meth:`add` would have.
@@ -430,15 +476,19 @@ def _trim(lists: Mapping[str, list[Any]], count: int) -> None:
 
 
 def _reward(agent: AgentId, observation: DictObservation) -> Any:
+    """``rewards["reward"]`` (``None`` included: the proxy decides what that means).
+
+    Raises:
+        EpisodeCollationError: If the observation has no ``"reward"`` entry.
+    """
     rewards = observation.rewards
-    reward = rewards.get(REWARD_KEY) if rewards else None
-    if reward is None:
-        raise EpisodeCollationError(
-            f"agent {agent!r} sent a {EpisodeState(observation.episode_state).name} observation "
-            f"without rewards['{REWARD_KEY}'] (rewards: {rewards!r}); RUNNING and final "
-            "observations carry the reward of the previous action"
-        )
-    return reward
+    if rewards and REWARD_KEY in rewards:
+        return rewards[REWARD_KEY]
+    raise EpisodeCollationError(
+        f"agent {agent!r} sent a {EpisodeState(observation.episode_state).name} observation "
+        f"without rewards['{REWARD_KEY}'] (rewards: {rewards!r}); RUNNING and final "
+        "observations carry the reward of the previous action"
+    )
 
 
 def _actions(agent: AgentId, responses: Mapping[AgentId, DictResponse]) -> Mapping[str, Any]:
@@ -458,4 +508,5 @@ __all__ = [
     "Episode",
     "MemoryProxy",
     "MemoryTableProxy",
+    "MissingRewardWarning",
 ]

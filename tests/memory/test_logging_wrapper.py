@@ -96,6 +96,25 @@ def test_report_routes_metrics_as_upstream_and_get_report_answers_in_its_spellin
     assert lists["speed"] == [4.0] and "speed" not in wrapper.windowed_scalar
 
 
+def test_reported_histograms_are_in_hist_logs_at_once_and_none_rewards_give_nan_returns() -> None:
+    wrapper = LoggingProxyWrapper(table_proxy(), cycle_in_steps=10**6)
+    wrapper.report({"histogram:speed": 4.0}, {"histogram:forces": [1.0, 3.0]})
+    wrapper.report({"histogram:speed": 5.0}, {})
+    histograms = wrapper.hist_logs  # no refresh has run: the values are there when read
+    assert histograms["speed"].tolist() == [4.0, 5.0] and histograms["forces"].tolist() == [1, 3]
+    histograms.clear()  # a logger that wrote them consumes them
+    assert wrapper.hist_logs == {}
+    step(wrapper, EpisodeState.INITIAL)
+    final = DictObservation(
+        episode_state=EpisodeState.TERMINAL, array_data={"obs": np.zeros(2, np.float32)},
+        rewards={"reward": None},
+    )  # fmt: skip
+    with pytest.warns(UserWarning, match="NaN reward"):
+        wrapper.add({0: final}, {})
+    assert wrapper.completed_episodes == 1
+    assert np.isnan(wrapper.windowed_scalar["episode/reward"][-1])
+
+
 def test_writer_and_log_interval_come_together(tmp_path) -> None:
     writer = SummaryWriter(log_dir=str(tmp_path))
     with pytest.raises(ConfigurationError, match="pass both or neither"):

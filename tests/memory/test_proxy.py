@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 
 import gymnasium
 import numpy as np
@@ -11,10 +12,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emote_core.errors import EmoteError, EpisodeCollationError
+from emote_core.errors import ConfigurationError, EmoteError, EpisodeCollationError
 from emote_core.memory.columns import Column, VirtualColumn
 from emote_core.memory.mappers import NextElementMapper, SyntheticDones, SyntheticMasks
-from emote_core.memory.proxy import Episode, MemoryTableProxy
+from emote_core.memory.proxy import Episode, MemoryTableProxy, MissingRewardWarning
 from emote_core.memory.strategies import FifoEjectionStrategy, UniformSampleStrategy
 from emote_core.memory.table import ArrayMemoryTable
 from emote_core.typing import DictObservation, DictResponse, EpisodeState
@@ -179,6 +180,36 @@ def test_episodes_shorter_than_the_threshold_are_dropped(caplog):
     assert any("dropping an episode of 2" in r.getMessage() for r in caplog.records)
     run_episode(proxy, agent=0, length=3, end=INTERRUPTED, base=0.0)
     assert table.episode_count == 1 and table.size() == 3
+
+
+@pytest.mark.parametrize("threshold", [0, None])
+def test_a_threshold_of_zero_or_none_keeps_every_episode(threshold):
+    table = make_table()
+    run_episode(MemoryTableProxy(table, threshold), agent=0, length=1, end=TERMINAL, base=0.0)
+    assert table.episode_count == 1
+    for refused in (-1, True, 1.5):
+        with pytest.raises(ConfigurationError, match="minimum_length_threshold"):
+            MemoryTableProxy(table, refused)
+
+
+def test_a_none_reward_is_stored_as_nan_with_one_warning_and_the_episode_can_be_read():
+    table = make_table()
+    proxy = MemoryTableProxy(table)
+    proxy.add({0: obs(INITIAL, 0.0)}, {0: act(0.0)})
+    none_reward = DictObservation(
+        episode_state=RUNNING, array_data={"obs": np.ones(3, np.float32)}, rewards={"reward": None}
+    )
+    with pytest.warns(MissingRewardWarning, match=r"agent 0 .*NaN reward"):
+        proxy.add({0: none_reward}, {0: act(1.0)})
+    episode = proxy.open_episode(0)
+    assert proxy.open_episode(1) is None and len(episode) == 1
+    np.testing.assert_array_equal(episode.observations["obs"][1], np.ones(3))
+    np.testing.assert_array_equal(episode.actions["actions"][0], [0.0, -0.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once per proxy
+        proxy.add({0: DictObservation(**{**vars(none_reward), "episode_state": TERMINAL})}, {})
+    ((_, data, _),) = list(table.episodes())
+    assert np.isnan(data["rewards"]).all() and len(data["rewards"]) == 2
 
 
 def test_terminal_column_marks_only_the_final_observation_of_terminal_episodes():
