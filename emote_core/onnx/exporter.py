@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -24,7 +23,7 @@ import torch
 
 from emote_core.callback import Callback, Order
 from emote_core.errors import ConfigurationError, ExportError
-from emote_core.onnx.format import MetadataKey
+from emote_core.onnx.format import metadata_props
 from emote_core.onnx.graph import PolicyGraph, policy_metadata, proxy_policy_graph
 from emote_core.onnx.publishing import LATEST_POLICY, replace_atomically
 from emote_core.onnx.storage import CRUDStorage, StorageItem, StorageItemHandle
@@ -235,14 +234,12 @@ class OnnxExporter(Callback):
         """Records ``key`` in every later export; non-string values are written as JSON.
 
         Raises:
+            TypeError: If ``key`` is not a string.
             ConfigurationError: If ``key`` is one emote writes itself.
         """
-        if key in {str(k) for k in MetadataKey}:
-            raise ConfigurationError(
-                f"metadata key '{key}' is written by emote itself; choose another key"
-            )
+        props = metadata_props(self.name, {key: value})
         with self._state_lock:
-            self._metadata[key] = value if isinstance(value, str) else json.dumps(value)
+            self._metadata.update(props)
 
     def export(self, metadata: Mapping[str, Any] | None = None) -> StorageItem:
         """Exports the network now; call this on the training thread.
@@ -254,8 +251,11 @@ class OnnxExporter(Callback):
             The stored export.
 
         Raises:
+            TypeError: If a key of ``metadata`` is not a string.
+            ConfigurationError: If a key of ``metadata`` is one emote writes itself.
             ExportError: If the export fails its checks (nothing is stored).
         """
+        metadata = metadata_props(self.name, metadata or {})
         with self._export_lock:
             reports: list[ExportReport] = []
             item = self.storage.create_with_saver(
@@ -272,8 +272,7 @@ class OnnxExporter(Callback):
         """Writes the network at this update to ``path`` (checked, parity-tested)."""
         with self._state_lock:
             extra = dict(self._metadata)
-        for key, value in (metadata or {}).items():
-            extra[key] = value if isinstance(value, str) else json.dumps(value)
+        extra.update(metadata_props(self.name, metadata or {}))
         graph = self.graph()
         described = policy_metadata(
             graph, recipe_name=self.recipe_name, recipe_toml=self.recipe_toml,
@@ -315,8 +314,12 @@ class OnnxExporter(Callback):
 
         Returns:
             The request: wait on it with :meth:`QueuedExport.block_until_complete`.
+
+        Raises:
+            TypeError: If a key of ``metadata`` is not a string.
+            ConfigurationError: If a key of ``metadata`` is one emote writes itself.
         """
-        request = QueuedExport(metadata, self.name)
+        request = QueuedExport(metadata_props(self.name, metadata or {}), self.name)
         with self._state_lock:
             closed = self._closed
             if not closed:

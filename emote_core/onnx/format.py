@@ -167,6 +167,49 @@ class MetadataKey(StrEnum):
     """JSON, ``ml-agents`` profile (V3): the observation key behind each ``obs_i``, in order."""
 
 
+def user_metadata_props(model: Any) -> list[Any]:
+    """The metadata props of an ONNX model that emote did not write itself, in file order.
+
+    These are the entries given to ``OnnxExporter.add_metadata`` and ``export(metadata)``.
+
+    Args:
+        model: An ``onnx.ModelProto`` (``onnx.load(path)``).
+
+    Returns:
+        Its ``metadata_props`` entries (each with ``.key`` and ``.value``) whose keys are not
+        :class:`MetadataKey` values.
+    """
+    emote_keys = {str(key) for key in MetadataKey}
+    return [prop for prop in model.metadata_props if prop.key not in emote_keys]
+
+
+def metadata_props(owner: str, metadata: Mapping[Any, Any]) -> dict[str, str]:
+    """User metadata as props: string keys kept, values as given when strings, else as JSON.
+
+    Args:
+        owner: Names the caller in errors.
+        metadata: Keys and values to write.
+
+    Raises:
+        TypeError: If a key is not a string.
+        ConfigurationError: If a key is one emote writes itself (:class:`MetadataKey`).
+    """
+    emote_keys = {str(key) for key in MetadataKey}
+    props = {}
+    for key, value in metadata.items():
+        if not isinstance(key, str):
+            raise TypeError(
+                f"{owner}: ONNX metadata keys must be strings; got {key!r} "
+                f"({type(key).__name__}) — pass str(key)"
+            )
+        if key in emote_keys:
+            raise ConfigurationError(
+                f"{owner}: metadata key '{key}' is written by emote itself; choose another key"
+            )
+        props[key] = value if isinstance(value, str) else json.dumps(value)
+    return props
+
+
 @dataclass(frozen=True)
 class PolicyMetadata:
     """The metadata of one export, as :meth:`to_props` writes and :meth:`from_props` reads it.
@@ -361,5 +404,7 @@ __all__ = [
     "MlAgentsTensor",
     "OnnxPolicyVersion",
     "PolicyMetadata",
+    "metadata_props",
     "ml_agents_observation",
+    "user_metadata_props",
 ]

@@ -23,7 +23,7 @@ from emote_core.errors import ConfigurationError, ExportError
 from emote_core.memory.callbacks import MemoryWarmup
 from emote_core.nn import DiscreteActionValueMlp, GaussianMlpPolicy
 from emote_core.onnx.exporter import OnnxExporter
-from emote_core.onnx.format import PolicyMetadata
+from emote_core.onnx.format import PolicyMetadata, user_metadata_props
 from emote_core.onnx.graph import PolicyGraph, policy_metadata
 from emote_core.onnx.writer import export_policy
 from emote_core.proxies import EpsilonGreedyAgentProxy, MultiKeyAgentProxy
@@ -322,3 +322,20 @@ def test_an_unserved_request_times_out_with_a_clear_error(tmp_path: Path) -> Non
         exporter.export_threadsafe(timeout=0.05)
     exporter.process_pending_exports()  # the cancelled request is dropped, not exported
     assert exporter.items() == []
+
+
+def test_metadata_keys_must_be_strings_and_user_entries_are_listed_alone(tmp_path: Path) -> None:
+    _, exporter = make_exporter(tmp_path)
+    with pytest.raises(TypeError, match="must be strings; got 1"):
+        exporter.add_metadata(1, "value")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must be strings"):
+        exporter.export({2: "value"})  # refused before anything is written
+    with pytest.raises(ConfigurationError, match="written by emote itself"):
+        exporter.export({"format": "mine"})
+    assert not list((tmp_path / "exports").glob("*.onnx"))
+    exporter.add_metadata("first", "a")
+    exporter.add_metadata("second", "overridden")
+    model = onnx.load(exporter.export({"third": 3, "second": "b"}).filepath)
+    user = [(p.key, p.value) for p in user_metadata_props(model)]
+    assert user == [("first", "a"), ("second", "b"), ("third", "3")]
+    assert len(model.metadata_props) > len(user)  # emote's own entries follow
