@@ -10,6 +10,7 @@ stochastically and zeros when acting deterministically.
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,6 +22,12 @@ from emote_core.errors import ConfigurationError
 from emote_core.proxies.base import acting_agents, as_generator, inference_mode_of, key_names
 from emote_core.spaces import DiscreteSpace, MDPSpace
 from emote_core.typing import AgentId, DictObservation, DictResponse
+
+
+class LogProbsDroppedWarning(UserWarning):
+    """A proxy left without ``uses_logprobs`` dropped a policy's second output, as upstream's
+    default did."""
+
 
 ACTIONS_KEY = "actions"
 """The response key of the action an environment takes."""
@@ -61,7 +68,9 @@ class GenericAgentProxy:
         seed: Seeds the noise generator; ``None`` draws from fresh entropy.
         uses_logprobs: ``True``: the policy returns ``(actions, log_probs, *others)`` and the
             log-probabilities are dropped; ``False``: one tensor, stored under every output key;
-            left out (unlike upstream's default ``True``): one output per output key.
+            left out: one output per output key, except that a tuple with exactly one output
+            more is read as upstream's default ``True`` did (its second dropped), with a
+            :class:`LogProbsDroppedWarning` at the first call.
 
     Raises:
         ConfigurationError: If keys are malformed or absent from ``spaces``, or the policy takes
@@ -87,6 +96,7 @@ class GenericAgentProxy:
                 f"{owner}: uses_logprobs must be True, False or left out; got {uses_logprobs!r}"
             )
         self.uses_logprobs = uses_logprobs
+        self._warned_dropped = False
         self.policy = policy
         self.device = torch.device(device)
         self._input_keys = key_names(owner, "input_keys", input_keys)
@@ -284,12 +294,26 @@ class GenericAgentProxy:
                 else type(outputs).__name__
             )
             one_extra = isinstance(outputs, tuple | list) and len(outputs) == len(keys) + 1
-            hint = " — if the second is log-probabilities, pass uses_logprobs=True" * one_extra
+            if self.uses_logprobs is None and one_extra:
+                return self._drop_second(outputs, owner, keys)
             raise ConfigurationError(
                 f"{owner}: the policy returned {got} in eval mode; the proxy expects one "
-                f"tensor per output key {keys}{hint}"
+                f"tensor per output key {keys}"
             )
         return tuple(outputs)
+
+    def _drop_second(self, outputs: Any, owner: str, keys: list[str]) -> tuple[Any, ...]:
+        """Upstream's default reading: the second of one output too many is log-probabilities."""
+        if not self._warned_dropped:
+            self._warned_dropped = True
+            warnings.warn(
+                f"{owner}: the policy returned {len(outputs)} outputs for output keys {keys}; the "
+                "second is taken for log-probabilities and dropped, as upstream emote's default "
+                "did — pass uses_logprobs=True to say so, or return one output per key",
+                LogProbsDroppedWarning,
+                stacklevel=6,  # the caller of __call__ or act_batch
+            )
+        return (outputs[0], *outputs[2:])
 
     def _cast(self, key: str, array: np.ndarray) -> np.ndarray:
         if self.spaces is None or key != ACTIONS_KEY:
@@ -323,6 +347,8 @@ class FeatureAgentProxy(GenericAgentProxy):
         deterministic: Act with zero noise.
         spaces: The MDP space to validate observations and cast actions with.
         seed: Seeds the noise generator.
+        uses_logprobs: How to read a policy that returns a tuple (see
+            :class:`GenericAgentProxy`).
     """
 
     def __init__(
@@ -334,6 +360,7 @@ class FeatureAgentProxy(GenericAgentProxy):
         deterministic: bool = False,
         spaces: MDPSpace | None = None,
         seed: int | None = None,
+        uses_logprobs: bool | None = None,
     ) -> None:
         super().__init__(
             policy=policy,
@@ -343,7 +370,14 @@ class FeatureAgentProxy(GenericAgentProxy):
             spaces=spaces,
             deterministic=deterministic,
             seed=seed,
+            uses_logprobs=uses_logprobs,
         )
 
 
-__all__ = ["ACTIONS_KEY", "FeatureAgentProxy", "GenericAgentProxy", "declared_noise_dim"]
+__all__ = [
+    "ACTIONS_KEY",
+    "FeatureAgentProxy",
+    "GenericAgentProxy",
+    "LogProbsDroppedWarning",
+    "declared_noise_dim",
+]

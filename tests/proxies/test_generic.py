@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -9,7 +11,8 @@ from torch import nn
 
 from emote_core.errors import ConfigurationError
 from emote_core.nn.policies import GaussianMlpPolicy
-from emote_core.proxies import GenericAgentProxy
+from emote_core.proxies import FeatureAgentProxy, GenericAgentProxy
+from emote_core.proxies.generic import LogProbsDroppedWarning
 from emote_core.typing import DictObservation, EpisodeState
 
 
@@ -65,12 +68,11 @@ def test_mismatched_outputs_are_refused_with_the_argument_to_change() -> None:
     )  # fmt: skip
     with pytest.raises(ConfigurationError, match=r"returned Tensor in eval mode.*leave"):
         proxy(observations([[0.5, 0.5]]))
-    unsaid = GenericAgentProxy(
-        policy=ActionsLogProbsAndValue(), device="cpu", input_keys=["obs"],
-        output_keys=["actions", "value"],
-    )  # fmt: skip
-    with pytest.raises(ConfigurationError, match="pass uses_logprobs=True"):
-        unsaid(observations([[0.5, 0.5]]))
+    too_many = GenericAgentProxy(
+        policy=ActionsLogProbsAndValue(), device="cpu", input_keys=["obs"], output_keys=["a"]
+    )  # three outputs for one key: neither reading fits
+    with pytest.raises(ConfigurationError, match=r"returned 3 outputs.*one tensor per output key"):
+        too_many(observations([[0.5, 0.5]]))
     single = GenericAgentProxy(
         policy=ActionsLogProbsAndValue(), device="cpu", input_keys=["obs"],
         output_keys=["actions"], uses_logprobs=False,
@@ -80,3 +82,20 @@ def test_mismatched_outputs_are_refused_with_the_argument_to_change() -> None:
     with pytest.raises(ConfigurationError, match="uses_logprobs must be True, False"):
         GenericAgentProxy(policy=OneTensor(), device="cpu", input_keys=["obs"],
                           output_keys=["actions"], uses_logprobs="yes")  # fmt: skip
+
+
+class ActionsAndLogProbs(nn.Module):
+    def forward(self, obs):
+        return obs * 2.0, torch.full((obs.shape[0], 1), -99.0)
+
+
+def test_left_out_one_output_too_many_drops_the_second_with_a_warning_as_upstream() -> None:
+    proxy = FeatureAgentProxy(policy=ActionsAndLogProbs(), device="cpu")
+    with pytest.warns(LogProbsDroppedWarning, match="uses_logprobs=True"):
+        first = proxy(observations([[1.0, 2.0]]))[0]
+    np.testing.assert_allclose(first.list_data["actions"], [2.0, 4.0])
+    said = FeatureAgentProxy(policy=ActionsAndLogProbs(), device="cpu", uses_logprobs=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        proxy(observations([[0.0, 1.0]]))  # warned once per proxy
+        np.testing.assert_allclose(said(observations([[1.0, 1.0]]))[0].list_data["actions"], [2, 2])
