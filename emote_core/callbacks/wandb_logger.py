@@ -24,6 +24,27 @@ log = logging.getLogger(__name__)
 
 WANDB_INSTALL = 'pip install -e ".[wandb]"'
 """How to install the extra from a clone of emote."""
+UPSTREAM_CONFIG_KEYS = ("wandb_project", "wandb_run")
+"""The keys of upstream emote's ``WBLogger`` config that name the run; the rest is its config."""
+
+
+class WandbNotInstalledError(ConfigurationError, ImportError):
+    """W&B logging was asked for but the ``wandb`` package cannot be imported."""
+
+    def __init__(self, message: str) -> None:
+        ImportError.__init__(self, message)  # sets ``msg``, as Python's own ImportErrors have
+
+
+def _import_wandb() -> Any:
+    try:
+        import wandb
+    except ImportError as error:
+        raise WandbNotInstalledError(
+            "Weights & Biases logging is on but the wandb package is not installed; install it "
+            f"with `{WANDB_INSTALL}` from a clone of emote (or `pip install wandb`), or turn the "
+            "logging off"
+        ) from error
+    return wandb
 
 
 def start_wandb_run(
@@ -49,16 +70,11 @@ def start_wandb_run(
         The ``wandb`` run.
 
     Raises:
-        ConfigurationError: If ``wandb`` is not installed, or the run cannot start.
+        WandbNotInstalledError: If ``wandb`` is not installed (a ``ConfigurationError`` and an
+            ``ImportError``).
+        ConfigurationError: If the run cannot start.
     """
-    try:
-        import wandb
-    except ImportError as error:
-        raise ConfigurationError(
-            "Weights & Biases logging is on ([logging] wandb = true) but the wandb "
-            f"package is not installed; install it with `{WANDB_INSTALL}` from a clone of emote "
-            "(or `pip install wandb`), or turn the logging off"
-        ) from error
+    wandb = _import_wandb()
     chosen = os.environ.get("WANDB_MODE") or mode
     try:
         run = wandb.init(
@@ -94,10 +110,15 @@ class WandbLogger(Callback):
         run: A started ``wandb`` run (:func:`start_wandb_run`).
         log_interval: Send every this many training steps.
         name: The callback's name.
+        config: Instead of ``run``, upstream emote's config: the logger starts the run itself in
+            the working directory, named by ``wandb_project`` and ``wandb_run``, with the other
+            keys as the run's config, online unless ``WANDB_MODE`` says otherwise.
 
     Raises:
-        ConfigurationError: If ``log_interval`` is not a positive integer or an entry of
-            ``callbacks`` is not a :class:`LoggingMixin`.
+        WandbNotInstalledError: If ``config`` is given and ``wandb`` is not installed.
+        ConfigurationError: If not exactly one of ``run`` and ``config`` is given, ``config``
+            lacks a key, ``log_interval`` is not a positive integer or an entry of ``callbacks``
+            is not a :class:`LoggingMixin`.
     """
 
     order: ClassVar[int] = Order.LOGGING
@@ -106,13 +127,22 @@ class WandbLogger(Callback):
         self,
         *,
         callbacks: list[LoggingMixin],
-        run: Any,
+        run: Any = None,
         log_interval: int,
         name: str = "wandb_logger",
+        config: Mapping[str, Any] | None = None,
     ) -> None:
         log_interval = positive_int(f"logger '{name}'", "log_interval", log_interval)
         super().__init__(name=name, cycle=log_interval)
         self.callbacks = check_loggers(callbacks, name)
+        if (run is None) == (config is None):
+            raise ConfigurationError(
+                f"logger '{name}' takes a started run (run=start_wandb_run(...)) or upstream's "
+                f"config (config={{'wandb_project': ..., 'wandb_run': ...}}); got "
+                f"{'both' if run is not None else 'neither'}"
+            )
+        if config is not None:
+            run = _start_from_config(name, config)
         self.run = run
         self.log_interval = log_interval
         self._last_bp_step = 0
@@ -145,4 +175,26 @@ class WandbLogger(Callback):
             self.run.finish(exit_code=0 if training_error is None else 1)
 
 
-__all__ = ["WANDB_INSTALL", "WandbLogger", "start_wandb_run"]
+def _start_from_config(owner: str, config: Mapping[str, Any]) -> Any:
+    """Starts the run upstream emote's ``WBLogger(config=...)`` started."""
+    _import_wandb()  # before the keys: a missing package is the first thing to fix
+    missing = [key for key in UPSTREAM_CONFIG_KEYS if key not in config]
+    if missing:
+        raise ConfigurationError(
+            f"logger '{owner}': config has no {missing} (it has {sorted(config)}); give the W&B "
+            "project and run name under 'wandb_project' and 'wandb_run'"
+        )
+    rest = {k: v for k, v in config.items() if k not in UPSTREAM_CONFIG_KEYS}
+    return start_wandb_run(
+        directory=Path.cwd(), project=str(config["wandb_project"]), entity=None, mode="online",
+        name=str(config["wandb_run"]), config=rest,
+    )  # fmt: skip
+
+
+__all__ = [
+    "UPSTREAM_CONFIG_KEYS",
+    "WANDB_INSTALL",
+    "WandbLogger",
+    "WandbNotInstalledError",
+    "start_wandb_run",
+]

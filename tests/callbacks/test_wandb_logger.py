@@ -11,7 +11,12 @@ import pytest
 
 from emote_core.callback import Callback
 from emote_core.callbacks.logging_mixin import LoggingMixin
-from emote_core.callbacks.wandb_logger import WANDB_INSTALL, WandbLogger, start_wandb_run
+from emote_core.callbacks.wandb_logger import (
+    WANDB_INSTALL,
+    WandbLogger,
+    WandbNotInstalledError,
+    start_wandb_run,
+)
 from emote_core.errors import ConfigurationError
 from emote_core.trainer import Trainer
 
@@ -85,3 +90,26 @@ def test_without_wandb_the_error_names_the_install_command(
         start(tmp_path)
     message = str(raised.value)
     assert WANDB_INSTALL in message and "wandb" in message and "\n" not in message
+    with pytest.raises(ImportError) as upstreams:  # upstream's call fails as upstream's did
+        WandbLogger(callbacks=[], config={}, log_interval=1)
+    assert isinstance(upstreams.value, WandbNotInstalledError) and upstreams.value.msg == message
+    assert isinstance(upstreams.value.__cause__, ImportError)
+
+
+def test_upstreams_config_starts_the_run_in_the_working_directory(
+    wandb_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    wandb_home.mkdir(parents=True)
+    monkeypatch.chdir(wandb_home)
+    config = {"wandb_project": "emote-tests", "wandb_run": "upstream", "seed": 3}
+    logger = WandbLogger(callbacks=[Reporter()], config=config, log_interval=5)
+    try:
+        assert logger.run.name == "upstream" and dict(logger.run.config) == {"seed": 3}
+        assert list((wandb_home / "wandb").glob("offline-run-*"))
+    finally:
+        logger.run.finish()
+    with pytest.raises(ConfigurationError, match=r"config has no \['wandb_run'\]"):
+        WandbLogger(callbacks=[], config={"wandb_project": "p"}, log_interval=1)
+    with pytest.raises(ConfigurationError, match="got both"):
+        WandbLogger(callbacks=[], run=logger.run, config=config, log_interval=1)
