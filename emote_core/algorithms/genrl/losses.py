@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -29,6 +29,8 @@ class VAELoss(LossCallback):
         vae: The VAE to train; its parameters must not be frozen.
         optimizer: The optimizer over the VAE's parameters.
         observation_keys: The observation keys the VAE reads (``None``: all, sorted).
+        condition_fn: Turns the flattened observation into the VAE's condition (``None``: the
+            observation itself), as the wrappers' ``condition_fn``.
         seed: Seeds the latent noise; ``None`` draws from fresh entropy.
         lr_schedule: A torch learning-rate scheduler stepped after every update.
         max_grad_norm: Clip the gradient norm to this (``None``: no clipping).
@@ -51,6 +53,7 @@ class VAELoss(LossCallback):
         vae: VariationalAutoencoder,
         optimizer: torch.optim.Optimizer,
         observation_keys: Sequence[str] | None = None,
+        condition_fn: Callable[[Tensor], Tensor] | None = None,
         seed: int | None = None,
         lr_schedule: torch.optim.lr_scheduler.LRScheduler | None = None,
         max_grad_norm: float | None = 10.0,
@@ -74,11 +77,14 @@ class VAELoss(LossCallback):
         )  # fmt: skip
         self.vae = vae
         self.observation_keys = key_list(observation_keys)
+        self.condition_fn = condition_fn
         self._generator = as_generator(seed)
 
     def loss(self, observation: dict[str, Tensor], actions: Tensor) -> Tensor:
         """``mse(decoder(z, s), a) + beta * mean KL(q(z | a, s) || N(0, I))`` over the batch."""
         inputs = flatten_observation(observation, self.observation_keys)
+        if self.condition_fn is not None:
+            inputs = self.condition_fn(inputs)
         actions = actions.reshape(actions.shape[0], -1).to(inputs.dtype)
         if actions.shape[0] != inputs.shape[0]:
             raise ConfigurationError(

@@ -254,20 +254,31 @@ class VariationalAutoencoder(nn.Module):
         encoder: ``encoder(action, observation) -> (mean, log_var)``, each ``(B, latent_dim)``
             (:class:`MlpActionEncoder`, say).
         decoder: ``decoder(latent, observation) -> action`` (:class:`MlpActionDecoder`).
-        latent_dim: The width of the latent.
+        latent_dim: The width of the latent; left out, the one the parts declare
+            (``latent_dim``, or upstream emote's ``encoder.output_size``/``decoder.input_size``).
         beta: The weight of the KL term in :meth:`loss`, finite and >= 0.
+        device: Where the VAE runs: the parts are moved there (``None``: left where they are).
 
     Raises:
-        ConfigurationError: If ``latent_dim`` is not a positive integer, ``beta`` is negative, or
-            the encoder and decoder declare (as ``latent_dim``, ``observation_dim`` and
-            ``action_dim`` attributes) widths that disagree with each other or ``latent_dim``.
+        ConfigurationError: If ``latent_dim`` is not a positive integer (or is left out and the
+            parts declare none), ``beta`` is negative, or the encoder and decoder declare (as
+            ``latent_dim``, ``observation_dim`` and ``action_dim`` attributes) widths that
+            disagree with each other or ``latent_dim``.
     """
 
     def __init__(
-        self, encoder: nn.Module, decoder: nn.Module, *, latent_dim: int, beta: float
+        self,
+        encoder: nn.Module,
+        decoder: nn.Module,
+        *,
+        latent_dim: int | None = None,
+        beta: float,
+        device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
         owner = type(self).__name__
+        if latent_dim is None:
+            latent_dim = _declared_latent_dim(owner, encoder, decoder)
         self.latent_dim = positive_int(owner, "latent_dim", latent_dim)
         self.beta = non_negative_number(owner, "beta", beta)
         for part, module in (("encoder", encoder), ("decoder", decoder)):
@@ -292,6 +303,8 @@ class VariationalAutoencoder(nn.Module):
         """The width of the flattened observation, when the parts declare it."""
         self.action_dim: int | None = widths["action_dim"]
         """The width of an action, when the parts declare it."""
+        if device is not None:
+            self.to(device)
 
     def encode(self, action: Tensor, observation: Tensor) -> tuple[Tensor, Tensor]:
         """``(mean, log_var)`` of ``q(z | action, observation)``, each ``(B, latent_dim)``.
@@ -357,6 +370,25 @@ class VariationalAutoencoder(nn.Module):
         ``beta``."""
         output = self(action, observation, generator=generator, noise=noise)
         return vae_loss(output.reconstruction, action, output.mean, output.log_var, beta=self.beta)
+
+
+def _declared_latent_dim(owner: str, encoder: nn.Module, decoder: nn.Module) -> int:
+    """The latent width the parts declare: ``latent_dim``, else upstream emote's sizes."""
+    candidates = {
+        width
+        for width in (
+            declared_width(encoder, "latent_dim"), declared_width(decoder, "latent_dim"),
+            declared_width(encoder, "output_size"), declared_width(decoder, "input_size"),
+        )
+        if width is not None
+    }  # fmt: skip
+    if len(candidates) != 1:
+        found = "none" if not candidates else f"different widths {sorted(candidates)}"
+        raise ConfigurationError(
+            f"{owner}: latent_dim was left out and the encoder and decoder declare {found} (as "
+            "latent_dim, or encoder.output_size and decoder.input_size); pass latent_dim=..."
+        )
+    return candidates.pop()
 
 
 def make_vae(

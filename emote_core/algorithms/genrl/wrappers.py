@@ -14,6 +14,8 @@ Policy actions and latents are related by ``latent = latent_scale * policy_actio
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
@@ -21,19 +23,29 @@ from emote_core.algorithms.genrl.scaling import check_latent_scale, policy_to_la
 from emote_core.algorithms.genrl.vae import check_width, declared_width
 from emote_core.errors import ConfigurationError
 
+ConditionFn = Callable[[Tensor], Tensor]
+"""Picks what conditions the VAE out of a ``(B, ...)`` flattened observation batch."""
+
+
+def _condition(condition_fn: ConditionFn | None, observation: Tensor) -> Tensor:
+    return observation if condition_fn is None else condition_fn(observation)
+
 
 class EncoderWrapper(nn.Module):
     """``(action, observation) -> mean``: the encoder's posterior mean, without gradients.
 
     Args:
-        encoder: ``encoder(action, observation) -> (mean, log_var)`` (a VAE's ``encoder``).
+        encoder: ``encoder(action, condition) -> (mean, log_var)`` (a VAE's ``encoder``).
             Widths it declares (``action_dim``, ``observation_dim``, ``latent_dim``
             attributes) are checked on every call.
+        condition_fn: Turns the observation into the encoder's condition (``None``: the
+            observation itself), as upstream emote's second argument.
     """
 
-    def __init__(self, encoder: nn.Module) -> None:
+    def __init__(self, encoder: nn.Module, condition_fn: ConditionFn | None = None) -> None:
         super().__init__()
         self.encoder = encoder
+        self.condition_fn = condition_fn
         self.action_dim = declared_width(encoder, "action_dim")
         self.observation_dim = declared_width(encoder, "observation_dim")
         self.latent_dim = declared_width(encoder, "latent_dim")
@@ -46,10 +58,11 @@ class EncoderWrapper(nn.Module):
             ConfigurationError: If an input has a width other than the encoder's.
         """
         owner = type(self).__name__
+        condition = _condition(self.condition_fn, observation)
         check_width(owner, "actions", action, self.action_dim)
-        check_width(owner, "observations", observation, self.observation_dim)
+        check_width(owner, "observations", condition, self.observation_dim)
         with torch.no_grad():
-            mean, _ = self.encoder(action, observation)
+            mean, _ = self.encoder(action, condition)
         return mean
 
 
@@ -60,20 +73,33 @@ class DecoderWrapper(nn.Module):
     flow through it to the latent, never into its parameters. Train the VAE first; a
     :class:`~emote_core.algorithms.genrl.losses.VAELoss` refuses a VAE whose decoder is frozen.
 
+    It decodes the latent it is given, unscaled (:class:`PolicyWrapper`'s ``latent_scale``
+    scales policy actions into latents).
+
     Args:
-        decoder: ``decoder(latent, observation) -> action`` (a VAE's ``decoder``).
-        latent_dim: The width of its latents; read from the decoder's ``latent_dim`` when left
-            out.
+        decoder: ``decoder(latent, condition) -> action`` (a VAE's ``decoder``).
+        condition_fn: Turns the observation into the decoder's condition (``None``: the
+            observation itself), as upstream emote's second argument.
+        latent_dim: The width of its latents; read from the decoder's ``latent_dim`` (or
+            upstream's ``input_size``) when left out.
 
     Raises:
         ConfigurationError: If the latent width is neither given nor declared, or the two
             disagree.
     """
 
-    def __init__(self, decoder: nn.Module, *, latent_dim: int | None = None) -> None:
+    def __init__(
+        self,
+        decoder: nn.Module,
+        condition_fn: ConditionFn | None = None,
+        *,
+        latent_dim: int | None = None,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         declared = declared_width(decoder, "latent_dim")
+        if declared is None:
+            declared = declared_width(decoder, "input_size")  # upstream emote's decoders
         if latent_dim is None:
             latent_dim = declared
         if isinstance(latent_dim, bool) or not isinstance(latent_dim, int) or latent_dim < 1:
@@ -89,6 +115,7 @@ class DecoderWrapper(nn.Module):
         decoder.requires_grad_(False)
         decoder.eval()
         self.decoder = decoder
+        self.condition_fn = condition_fn
         self.latent_dim = latent_dim
         self.observation_dim = declared_width(decoder, "observation_dim")
         self.action_dim = declared_width(decoder, "action_dim")
@@ -107,9 +134,10 @@ class DecoderWrapper(nn.Module):
             ConfigurationError: If an input has a width other than the decoder's.
         """
         owner = type(self).__name__
+        condition = _condition(self.condition_fn, observation)
         check_width(owner, "latents", latent, self.latent_dim)
-        check_width(owner, "observations", observation, self.observation_dim)
-        return self.decoder(latent, observation)
+        check_width(owner, "observations", condition, self.observation_dim)
+        return self.decoder(latent, condition)
 
 
 class PolicyWrapper(nn.Module):
@@ -177,5 +205,26 @@ class PolicyWrapper(nn.Module):
         latent = policy_to_latent(self.policy_actions(observation, epsilon), self.latent_scale)
         return self.decoder_wrapper(latent, observation)
 
+    def sample(self, observation: Tensor, epsilon: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Decoded actions of a sample of the policy, with the sample's log-probabilities.
 
-__all__ = ["DecoderWrapper", "EncoderWrapper", "PolicyWrapper"]
+        Returns:
+            ``(B, action_dim)`` actions and the ``(B, 1)`` log-probabilities of the policy
+            actions behind them (in policy space).
+
+        Raises:
+            ConfigurationError: If the policy has no ``sample(observation, epsilon)``.
+        """
+        sample = getattr(self.policy, "sample", None)
+        if not callable(sample):
+            raise ConfigurationError(
+                f"{type(self).__name__}.sample needs a policy with sample(observation, epsilon) "
+                f"returning (actions, log_probs); {type(self.policy).__name__} has none — use a "
+                "GaussianMlpPolicy"
+            )
+        policy_actions, log_probs = sample(observation, epsilon)
+        latent = policy_to_latent(policy_actions, self.latent_scale)
+        return self.decoder_wrapper(latent, observation), log_probs
+
+
+__all__ = ["ConditionFn", "DecoderWrapper", "EncoderWrapper", "PolicyWrapper"]

@@ -135,3 +135,13 @@ def test_the_compiled_loss_is_one_graph_and_trains_as_the_eager_one(
     for mine, theirs in zip(eager.vae.parameters(), compiled.vae.parameters(), strict=True):
         torch.testing.assert_close(mine, theirs)
     assert compiled.scalar_logs["vae/kl"] == pytest.approx(eager.scalar_logs["vae/kl"], rel=1e-5)
+
+
+def test_a_condition_fn_gives_the_vae_its_condition_from_the_observation() -> None:
+    vae = make_vae(observation_dim=2, action_dim=2, latent_dim=2, hidden_dims=(8,))
+    loss = VAELoss(vae=vae, optimizer=torch.optim.Adam(vae.parameters()), seed=0,
+                   condition_fn=lambda observation: observation[:, :2])  # fmt: skip
+    observation, actions = {"obs": torch.randn(6, 5)}, torch.rand(6, 2)
+    picked = VAELoss(vae=vae, optimizer=torch.optim.Adam(vae.parameters()), seed=0)
+    expected = picked.loss(observation={"obs": observation["obs"][:, :2]}, actions=actions)
+    torch.testing.assert_close(loss.loss(observation=observation, actions=actions), expected)

@@ -158,3 +158,26 @@ def test_an_encoder_giving_latents_of_another_width_is_refused() -> None:
     vae = VariationalAutoencoder(WrongWidthEncoder(), decoder, latent_dim=2, beta=0.1)
     with pytest.raises(ConfigurationError, match=r"both must be \(batch, 2\)"):
         vae(torch.zeros(4, 2), torch.zeros(4, 3))
+
+
+class UpstreamStylePart(nn.Module):
+    """A part declaring its widths as upstream emote's did: ``input_size``, ``output_size``."""
+
+    def __init__(self, input_size: int, output_size: int, halves: int = 1) -> None:
+        super().__init__()
+        self.input_size, self.output_size = input_size, output_size
+        self.linear = nn.Linear(input_size + 3, halves * output_size)
+
+    def forward(self, x, condition):
+        out = self.linear(torch.cat([x, condition], dim=-1))
+        return out.chunk(2, dim=-1) if out.shape[-1] == 2 * self.output_size else out
+
+
+def test_upstreams_call_reads_the_latent_width_from_the_parts_and_moves_to_the_device() -> None:
+    encoder, decoder = UpstreamStylePart(2, 4, halves=2), UpstreamStylePart(4, 2)
+    vae = VariationalAutoencoder(encoder=encoder, decoder=decoder, device="meta", beta=0.1)
+    assert vae.latent_dim == 4 and next(vae.parameters()).device.type == "meta"
+    with pytest.raises(ConfigurationError, match=r"different widths \[3, 4\] .*pass latent_dim"):
+        VariationalAutoencoder(encoder, UpstreamStylePart(3, 2), beta=0.1)
+    with pytest.raises(ConfigurationError, match=r"declare none"):
+        VariationalAutoencoder(nn.Linear(1, 1), nn.Linear(1, 1), beta=0.1)

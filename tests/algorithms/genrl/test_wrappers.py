@@ -7,6 +7,7 @@ import copy
 
 import pytest
 import torch
+from torch import nn
 
 from emote_core.algorithms.genrl import (
     DecoderWrapper,
@@ -124,3 +125,38 @@ def test_mismatched_widths_are_refused_in_one_line() -> None:
         decoder(torch.zeros(1, 2), torch.zeros(1, 3))
     with pytest.raises(ConfigurationError, match=r"takes actions of width 2; got width 4"):
         EncoderWrapper(vae.encoder)(torch.zeros(1, 4), torch.zeros(1, 3))
+
+
+def test_a_condition_fn_picks_what_conditions_the_encoder_and_the_decoder() -> None:
+    vae = make_vae(observation_dim=2, action_dim=2, latent_dim=2, hidden_dims=(8,))
+    first_two = lambda observation: observation[:, :2]  # noqa: E731
+    observations, actions, latents = torch.randn(4, 5), torch.rand(4, 2), torch.randn(4, 2)
+    torch.testing.assert_close(
+        EncoderWrapper(vae.encoder, first_two)(actions, observations),
+        EncoderWrapper(vae.encoder)(actions, observations[:, :2]),
+    )
+    decoder = DecoderWrapper(vae.decoder, first_two)
+    torch.testing.assert_close(
+        decoder(latents, observations), vae.decoder(latents, observations[:, :2])
+    )
+    with pytest.raises(ConfigurationError, match=r"observations of width 2; got width 5"):
+        DecoderWrapper(vae.decoder)(latents, observations)
+
+
+def test_a_decoder_declaring_upstreams_input_size_gives_the_latent_width() -> None:
+    decoder = nn.Linear(3, 2)
+    decoder.input_size = 3  # upstream emote's decoders name their latent width so
+    assert DecoderWrapper(decoder).latent_dim == 3
+
+
+def test_sample_decodes_a_policy_sample_and_returns_its_log_probabilities() -> None:
+    vae = make_vae(observation_dim=3, action_dim=2, latent_dim=2, hidden_dims=(8,))
+    wrapper = PolicyWrapper(latent_policy(), DecoderWrapper(vae.decoder), latent_scale=LATENT_SCALE)
+    observations, epsilon = torch.randn(7, 3), torch.randn(7, 2)
+    actions, log_probs = wrapper.sample(observations, epsilon)
+    torch.testing.assert_close(actions, wrapper(observations, epsilon))
+    expected = wrapper.policy.sample(observations, epsilon)[1]
+    assert log_probs.shape == (7, 1) and torch.equal(log_probs, expected)
+    without = PolicyWrapper(nn.Linear(3, 2), DecoderWrapper(vae.decoder), latent_scale=1.0)
+    with pytest.raises(ConfigurationError, match=r"needs a policy with sample"):
+        without.sample(observations)
