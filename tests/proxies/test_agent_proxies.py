@@ -22,6 +22,7 @@ from emote_core.proxies import (
     RandomAgentProxy,
     VisionAgentProxy,
 )
+from emote_core.proxies.generic import LogProbsDroppedWarning
 from emote_core.schedules import LinearSchedule
 from emote_core.spaces import BoxSpace, DictSpace, DiscreteSpace, MDPSpace
 from emote_core.typing import DictObservation, EpisodeState
@@ -208,8 +209,10 @@ def test_generic_proxy_with_several_inputs_and_outputs() -> None:
     wrong = GenericAgentProxy(
         policy=TwoHeads(), device="cpu", input_keys=["position", "goal"], output_keys=["actions"]
     )
-    with pytest.raises(ConfigurationError, match=r"2 outputs.*one tensor per output key"):
-        wrong({1: observation(EpisodeState.INITIAL, position=[0, 0], goal=[3, 4])})
+    with pytest.warns(LogProbsDroppedWarning, match=r"2 outputs.*second .* dropped"):
+        responses = wrong({1: observation(EpisodeState.INITIAL, position=[0, 0], goal=[3, 4])})
+    (only,) = responses.values()
+    assert list(only.list_data) == ["actions"]  # one output too many: upstream's reading, loudly
 
 
 def test_discrete_action_spaces_get_int64_actions_of_shape_one() -> None:
