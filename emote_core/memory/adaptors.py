@@ -204,14 +204,15 @@ class TerminalAdaptor:
         masks = 0  if dones == 1 and flag != 0   (flag of the observation it leads to)
         masks = 1  otherwise
 
-    so the final observation's flag overrides the episode's end state. The mask keeps the target
+    so the final observation's flag overrides the episode's end state. The flag may also be one
+    value per window (a tag column: whether the episode ended terminal). The mask keeps the target
     entry's dtype and shape; the flag entries are removed from the batch. Arguments are
     keyword-only because upstream's ``TerminalAdaptor(target_key, value_key)`` takes them in the
     other order (``docs/porting.md``).
 
     Args:
         value_key: The batch entry holding, per sampled transition, the flag of the observation
-            the transition leads to.
+            the transition leads to, or one flag per window.
         target_key: The mask entry to overwrite.
         dones_key: The entry that is 1 at an episode's last transition.
         drop_keys: Further flag entries to remove from the batch once used (the flag at the
@@ -235,11 +236,14 @@ class TerminalAdaptor:
         target = _require(self, batch, self.target_key)
         flag = _require(self, batch, self.value_key)
         dones = _require(self, batch, self.dones_key)
+        if flag.shape[0] == count and target.shape[0] == count * sequence_length:
+            # one flag per window (a tag column): it holds for every step of the window
+            flag = flag.repeat_interleave(sequence_length, dim=0)
         if flag.shape[0] != target.shape[0] or dones.shape[0] != target.shape[0]:
             raise ConfigurationError(
                 f"TerminalAdaptor needs one '{self.value_key}' and one '{self.dones_key}' row per "
                 f"'{self.target_key}' row; got {flag.shape[0]}, {dones.shape[0]} and "
-                f"{target.shape[0]} rows — the flag must be a per-step column"
+                f"{target.shape[0]} rows — the flag must be a per-step or a tag column"
             )
         ended = (dones.reshape(target.shape) != 0) & (flag.reshape(target.shape) != 0)
         batch[self.target_key] = (~ended).to(target.dtype)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
@@ -147,18 +148,50 @@ def _conform(identity: int, column: Column | TagColumn, value: Any, per_step: bo
             array = array.reshape(-1, 1)  # rewards given flat for a (1,) column
         elif not per_step and array.size == int(np.prod(expected)):
             array = array.reshape(expected)
+        elif not per_step and array.shape[1:] == expected and len(array) > 0:
+            array = _one_tag_value(identity, column, array)
         else:
             what = "per-step shape" if per_step else "shape"
             raise SchemaError(
                 f"column '{column.name}' of episode {identity} has {what} {got}; the column's "
                 f"shape is {expected}"
             )
-    if not np.can_cast(array.dtype, column.dtype, casting="same_kind"):
+    if np.can_cast(array.dtype, column.dtype, casting="same_kind"):
+        return array.astype(column.dtype, copy=False)
+    return _exact_cast(identity, column, array)
+
+
+def _one_tag_value(identity: int, column: TagColumn, array: np.ndarray) -> np.ndarray:
+    """The one value of a tag given once per step (as upstream's tags were), when all agree."""
+    differ = np.flatnonzero(np.any((array != array[0]).reshape(len(array), -1), axis=1))
+    if len(differ):
         raise SchemaError(
-            f"column '{column.name}' of episode {identity} has dtype {array.dtype}, which does "
-            f"not convert to the column's {column.dtype} without changing kind"
+            f"tag column '{column.name}' of episode {identity} got per-step values that differ "
+            f"(step 0: {array[0].tolist()!r}, step {differ[0]}: "
+            f"{array[differ[0]].tolist()!r}); a tag holds one value per episode: give one, or "
+            "store per-step values in a Column"
         )
-    return array.astype(column.dtype, copy=False)
+    return array[0]
+
+
+def _exact_cast(identity: int, column: Column | TagColumn, array: np.ndarray) -> np.ndarray:
+    """``array`` in the column's dtype of another kind (floats into an int column), when every
+    value converts exactly, as upstream cast them; a SchemaError when one would change."""
+    try:
+        with np.errstate(invalid="ignore", over="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # numpy's ComplexWarning: the check below decides
+            converted = array.astype(column.dtype)
+            changed = converted.astype(array.dtype) != array
+    except (TypeError, ValueError):
+        changed = None
+    if changed is None or np.any(changed):
+        where = "" if changed is None else f" (first: {array[changed].flat[0].item()!r})"
+        raise SchemaError(
+            f"column '{column.name}' of episode {identity} has {array.dtype} values that change "
+            f"when stored as the column's {column.dtype}{where}; give values that {column.dtype} "
+            "holds exactly, or declare the column with their dtype"
+        )
+    return converted
 
 
 __all__ = ["TableSchema"]

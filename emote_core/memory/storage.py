@@ -13,14 +13,16 @@ order), all arrays are reallocated larger with the live episodes packed together
 
 from __future__ import annotations
 
+import functools
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from emote_core.errors import ConfigurationError
 from emote_core.utils.arrays import aligned_empty
 from emote_core.utils.memory_budget import check_memory_fits
 
@@ -348,10 +350,143 @@ class RowAllocator:
         return self._current.get(placement.slot) is placement
 
 
+class ColumnValues(dict[int, np.ndarray]):
+    """One column's values of every held episode, keyed by episode id, oldest first.
+
+    A snapshot (see ``ArrayMemoryTable.column_data``): the arrays are copies, so changing them
+    or the table afterwards changes nothing in the other.
+
+    Attributes:
+        shape: The shape of one step's value (of the episode's value, for tags).
+        dtype: The column's dtype.
+    """
+
+    def __init__(self, values: Mapping[int, np.ndarray], shape: tuple[int, ...], dtype: Any):
+        super().__init__(values)
+        self.shape = shape
+        self.dtype = np.dtype(dtype)
+
+
+class BaseStorage(ColumnValues):
+    """A stored per-step column's values: episode id -> ``(rows, *shape)`` array."""
+
+
+class TagStorage(ColumnValues):
+    """A tag column's values: episode id -> the episode's one value, of the column's shape."""
+
+
+class VirtualStorage(ColumnValues):
+    """A virtual column's values as sampling derives them: episode id -> ``(rows, *shape)``
+    (one row per episode for mappers that give one value per window)."""
+
+
+class NextNElementView:
+    """One episode's per-step values read ``n`` steps ahead: ``view[i]`` is ``values[i + n]``.
+
+    Integer keys, slices with non-negative bounds and tuples of integers (each shifted by ``n``)
+    are accepted. Reading past the end raises ``IndexError``, for slices too (numpy would
+    return a shorter or empty array).
+
+    Args:
+        values: The episode's values, steps along the first axis.
+        n: Steps ahead.
+    """
+
+    def __init__(self, values: Any, n: int) -> None:
+        self._values = values
+        self.n = n
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The episode's values' shape (not shifted)."""
+        return tuple(self._values.shape)
+
+    def _shift(self, key: Any) -> int:
+        if isinstance(key, bool) or not isinstance(key, int | np.integer):
+            raise TypeError(
+                f"a next-element view takes integers, slices or tuples of integers; got "
+                f"{type(key).__name__} {key!r}"
+            )
+        if key < 0:
+            raise IndexError(f"index {key} is negative; a next-element view reads from step 0")
+        return int(key) + self.n
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, tuple):
+            return self._values[tuple(self._shift(k) for k in key)]
+        if isinstance(key, slice):
+            length = len(self._values)
+            start = self.n if key.start is None else self._shift(key.start)
+            stop = length if key.stop is None else self._shift(key.stop)
+            if key.step is not None and key.step < 1:
+                raise IndexError(f"slice step {key.step} must be positive")
+            if start >= length or stop > length:
+                raise IndexError(
+                    f"slice {key.start}:{key.stop} read {self.n} steps ahead is rows "
+                    f"{start}:{stop}, past the {length} rows held"
+                )
+            return self._values[start : stop : key.step]
+        return self._values[self._shift(key)]
+
+
+class NextNElementWrapper:
+    """Per-episode values read ``n`` steps ahead: ``wrapper[episode][i]`` is
+    ``storage[episode][i + n]``, with reads past the episode's end refused (``IndexError``).
+
+    Upstream emote's ``NextNElementWrapper``. ``storage`` is anything indexed by episode that
+    gives per-step arrays: a :class:`BaseStorage` from ``table.column_data(name)``, or an array
+    with episodes along its first axis. For a table's virtual column use
+    :class:`~emote_core.memory.mappers.NextElementMapper` ``(n)`` instead, which is sampled with
+    the batch.
+
+    Args:
+        storage: The per-episode values.
+        shape: The shape of one step's value.
+        dtype: Its dtype.
+        n: Steps ahead (0 reads the values as they are).
+
+    Raises:
+        ConfigurationError: If ``n`` is not a non-negative integer.
+    """
+
+    def __init__(self, storage: Any, shape: tuple[int, ...], dtype: Any, *, n: int = 1) -> None:
+        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
+            raise ConfigurationError(f"n must be a non-negative integer of steps ahead; got {n!r}")
+        self._storage = storage
+        self.n = int(n)
+        self.value_shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+
+    @classmethod
+    def with_n(cls, n: int) -> Callable[[Any, tuple[int, ...], Any], NextNElementWrapper]:
+        """A constructor ``(storage, shape, dtype)`` of wrappers reading ``n`` steps ahead."""
+        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
+            raise ConfigurationError(f"n must be a non-negative integer of steps ahead; got {n!r}")
+        return functools.partial(cls, n=int(n))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The wrapped storage's shape."""
+        return tuple(self._storage.shape)
+
+    def __getitem__(self, episode: Any) -> NextNElementView:
+        return NextNElementView(self._storage[episode], self.n)
+
+    def sequence_length_transform(self, length: int) -> int:
+        """Rows read for a window of ``length`` steps: ``length``."""
+        return length
+
+
 __all__ = [
+    "BaseStorage",
+    "ColumnValues",
     "EpisodeIndex",
+    "NextNElementView",
+    "NextNElementWrapper",
     "RingArray",
     "RowAllocator",
+    "TagStorage",
+    "VirtualStorage",
     "check_rows_fit",
     "host_to_device",
     "torch_dtype",

@@ -15,9 +15,19 @@ from emote_core.errors import (
     MemoryTableError,
 )
 from emote_core.memory.adaptors import Adaptor
-from emote_core.memory.columns import AnyColumn
+from emote_core.memory.columns import AnyColumn, TagColumn, VirtualColumn
+from emote_core.memory.mappers import SampleContext
 from emote_core.memory.schema import TableSchema
-from emote_core.memory.storage import EpisodeIndex, RingArray, RowAllocator, check_rows_fit
+from emote_core.memory.storage import (
+    BaseStorage,
+    ColumnValues,
+    EpisodeIndex,
+    RingArray,
+    RowAllocator,
+    TagStorage,
+    VirtualStorage,
+    check_rows_fit,
+)
 from emote_core.memory.strategies.base import EjectionStrategy, SampledWindows, SampleStrategy
 from emote_core.memory.table_bulk import TableBulkFill
 from emote_core.memory.table_sampling import (
@@ -330,6 +340,53 @@ class ArrayMemoryTable(TableSampling, TableBulkFill):
         with self._lock:
             held = [self._read_episode(int(slot)) for slot in self.live_slots_in_order()]
         yield from held
+
+    def column_data(self, name: str) -> ColumnValues:
+        """Every held episode's values of column ``name``, keyed by episode id, oldest first.
+
+        A snapshot of copies. Stored per-step columns give a :class:`BaseStorage` of
+        ``(rows, *shape)`` arrays, tags a :class:`TagStorage` of one value each, and virtual
+        columns a :class:`VirtualStorage` of what sampling derives over each whole episode.
+
+        Raises:
+            MemoryTableError: If the table has no column ``name``.
+        """
+        column = self.columns.get(name)
+        if column is None:
+            raise MemoryTableError(
+                f"the table has no column '{name}'; its columns are {sorted(self.columns)}"
+            )
+        with self._lock:
+            slots = [int(slot) for slot in self.live_slots_in_order()]
+            ids = [int(self.index.ids[slot]) for slot in slots]
+            if isinstance(column, TagColumn):
+                values = [self._tag_values[name][slot].copy() for slot in slots]
+                return TagStorage(zip(ids, values, strict=True), column.shape, column.dtype)
+            if isinstance(column, VirtualColumn):
+                values = [self._derive(column, slot) for slot in slots]
+                return VirtualStorage(zip(ids, values, strict=True), column.shape, column.dtype)
+            extra = self.schema.extra_rows.get(name, 0)
+            values = []
+            for slot in slots:
+                start, length = int(self.index.starts[slot]), int(self.index.lengths[slot])
+                values.append(self._arrays[name].read(start, start + length + extra))
+            return BaseStorage(zip(ids, values, strict=True), column.shape, column.dtype)
+
+    def _derive(self, column: VirtualColumn, slot: int) -> np.ndarray:
+        """``column``'s values over the whole episode in ``slot``, as one sampled window."""
+        length = int(self.index.lengths[slot])
+        context = SampleContext(
+            slots=np.array([slot]),
+            offsets=np.zeros(1, dtype=np.int64),
+            sequence_length=length,
+            starts=self.index.starts[[slot]],
+            lengths=self.index.lengths[[slot]],
+            terminal=self.index.terminal[[slot]],
+            device=self.device,
+        )
+        target = self._arrays.get(column.target_name)
+        values = column.mapper.map(context, target, column.shape, column.dtype)
+        return values.detach().cpu().numpy().copy()
 
     def _read_episode(self, slot: int) -> tuple[int, dict[str, np.ndarray], EpisodeState]:
         start, length = int(self.index.starts[slot]), int(self.index.lengths[slot])

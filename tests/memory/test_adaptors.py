@@ -156,9 +156,20 @@ def test_terminal_adaptor_zeroes_masks_only_where_a_done_meets_a_terminal_flag()
     assert "terminal" not in out and "next_terminal" not in out
 
 
-def test_terminal_adaptor_rejects_a_per_window_flag() -> None:
-    batch = {"dones": torch.zeros(4, 1), "masks": torch.ones(4, 1), "next_terminal": torch.ones(2)}
-    with pytest.raises(ConfigurationError, match="per-step column"):
+def test_terminal_adaptor_applies_a_per_window_flag_to_its_window() -> None:
+    # upstream's terminal tag: one value per window (count rows), here windows of 2 steps
+    batch = {
+        "dones": torch.tensor([[0.0], [1.0], [0.0], [1.0]]),
+        "masks": torch.ones(4, 1),
+        "terminal": torch.tensor([1.0, 0.0]),
+    }
+    out = TerminalAdaptor(value_key="terminal", target_key="masks")(batch, 2, 2)
+    assert out["masks"].tolist() == [[1.0], [0.0], [1.0], [1.0]]
+
+
+def test_terminal_adaptor_rejects_a_flag_of_neither_row_count() -> None:
+    batch = {"dones": torch.zeros(4, 1), "masks": torch.ones(4, 1), "next_terminal": torch.ones(3)}
+    with pytest.raises(ConfigurationError, match="per-step or a tag column"):
         TerminalAdaptor()(batch, 2, 2)
 
 

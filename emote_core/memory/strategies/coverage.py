@@ -27,13 +27,14 @@ def _alpha(alpha: Any) -> float:
 
 
 class CoverageBasedSampleStrategy(SampleStrategy):
-    """Samples episodes by their window count, discounted by how much of them was already drawn.
+    """Samples episodes by their window count, discounted by how often they were already drawn.
 
-    Episode ``e`` with ``n_e`` windows of the requested length, of which ``d_e`` draws were made
-    so far, has coverage ``c_e = d_e / n_e`` and is chosen with probability proportional to
-    ``n_e * (1 + c_e) ** -alpha``; the window start is uniform within it. With ``alpha = 0`` this
+    Upstream emote's weighting: episode ``e`` with ``n_e`` windows of the requested length,
+    drawn ``d_e`` times so far, is chosen with probability proportional to
+    ``n_e * (d_e + 1) ** -alpha``; the window start is uniform within it. With ``alpha = 0`` this
     is exactly uniform sampling over windows; larger ``alpha`` favours fresh episodes more. Draw
-    counts are updated after every sample and reset when an episode leaves.
+    counts are updated after every sample (upstream recomputed its weights only when an episode
+    was added or removed) and reset when an episode leaves.
 
     Args:
         alpha: Strength of the preference for episodes with low coverage (0 = uniform).
@@ -60,6 +61,12 @@ class CoverageBasedSampleStrategy(SampleStrategy):
         """Draws so far per slot (0 for free slots), sized to the index's slot capacity."""
         return self._counts().copy()
 
+    def draws_by_episode(self) -> dict[int, int]:
+        """Draws so far per held episode, keyed by episode id (upstream's ``_sample_count``)."""
+        slots = self.index.live_slots()
+        counts = self._counts()
+        return {int(self.index.ids[s]): int(counts[s]) for s in slots}
+
     def drawn(self, slot: int) -> int:
         """How many windows were drawn from the episode in ``slot`` so far."""
         return int(self._counts()[slot])
@@ -78,8 +85,7 @@ class CoverageBasedSampleStrategy(SampleStrategy):
         windows = self.windows_per_episode(sequence_length)
         if self.alpha == 0.0:
             return windows.astype(np.float64)
-        coverage = self._counts() / np.maximum(windows, 1)
-        return windows * (1.0 + coverage) ** -self.alpha
+        return windows * (self._counts() + 1.0) ** -self.alpha
 
     def sample(self, count: int, sequence_length: int, rng: np.random.Generator) -> SampledWindows:
         weights = self.episode_weights(sequence_length)

@@ -70,10 +70,10 @@ def test_a_new_episode_is_favoured_after_heavy_sampling_of_the_old_ones() -> Non
         sample(table, 1_000, 1)
     add_episode(table, 10, 20)
     # Expected probabilities from the formula and the counts so far.
-    coverage = np.array([drawn(table, sampler, i) / 20 for i in range(11)])
-    assert coverage[10] == 0 and coverage[:10].sum() == 20_000 / 20
-    weights = 20 * (1 + coverage) ** -alpha
-    expected_share = weights[10] / weights.sum()  # about 0.5, against a length share of 1/11
+    draws = np.array([drawn(table, sampler, i) for i in range(11)])
+    assert draws[10] == 0 and draws[:10].sum() == 20_000
+    weights = 20 * (draws + 1.0) ** -alpha
+    expected_share = weights[10] / weights.sum()  # about 0.8, against a length share of 1/11
 
     identities, _ = sample(table, 4_000, 1)
     share = (identities == 10).mean()
@@ -81,7 +81,7 @@ def test_a_new_episode_is_favoured_after_heavy_sampling_of_the_old_ones() -> Non
     assert share > 4 / 11
 
 
-def test_coverage_counts_windows_not_transitions() -> None:
+def test_weights_count_windows_and_draws() -> None:
     sampler = CoverageBasedSampleStrategy(alpha=1.0)
     table = make_table(sampler)
     add_episode(table, 1, 12)  # 9 windows of 4
@@ -91,10 +91,8 @@ def test_coverage_counts_windows_not_transitions() -> None:
     assert drawn(table, sampler, 2) == (identities == 2).sum()
     # The first draw is uniform over windows: 9 to 3, not 12 to 6.
     assert abs((identities == 1).mean() - 0.75) < 0.05
-    # Afterwards each episode's weight is windows / (1 + drawn / windows).
-    weights = np.array(
-        [9 / (1 + drawn(table, sampler, 1) / 9), 3 / (1 + drawn(table, sampler, 2) / 3)]
-    )
+    # Afterwards each episode's weight is windows / (drawn + 1), upstream's weighting.
+    weights = np.array([9 / (drawn(table, sampler, 1) + 1), 3 / (drawn(table, sampler, 2) + 1)])
     identities, _ = sample(table, 20_000, 4)
     assert abs((identities == 1).mean() - weights[0] / weights.sum()) < 0.015
 
