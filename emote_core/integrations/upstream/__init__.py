@@ -1,4 +1,5 @@
-"""Upstream emote's memory files: V1 zips (read and written), Legacy zips and ``.pickle`` dumps.
+"""Upstream emote's memory files: V1 and Legacy zips (read and written; Legacy deprecated, as
+upstream) and ``.pickle`` dumps (read).
 
 :func:`store_table` and :func:`restore_table` do what upstream's ``table.store(path)`` and
 ``table.restore(path)`` did. Every pickle is read through :mod:`emote_core.stores.safe_pickle`;
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +21,11 @@ from emote_core.integrations.upstream.legacy_pickle import (
     read_legacy_pickle_episodes,
     restore_legacy_pickle,
 )
-from emote_core.integrations.upstream.legacy_zip import DATA_PICKLE, read_legacy_zip
+from emote_core.integrations.upstream.legacy_zip import (
+    DATA_PICKLE,
+    read_legacy_zip,
+    write_legacy_zip,
+)
 from emote_core.integrations.upstream.v1 import VERSION, read_v1, write_v1
 from emote_core.integrations.upstream.versions import (
     WRITABLE_VERSIONS,
@@ -52,10 +58,14 @@ def store_table(
     Args:
         table: The table to store.
         path: The file to write; replaced atomically if it exists.
-        version: The layout; only :attr:`TableSerializationVersion.V1` is written.
+        version: The layout: :attr:`TableSerializationVersion.V1` (the latest), or ``LEGACY``
+            (pickles; deprecated, as upstream, and it records no end states).
+
+    Warns:
+        DeprecationWarning: When writing ``LEGACY``.
 
     Raises:
-        FormatError: If ``version`` is unknown or read-only (Legacy).
+        FormatError: If ``version`` is unknown, or the table holds what ``LEGACY`` cannot name.
         StorageError: If the file cannot be written.
     """
     chosen = parse_version(version, source="the requested store version")
@@ -64,7 +74,10 @@ def store_table(
             f"table format {chosen.name} is read-only in emote; store with "
             f"TableSerializationVersion.V1 (the latest), which upstream emote reads too"
         )
-    write_v1(table, path)
+    if chosen == TableSerializationVersion.LEGACY:
+        write_legacy_zip(table, path)
+    else:
+        write_v1(table, path)
 
 
 def _resolve(path: str | os.PathLike[str]) -> Path:
@@ -140,6 +153,12 @@ def _read_zip(
     with _open_zip(path) as archive:
         version = detect_version(archive, source=source, override=override)
         if version == TableSerializationVersion.LEGACY:
+            warnings.warn(
+                f"{source} is a Legacy memory export (pickles), deprecated as in upstream emote; "
+                "store it again with TableSerializationVersion.V1",
+                DeprecationWarning,
+                stacklevel=3,  # the caller of restore_table / read_table_file
+            )
             return read_legacy_zip(archive, source=source, table=table, trust_pickle=trust)
         return read_v1(archive, source=source, table=table)
 

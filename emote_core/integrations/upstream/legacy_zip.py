@@ -3,19 +3,27 @@
 The zip holds ``data.pickle`` (strategies, columns, episode lengths) and one pickled storage per
 column (``<col>.npy``); all of it is read by :mod:`emote_core.stores.safe_pickle`, upstream
 classes as inert stand-ins. Negative ids stored as ``id + 2**64`` read back negative; the format
-records no end states, so every episode is TERMINAL.
+records no end states, so every episode is TERMINAL. :func:`write_legacy_zip` writes the layout
+(deprecated, as upstream's writer was), naming upstream's classes without importing them.
 """
 
 from __future__ import annotations
 
+import collections
+import io
 import logging
+import os
+import pickle
+import warnings
 import zipfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from emote_core.errors import FormatError
+from emote_core.integrations.upstream.v1 import write_atomically
 from emote_core.stores.budget import AllocationBudget
 from emote_core.stores.safe_pickle import read_npy, safe_loads, upstream_name
 from emote_core.stores.stored import (
@@ -209,4 +217,161 @@ def read_legacy_zip(
     )
 
 
-__all__ = ["DATA_PICKLE", "read_legacy_zip"]
+# Writing.
+
+_COLUMN = "emote.memory.column"
+_STORAGE = "emote.memory.storage"
+_FIFO, _UNIFORM = "emote.memory.fifo_strategy", "emote.memory.uniform_strategy"
+_COVERAGE = "emote.memory.coverage_based_strategy"
+_STRATEGY_MODULES = {
+    "FifoEjectionStrategy": _FIFO, "FifoSampleStrategy": _FIFO,
+    "UniformEjectionStrategy": _UNIFORM, "UniformSampleStrategy": _UNIFORM,
+    "CoverageBasedSampleStrategy": _COVERAGE,
+}  # fmt: skip
+_MAPPER_NAMES = {
+    "OnlyLastMapper": "NextElementMapper.with_only_last",
+    "SyntheticDones": "SyntheticDones",
+    "SyntheticMasks": "SyntheticDones.as_mask",
+}
+
+
+class _UpstreamInstance:
+    """An object pickled as an instance of the upstream class its type names (``upstream``)."""
+
+    upstream: tuple[str, str] = ("", "")
+
+
+_classes: dict[tuple[str, str], type] = {}
+
+
+def _upstream_class(module: str, qualname: str) -> type:
+    key = (module, qualname)
+    if key not in _classes:
+        _classes[key] = type(qualname.replace(".", "_"), (_UpstreamInstance,), {"upstream": key})
+    return _classes[key]
+
+
+def _upstream_object(module: str, qualname: str, state: dict[str, Any]) -> Any:
+    instance = _upstream_class(module, qualname)()
+    instance.__dict__.update(state)
+    return instance
+
+
+class _UpstreamPickler(pickle._Pickler):  # type: ignore[name-defined]
+    """Pickles :func:`_upstream_class` classes by upstream's names (the pure-Python pickler is
+    the one whose ``save_global`` can be overridden); everything else as pickle does."""
+
+    def save_global(self, obj: Any, name: str | None = None) -> None:
+        if isinstance(obj, type) and issubclass(obj, _UpstreamInstance):
+            module, qualname = obj.upstream
+            self.write(pickle.GLOBAL + f"{module}\n{qualname}\n".encode())
+            self.memoize(obj)
+            return
+        super().save_global(obj, name)
+
+
+def _unsigned(identity: int) -> int:
+    return identity % 2**64  # upstream keys negative ids as id + 2**64
+
+
+def _strategy(strategy: Any, lengths: dict[int, int]) -> Any:
+    kind = type(strategy).__name__
+    module = _STRATEGY_MODULES.get(kind)
+    if module is None:
+        raise FormatError(
+            f"the Legacy format records only upstream's strategies {sorted(_STRATEGY_MODULES)}; "
+            f"the table uses a {kind}: store with TableSerializationVersion.V1"
+        )
+    state: dict[str, Any] = {"_in_simple_import": False}
+    if module == _FIFO:
+        state["_sequence_lengths"] = dict(lengths)
+        state["_identities"] = collections.deque(lengths)
+        if kind == "FifoSampleStrategy":
+            state["_per_episode"] = bool(strategy.per_episode)
+            state["_random_offset"] = bool(strategy.random_offset)
+    else:  # uniform and coverage weights are rebuilt from the lengths on first use
+        state.update(_identities=dict(lengths), _ids=[], _prios=[], _dirty=True)
+        if module == _COVERAGE:
+            state.update(_sample_count=dict.fromkeys(lengths, 0), _alpha=float(strategy.alpha))
+    return _upstream_object(module, kind, state)
+
+
+def _column(column: Any) -> Any:
+    kind = type(column).__name__
+    state: dict[str, Any] = {"name": column.name, "shape": column.shape, "dtype": column.dtype}
+    if kind == "VirtualColumn":
+        description = column.mapper.describe()
+        mapper = description["type"]
+        if mapper == "NextElementMapper" and description.get("n", 1) == 1:
+            qualname = "NextElementMapper"
+        elif mapper in _MAPPER_NAMES:
+            qualname = _MAPPER_NAMES[mapper]
+        else:
+            raise FormatError(
+                f"virtual column '{column.name}' uses {description}, which the Legacy format "
+                "cannot name; store with TableSerializationVersion.V1"
+            )
+        state.update(target_name=column.target_name, mapper=_upstream_class(_STORAGE, qualname))
+    return _upstream_object(_COLUMN, kind, state)
+
+
+def write_legacy_zip(table: ArrayMemoryTable, path: str | os.PathLike[str]) -> None:
+    """Writes ``table`` to ``path`` in upstream emote-rl 23's Legacy layout (pickles).
+
+    Deprecated, as upstream's: prefer V1. The pickles name upstream's classes (columns, FIFO,
+    uniform or coverage strategies) with their state as upstream kept it; episode ids are
+    keyed as upstream did (negative ones as ``id + 2**64``).
+
+    Warns:
+        DeprecationWarning: Always.
+        UserWarning: If episodes ended INTERRUPTED: the format records no end states, so they
+            read back TERMINAL.
+
+    Raises:
+        FormatError: If a strategy or mapper has no upstream counterpart the format can name.
+        StorageError: If the file cannot be written.
+    """
+    warnings.warn(
+        "Legacy memory export uses pickles, which are unsafe to read and break when classes "
+        "move; store with TableSerializationVersion.V1",
+        DeprecationWarning,
+        stacklevel=3,  # the caller of store_table
+    )
+    episodes = list(table.episodes())
+    interrupted = sum(end != EpisodeState.TERMINAL for _, _, end in episodes)
+    if interrupted:
+        warnings.warn(
+            f"the Legacy format records no end states: {interrupted} INTERRUPTED episodes will "
+            "read back TERMINAL; store with TableSerializationVersion.V1 to keep them",
+            UserWarning,
+            stacklevel=3,
+        )
+    lengths = {_unsigned(i): len(data[table.length_key]) for i, data, _ in episodes}
+    parts = {
+        "ejector": _strategy(table.ejector, lengths),
+        "sampler": _strategy(table.sampler, lengths),
+        "length_key": table.length_key,
+        "maxlen": table.maxlen,
+        "columns": {name: _column(column) for name, column in table.columns.items()},
+        "lengths": lengths,
+        "filled": bool(table.full()),
+    }
+    data_pickle = io.BytesIO()
+    _UpstreamPickler(data_pickle, protocol=4).dump(parts)
+    stored = [*table.stored, *table.tags]
+
+    def write_members(archive: zipfile.ZipFile) -> None:
+        archive.writestr(DATA_PICKLE, data_pickle.getvalue())
+        for column in stored:
+            # upstream keeps a tag as one row, like a per-step column of one step
+            storage = {
+                _unsigned(i): np.asarray(data[column.name]).reshape(-1, *column.shape)
+                for i, data, _ in episodes
+            }
+            with archive.open(f"{column.name}.npy", "w", force_zip64=True) as member:
+                np.save(member, np.array(storage, dtype=object), allow_pickle=True)
+
+    write_atomically(Path(path), write_members)
+
+
+__all__ = ["DATA_PICKLE", "read_legacy_zip", "write_legacy_zip"]

@@ -212,10 +212,16 @@ def _write(
                         member, np.ascontiguousarray(array), allow_pickle=False
                     )
 
-    _write_atomically(path, write_members)
+    write_atomically(path, write_members)
 
 
-def _write_atomically(path: Path, write_members: Callable[[zipfile.ZipFile], None]) -> None:
+def write_atomically(path: Path, write_members: Callable[[zipfile.ZipFile], None]) -> None:
+    """Writes a zip by ``write_members`` to a temporary file next to ``path``, readable by all
+    (0644, as upstream's), then moves it over ``path``.
+
+    Raises:
+        StorageError: If the file cannot be written.
+    """
     directory = path.parent
     if not directory.is_dir():
         raise StorageError(f"cannot write '{path}': directory '{directory}' does not exist")
@@ -423,4 +429,12 @@ def read_v1(
     )
 
 
-__all__ = ["CONFIGURATION", "VERSION", "EpisodeRecord", "read_v1", "write_v1", "write_v1_stored"]
+__all__ = [
+    "CONFIGURATION",
+    "VERSION",
+    "EpisodeRecord",
+    "read_v1",
+    "write_atomically",
+    "write_v1",
+    "write_v1_stored",
+]

@@ -16,10 +16,14 @@ class TableSerializationVersion(IntEnum):
     """
 
     LEGACY = 0
-    """Upstream emote-rl 23's zip: ``data.pickle`` (cloudpickled strategies, columns and episode
+    """Upstream emote-rl 23's zip: ``data.pickle`` (pickled strategies, columns and episode
     lengths naming ``emote.memory.*`` classes) and one ``<col>.npy`` per stored column holding a
-    pickled dict of episode id -> array. Read-only, through the restricted unpickler; every
-    episode is read as TERMINAL."""
+    pickled dict of episode id -> array. Deprecated (pickles), as upstream: reading and writing
+    it warn with a ``DeprecationWarning``. Read through the restricted unpickler; it records no
+    end states, so every episode is read as TERMINAL."""
+
+    Legacy = 0
+    """Upstream's spelling of :attr:`LEGACY` (the same member)."""
 
     V1 = 1
     """A zip of ``version`` ("1"), ``configuration.json`` (strategies' types and state, length
@@ -32,7 +36,7 @@ class TableSerializationVersion(IntEnum):
     """What :func:`~emote_core.integrations.upstream.store_table` writes unless told otherwise."""
 
 
-WRITABLE_VERSIONS = (TableSerializationVersion.V1,)
+WRITABLE_VERSIONS = (TableSerializationVersion.V1, TableSerializationVersion.LEGACY)
 """The versions emote writes."""
 
 

@@ -15,12 +15,7 @@ from hypothesis import strategies as st
 
 from emote_core.errors import DuplicateEpisodeError, FormatError, StorageError
 from emote_core.integrations.convert import convert
-from emote_core.integrations.upstream import (
-    TableSerializationVersion,
-    read_table_file,
-    restore_table,
-    store_table,
-)
+from emote_core.integrations.upstream import read_table_file, restore_table, store_table
 from emote_core.memory.columns import Column, TagColumn, VirtualColumn
 from emote_core.memory.mappers import NextElementMapper, SyntheticDones
 from emote_core.memory.strategies import FifoEjectionStrategy, UniformSampleStrategy
@@ -244,13 +239,6 @@ def test_upstream_names_without_the_zip_suffix_are_accepted(tmp_path):
     restored = _rich_table()
     restore_table(restored, tmp_path / "memory")  # upstream emote appends ".zip" itself
     assert _plain(restored) == _plain(table)
-
-
-def test_the_legacy_layout_is_read_only(tmp_path):
-    table = _rich_table()
-    with pytest.raises(FormatError, match=r"read-only"):
-        store_table(table, tmp_path / "memory.zip", TableSerializationVersion.LEGACY)
-    assert not (tmp_path / "memory.zip").exists()
 
 
 def test_read_table_file_describes_a_v1_file_without_a_table(upstream_v1):
