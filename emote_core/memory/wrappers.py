@@ -8,6 +8,7 @@ on the wrapped proxy, so a stack of wrappers behaves like the proxy at its botto
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -34,7 +35,8 @@ def agent_steps(observations: Mapping[AgentId, DictObservation]) -> int:
 
 
 class MemoryProxyWrapper:
-    """Base of proxy wrappers: passes ``add`` on and forwards every unknown attribute.
+    """Base of proxy wrappers: passes ``add`` on and forwards the methods and properties of the
+    proxies below it (a plain attribute of one is read from it: :attr:`inner`, :attr:`unwrapped`).
 
     Whole episodes (``add_episode``) pass through a wrapper that has no ``add`` of its own, or
     that overrides ``add_episode`` too: a wrapper whose ``add`` does work must see every step
@@ -96,6 +98,14 @@ class MemoryProxyWrapper:
             )
         self._inner.add_episode(sequence, end_state)  # type: ignore[attr-defined]
 
+    def _class_attribute(self, name: str) -> Any:
+        """``name`` as the class of a proxy down the stack defines it (``None`` if none does)."""
+        inner = self._inner
+        found = inspect.getattr_static(type(inner), name, None)
+        if found is None and isinstance(inner, MemoryProxyWrapper):
+            return inner._class_attribute(name)
+        return found
+
     def __getattr__(self, name: str) -> Any:
         # Only called when normal lookup fails. Dunder names and the wrapped proxy itself are not
         # forwarded: copy/pickle probe dunders before __init__ has run.
@@ -105,7 +115,14 @@ class MemoryProxyWrapper:
             inner = self.__dict__["_inner"]
         except KeyError:
             raise AttributeError(name) from None
-        return getattr(inner, name)
+        value = getattr(inner, name)
+        if inspect.ismethod(value) or isinstance(self._class_attribute(name), property):
+            return value
+        raise AttributeError(
+            f"{type(self).__name__} forwards only methods and properties of the proxy it wraps; "
+            f"'{name}' is a plain attribute of it: read it from the wrapped proxy (.inner or "
+            ".unwrapped)"
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._inner!r})"
