@@ -243,14 +243,22 @@ class MemoryTableProxy:
         self.timers = BlockTimers()
         self._add_timer = self.timers.timer("add")
         self._completed_timer = self.timers.timer("completed")
-        self.completed_episodes = 0
+        self._completed_episodes = 0
         self.episode_listeners: list[Callable[[int, dict[str, Any], EpisodeState], None]] = []
         """Called with ``(identity, sequence, end_state)`` after each episode enters the table
         (an incremental exporter listens here)."""
-        """Episodes added to the table by this proxy."""
-        self.dropped_episodes = 0
-        """Episodes finished but dropped for being shorter than the threshold."""
+        self._dropped_episodes = 0
         self._warned_missing_reward = False
+
+    @property
+    def completed_episodes(self) -> int:
+        """Episodes added to the table by this proxy."""
+        return self._completed_episodes
+
+    @property
+    def dropped_episodes(self) -> int:
+        """Episodes finished but dropped for being shorter than the threshold."""
+        return self._dropped_episodes
 
     @property
     def table(self) -> ArrayMemoryTable:
@@ -394,7 +402,7 @@ class MemoryTableProxy:
         self, length: int, sequence: Callable[[], dict[str, Any]], end_state: EpisodeState
     ) -> None:
         if length < self._minimum_length:
-            self.dropped_episodes += 1
+            self._dropped_episodes += 1
             log.debug(
                 "memory proxy '%s': dropping an episode of %d transitions (threshold %d)",
                 self.name,
@@ -412,7 +420,7 @@ class MemoryTableProxy:
                 # The table already holds this id (restored from a file): continue past its ids.
                 identity = self._skip_held_identities()
                 self._table.add_sequence(identity, stored, end_state=end_state)
-            self.completed_episodes += 1
+            self._completed_episodes += 1
             for listener in self.episode_listeners:
                 listener(identity, stored, end_state)
 

@@ -81,13 +81,13 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
                 f"min_time_per_export must be >= 0 seconds; got {min_time_per_export!r}"
             )
         super().__init__(inner)
-        self.target_memory_name = target_memory_name
+        self._target_memory_name = target_memory_name
         self.inf_steps_per_memory_export = inf_steps_per_memory_export
         self.min_time_per_export = float(min_time_per_export)
-        self.export_path = (
+        self._export_path = (
             export_path(experiment_root_path, target_memory_name) if store is None else Path(store)
         )
-        self.shard = shard
+        self._shard = shard
         self._lock = threading.Lock()  # the collector's thread and checkpoints both export
         self._clock = clock
         self._spaces = spaces
@@ -96,8 +96,7 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
         self._last_export_time: float | None = None
         self.export_count = 0
         """Exports written so far."""
-        self.exported_episodes = 0
-        """Episodes appended to the store by this wrapper so far."""
+        self._exported_episodes = 0
         listeners = getattr(self.unwrapped, "episode_listeners", None)
         if listeners is None:
             raise ConfigurationError(
@@ -107,6 +106,26 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
         listeners.append(self._completed)
         self._pending: list[tuple[int, dict[str, Any], EpisodeState]] = []
         self._appender: StoreAppender | None = None
+
+    @property
+    def target_memory_name(self) -> str:
+        """The name the export is made under."""
+        return self._target_memory_name
+
+    @property
+    def export_path(self) -> Path:
+        """The store episodes are appended to."""
+        return self._export_path
+
+    @property
+    def shard(self) -> str:
+        """The store's shard this wrapper appends to."""
+        return self._shard
+
+    @property
+    def exported_episodes(self) -> int:
+        """Episodes appended to the store by this wrapper so far."""
+        return self._exported_episodes
 
     def _completed(self, identity: int, sequence: dict[str, Any], end_state: EpisodeState) -> None:
         with self._lock:
@@ -154,7 +173,7 @@ class MemoryExporterProxyWrapper(MemoryTableProxyWrapper):
             appended = self._append_pending()
         self._steps_since_export = 0
         self.export_count += 1
-        self.exported_episodes += appended
+        self._exported_episodes += appended
         log.debug(  # every checkpoint exports: the run's total is told once, when it ends
             "exported %d episodes of memory '%s' to %s in %.2f s",
             appended,

@@ -94,10 +94,12 @@ def test_stacked_wrappers_behave_like_the_proxy(tmp_path):
     # Methods and properties of the proxy at the bottom, through two wrappers; plain attributes
     # are not forwarded (as upstream), they are read from the proxy that has them.
     assert wrapper.open_episodes == 1 and not wrapper.is_initial(2) and wrapper.is_initial(0)
-    assert wrapper.unwrapped.dropped_episodes == 1 and wrapper.inner.target_memory_name == "mem"
-    for plain in ("dropped_episodes", "target_memory_name"):
-        with pytest.raises(AttributeError, match=f"'{plain}' is a plain attribute"):
-            getattr(wrapper, plain)
+    assert wrapper.dropped_episodes == 1
+    assert wrapper.target_memory_name == "mem"  # from the exporter in the middle
+    proxy.note = "set by a user"
+    assert wrapper.unwrapped.note == "set by a user"
+    with pytest.raises(AttributeError, match="'note' is a plain attribute"):
+        _ = wrapper.note
     wrapper.resize(1)
     assert table.maxlen == 1 and table.size() == 0
     with pytest.raises(AttributeError, match="no_such_thing"):
