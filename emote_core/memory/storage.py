@@ -429,6 +429,17 @@ class NextNElementView:
         return self._values[self._shift(key)]
 
 
+def _steps_ahead(n: Any) -> int:
+    """``n`` as a number of steps ahead: a non-negative integer.
+
+    Raises:
+        ConfigurationError: If it is not one.
+    """
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
+        raise ConfigurationError(f"n must be a non-negative integer of steps ahead; got {n!r}")
+    return int(n)
+
+
 class NextNElementWrapper:
     """Per-episode values read ``n`` steps ahead: ``wrapper[episode][i]`` is
     ``storage[episode][i + n]``, with reads past the episode's end refused (``IndexError``).
@@ -450,19 +461,15 @@ class NextNElementWrapper:
     """
 
     def __init__(self, storage: Any, shape: tuple[int, ...], dtype: Any, *, n: int = 1) -> None:
-        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
-            raise ConfigurationError(f"n must be a non-negative integer of steps ahead; got {n!r}")
         self._storage = storage
-        self.n = int(n)
+        self.n = _steps_ahead(n)
         self.value_shape = tuple(shape)
         self.dtype = np.dtype(dtype)
 
     @classmethod
     def with_n(cls, n: int) -> Callable[[Any, tuple[int, ...], Any], NextNElementWrapper]:
         """A constructor ``(storage, shape, dtype)`` of wrappers reading ``n`` steps ahead."""
-        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
-            raise ConfigurationError(f"n must be a non-negative integer of steps ahead; got {n!r}")
-        return functools.partial(cls, n=int(n))
+        return functools.partial(cls, n=_steps_ahead(n))
 
     @property
     def shape(self) -> tuple[int, ...]:

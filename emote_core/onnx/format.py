@@ -167,6 +167,10 @@ class MetadataKey(StrEnum):
     """JSON, ``ml-agents`` profile (V3): the observation key behind each ``obs_i``, in order."""
 
 
+EMOTE_METADATA_KEYS = frozenset(str(key) for key in MetadataKey)
+"""The metadata keys emote writes itself."""
+
+
 def user_metadata_props(model: Any) -> list[Any]:
     """The metadata props of an ONNX model that emote did not write itself, in file order.
 
@@ -179,8 +183,7 @@ def user_metadata_props(model: Any) -> list[Any]:
         Its ``metadata_props`` entries (each with ``.key`` and ``.value``) whose keys are not
         :class:`MetadataKey` values.
     """
-    emote_keys = {str(key) for key in MetadataKey}
-    return [prop for prop in model.metadata_props if prop.key not in emote_keys]
+    return [prop for prop in model.metadata_props if prop.key not in EMOTE_METADATA_KEYS]
 
 
 def metadata_props(owner: str, metadata: Mapping[Any, Any]) -> dict[str, str]:
@@ -194,7 +197,6 @@ def metadata_props(owner: str, metadata: Mapping[Any, Any]) -> dict[str, str]:
         TypeError: If a key is not a string.
         ConfigurationError: If a key is one emote writes itself (:class:`MetadataKey`).
     """
-    emote_keys = {str(key) for key in MetadataKey}
     props = {}
     for key, value in metadata.items():
         if not isinstance(key, str):
@@ -202,7 +204,7 @@ def metadata_props(owner: str, metadata: Mapping[Any, Any]) -> dict[str, str]:
                 f"{owner}: ONNX metadata keys must be strings; got {key!r} "
                 f"({type(key).__name__}) — pass str(key)"
             )
-        if key in emote_keys:
+        if key in EMOTE_METADATA_KEYS:
             raise ConfigurationError(
                 f"{owner}: metadata key '{key}' is written by emote itself; choose another key"
             )
@@ -337,7 +339,6 @@ class PolicyMetadata:
             action_space = space_from_json(json.loads(props[MetadataKey.ACTION_SPACE]))
             if not isinstance(observation_space, DictSpace) or isinstance(action_space, DictSpace):
                 raise FormatError(f"'{source}' has malformed observation or action spaces")
-            known = {str(key) for key in MetadataKey}
             input_names = tuple(json.loads(props[MetadataKey.INPUT_NAMES]))
             mask_key = props.get(MetadataKey.ACTION_MASK_KEY, "")
             profile = ExportProfile(props.get(MetadataKey.PROFILE, ExportProfile.EMOTE))
@@ -376,7 +377,7 @@ class PolicyMetadata:
                 opset=int(props.get(MetadataKey.OPSET, "0")),
                 emote_version=props.get(MetadataKey.EMOTE_VERSION, ""),
                 action_mask_key=mask_key,
-                extra={k: v for k, v in props.items() if k not in known},
+                extra={k: v for k, v in props.items() if k not in EMOTE_METADATA_KEYS},
                 profile=profile,
                 profile_observations=observations,
             )
@@ -392,6 +393,7 @@ __all__ = [
     "ACTION_MASKS_INPUT",
     "ACTION_RESCALE",
     "BATCH_AXIS",
+    "EMOTE_METADATA_KEYS",
     "EPSILON_INPUT",
     "FORMAT_NAME",
     "MAX_POLICY_BYTES",
