@@ -14,7 +14,12 @@ from emote_core.nn.categorical_value import ActionLogitMlp, DiscreteActionLogitM
 from emote_core.nn.curl import CurlLoss
 from emote_core.nn.discriminator import Discriminator
 from emote_core.nn.encoders import Conv1dEncoder, Conv2dEncoder, ImageEncoder, MlpEncoder
-from emote_core.nn.initialization import normal_init_, orthogonal_init_, xavier_uniform_init_
+from emote_core.nn.initialization import (
+    LayerInit,
+    normal_init_,
+    orthogonal_init_,
+    xavier_uniform_init_,
+)
 from emote_core.nn.inputs import flatten_observation, observation_dim
 from emote_core.nn.optim import (
     ModifiedAdamW,
@@ -37,6 +42,7 @@ __all__ = [
     "GaussianPolicyHead",
     "ImageAugmentor",
     "ImageEncoder",
+    "LayerInit",
     "MlpEncoder",
     "ModifiedAdamW",
     "SharedEncoderActionValueNet",

@@ -13,14 +13,13 @@ make that mistake fail at the call (``docs/porting.md``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 
 import torch
 from torch import Tensor, nn
 
 from emote_core.errors import ConfigurationError
 from emote_core.nn.encoders import Activation, MlpEncoder
-from emote_core.nn.initialization import orthogonal_init_
+from emote_core.nn.initialization import LayerInit, init_value_mlp_, layer_init
 from emote_core.utils.checks import positive_int
 
 
@@ -28,16 +27,18 @@ class ActionValueMlp(nn.Module):
     """``Q(s, a)`` for continuous actions: an MLP over the concatenated observation and action.
 
     Its layers start orthogonal (gain sqrt 2, the output layer gain 1) with zero biases, as
-    upstream emote's.
+    upstream emote's, unless ``initialization`` is ``"torch"``.
 
     Args:
         observation_dim: The width of the flattened observation.
         action_dim: The number of action dimensions.
         hidden_dims: The MLP's layer widths.
         activation: Builds the activation after each layer.
+        initialization: How the layers start (:class:`~emote_core.nn.LayerInit`).
 
     Raises:
-        ConfigurationError: If a width is not a positive integer.
+        ConfigurationError: If a width is not a positive integer, or ``initialization`` names
+            no :class:`~emote_core.nn.LayerInit`.
     """
 
     def __init__(
@@ -47,18 +48,17 @@ class ActionValueMlp(nn.Module):
         action_dim: int,
         hidden_dims: Sequence[int] = (256, 256),
         activation: Activation = nn.ReLU,
+        initialization: LayerInit | str = LayerInit.ORTHOGONAL,
     ) -> None:
         super().__init__()
         positive_int("ActionValueMlp", "observation_dim", observation_dim)
         positive_int("ActionValueMlp", "action_dim", action_dim)
+        initialization = layer_init("ActionValueMlp", initialization)
         self.encoder = MlpEncoder(
             input_dim=observation_dim + action_dim, hidden_dims=hidden_dims, activation=activation
         )
         self.final_layer = nn.Linear(self.encoder.output_dim, 1)
-        # Upstream emote's initialisation: orthogonal hidden layers (gain sqrt 2), an orthogonal
-        # output layer of gain 1, zero biases.
-        self.encoder.apply(orthogonal_init_)
-        self.final_layer.apply(partial(orthogonal_init_, gain=1.0))
+        init_value_mlp_(self.encoder, self.final_layer, initialization)
         self.observation_dim = observation_dim
         self.action_dim = action_dim
 
@@ -155,7 +155,7 @@ class StackedActionValueMlp(nn.Module):
     half as many, twice as large kernels, which is what a GPU wants of small networks (LeanRL's
     stacked critics). The members stay independent: member ``m`` computes exactly what an
     :class:`ActionValueMlp` with its weights computes, and gets the gradients that network would.
-    Members start as freshly built :class:`ActionValueMlp` do (orthogonal weights, zero biases).
+    Members start as freshly built :class:`ActionValueMlp` of the same ``initialization`` do.
 
     Args:
         observation_dim: The width of the flattened observation.
@@ -164,10 +164,12 @@ class StackedActionValueMlp(nn.Module):
         members: How many Q networks.
         activation: Builds the activation after each layer (one module, shared by the members:
             it must have no parameters).
+        initialization: How the members' layers start (:class:`~emote_core.nn.LayerInit`).
 
     Raises:
-        ConfigurationError: If a width or ``members`` is not a positive integer, or the
-            activation has parameters.
+        ConfigurationError: If a width or ``members`` is not a positive integer, the
+            activation has parameters, or ``initialization`` names no
+            :class:`~emote_core.nn.LayerInit`.
     """
 
     def __init__(
@@ -178,11 +180,13 @@ class StackedActionValueMlp(nn.Module):
         hidden_dims: Sequence[int] = (256, 256),
         members: int = 2,
         activation: Activation = nn.ReLU,
+        initialization: LayerInit | str = LayerInit.ORTHOGONAL,
     ) -> None:
         super().__init__()
         positive_int("StackedActionValueMlp", "members", members)
         shape = {"observation_dim": observation_dim, "action_dim": action_dim,
-                 "hidden_dims": hidden_dims, "activation": activation}  # fmt: skip
+                 "hidden_dims": hidden_dims, "activation": activation,
+                 "initialization": layer_init("StackedActionValueMlp", initialization)}  # fmt: skip
         networks = [ActionValueMlp(**shape) for _ in range(members)]
         self.activation = activation()
         if any(True for _ in self.activation.parameters()):

@@ -8,13 +8,12 @@ Like the Q networks of :mod:`emote_core.nn.action_value`, the continuous-action 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 
 import torch
 from torch import Tensor, nn
 
 from emote_core.nn.encoders import Activation, MlpEncoder
-from emote_core.nn.initialization import orthogonal_init_
+from emote_core.nn.initialization import LayerInit, init_value_mlp_, layer_init
 from emote_core.utils.checks import int_at_least
 
 
@@ -22,7 +21,8 @@ class ActionLogitMlp(nn.Module):
     """Logits of ``Q(s, a)``'s histogram for continuous actions: ``(B, num_bins)``.
 
     An MLP over the concatenated observation and action, initialised as
-    :class:`~emote_core.nn.ActionValueMlp` is (orthogonal, output gain 1, zero biases).
+    :class:`~emote_core.nn.ActionValueMlp` is (orthogonal, output gain 1, zero biases, unless
+    ``initialization`` is ``"torch"``).
 
     Args:
         observation_dim: The width of the flattened observation.
@@ -30,9 +30,11 @@ class ActionLogitMlp(nn.Module):
         num_bins: The number of bins (at least 2).
         hidden_dims: The MLP's layer widths.
         activation: Builds the activation after each layer.
+        initialization: How the layers start (:class:`~emote_core.nn.LayerInit`).
 
     Raises:
-        ConfigurationError: If a width is not a positive integer or there are fewer than 2 bins.
+        ConfigurationError: If a width is not a positive integer, there are fewer than 2 bins,
+            or ``initialization`` names no :class:`~emote_core.nn.LayerInit`.
     """
 
     def __init__(
@@ -43,17 +45,18 @@ class ActionLogitMlp(nn.Module):
         num_bins: int,
         hidden_dims: Sequence[int] = (256, 256),
         activation: Activation = nn.ReLU,
+        initialization: LayerInit | str = LayerInit.ORTHOGONAL,
     ) -> None:
         super().__init__()
         int_at_least("ActionLogitMlp", "observation_dim", observation_dim, 1)
         int_at_least("ActionLogitMlp", "action_dim", action_dim, 1)
         int_at_least("ActionLogitMlp", "num_bins", num_bins, 2)
+        initialization = layer_init("ActionLogitMlp", initialization)
         self.encoder = MlpEncoder(
             input_dim=observation_dim + action_dim, hidden_dims=hidden_dims, activation=activation
         )
         self.final_layer = nn.Linear(self.encoder.output_dim, num_bins)
-        self.encoder.apply(orthogonal_init_)
-        self.final_layer.apply(partial(orthogonal_init_, gain=1.0))
+        init_value_mlp_(self.encoder, self.final_layer, initialization)
         self.observation_dim = observation_dim
         self.action_dim = action_dim
         self.num_bins = num_bins

@@ -11,10 +11,50 @@ Pass other gains or scales with :func:`functools.partial`::
 from __future__ import annotations
 
 import math
+from enum import StrEnum
+from functools import partial
 
 from torch import nn
 
+from emote_core.errors import ConfigurationError
+
 _LAYERS = (nn.Linear, nn.modules.conv._ConvNd)
+
+
+class LayerInit(StrEnum):
+    """How a network's linear layers start (a family's ``initialization`` recipe key)."""
+
+    ORTHOGONAL = "orthogonal"
+    """Upstream emote's: orthogonal weights (gain ``sqrt 2`` on hidden layers; each network
+    says its output layer's), zero biases."""
+    TORCH = "torch"
+    """PyTorch's own defaults for each layer (Kaiming-uniform weights and uniform biases), as
+    d3rlpy's and CORL's networks start."""
+
+
+def layer_init(owner: str, value: LayerInit | str) -> LayerInit:
+    """``value`` as a :class:`LayerInit`.
+
+    Raises:
+        ConfigurationError: If it names none, saying which ``owner`` was given it.
+    """
+    try:
+        return LayerInit(value)
+    except ValueError:
+        choices = ", ".join(repr(str(choice)) for choice in LayerInit)
+        raise ConfigurationError(
+            f"{owner}: initialization must be one of {choices}; got {value!r}"
+        ) from None
+
+
+def init_value_mlp_(hidden: nn.Module, output: nn.Module, initialization: LayerInit) -> None:
+    """Starts a value network's ``hidden`` layers and ``output`` layer as ``initialization``
+    says: for :attr:`LayerInit.ORTHOGONAL` orthogonal hidden layers of gain ``sqrt 2``, an
+    orthogonal output layer of gain 1 and zero biases; for :attr:`LayerInit.TORCH` as PyTorch
+    built them (unchanged)."""
+    if initialization is LayerInit.ORTHOGONAL:
+        hidden.apply(orthogonal_init_)
+        output.apply(partial(orthogonal_init_, gain=1.0))
 
 
 def _is_layer(module: nn.Module) -> bool:
@@ -84,4 +124,11 @@ def normal_init_(module: nn.Module, *, std: float | None = None, mean: float = 0
         _zero_bias(module)
 
 
-__all__ = ["normal_init_", "orthogonal_init_", "xavier_uniform_init_"]
+__all__ = [
+    "LayerInit",
+    "init_value_mlp_",
+    "layer_init",
+    "normal_init_",
+    "orthogonal_init_",
+    "xavier_uniform_init_",
+]

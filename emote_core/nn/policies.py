@@ -18,7 +18,12 @@ from torch import Tensor, nn
 
 from emote_core.errors import ConfigurationError
 from emote_core.nn.encoders import Activation, MlpEncoder
-from emote_core.nn.initialization import orthogonal_init_, xavier_uniform_init_
+from emote_core.nn.initialization import (
+    LayerInit,
+    layer_init,
+    orthogonal_init_,
+    xavier_uniform_init_,
+)
 from emote_core.utils.checks import positive_int
 
 _HALF_LOG_TWO_PI = 0.5 * math.log(2.0 * math.pi)
@@ -152,6 +157,12 @@ class GaussianPolicy(BasePolicy):
             the Q losses train).
         log_std_min: The smallest log standard deviation.
         log_std_max: The largest log standard deviation.
+        initialization: How the hidden layers and the head start
+            (:class:`~emote_core.nn.LayerInit`): upstream emote's orthogonal hidden layers and
+            near-zero head, or PyTorch's defaults. The given encoder keeps its own.
+
+    Raises:
+        ConfigurationError: If ``initialization`` names no :class:`~emote_core.nn.LayerInit`.
     """
 
     def __init__(
@@ -165,8 +176,10 @@ class GaussianPolicy(BasePolicy):
         detach_encoder: bool = False,
         log_std_min: float = -20.0,
         log_std_max: float = 2.0,
+        initialization: LayerInit | str = LayerInit.ORTHOGONAL,
     ) -> None:
         super().__init__()
+        initialization = layer_init("GaussianPolicy", initialization)
         self.encoder = encoder
         self.hidden = MlpEncoder(
             input_dim=encoder_output_dim, hidden_dims=hidden_dims, activation=activation
@@ -175,11 +188,12 @@ class GaussianPolicy(BasePolicy):
             hidden_dim=self.hidden.output_dim, action_dim=action_dim,
             log_std_min=log_std_min, log_std_max=log_std_max,
         )  # fmt: skip
-        # Upstream emote's initialisation: orthogonal hidden layers (gain sqrt 2) and a head with
-        # Xavier-uniform weights of gain 0.01, so the first actions are near tanh(0) with small
-        # spread. The given encoder keeps its own initialisation.
-        self.hidden.apply(orthogonal_init_)
-        self.head.apply(partial(xavier_uniform_init_, gain=0.01))
+        if initialization is LayerInit.ORTHOGONAL:
+            # Upstream emote's: orthogonal hidden layers (gain sqrt 2) and a head with
+            # Xavier-uniform weights of gain 0.01, so the first actions are near tanh(0) with a
+            # standard deviation near 1.
+            self.hidden.apply(orthogonal_init_)
+            self.head.apply(partial(xavier_uniform_init_, gain=0.01))
         self.action_dim = action_dim
         self.detach_encoder = detach_encoder
 
@@ -226,6 +240,10 @@ class GaussianMlpPolicy(GaussianPolicy):
         activation: Builds the activation after each layer.
         log_std_min: The smallest log standard deviation.
         log_std_max: The largest log standard deviation.
+        initialization: How the layers start (:class:`~emote_core.nn.LayerInit`).
+
+    Raises:
+        ConfigurationError: If ``initialization`` names no :class:`~emote_core.nn.LayerInit`.
     """
 
     def __init__(
@@ -237,11 +255,12 @@ class GaussianMlpPolicy(GaussianPolicy):
         activation: Activation = nn.ReLU,
         log_std_min: float = -20.0,
         log_std_max: float = 2.0,
+        initialization: LayerInit | str = LayerInit.ORTHOGONAL,
     ) -> None:
         super().__init__(
             encoder=nn.Identity(), encoder_output_dim=observation_dim, action_dim=action_dim,
             hidden_dims=hidden_dims, activation=activation, log_std_min=log_std_min,
-            log_std_max=log_std_max,
+            log_std_max=log_std_max, initialization=initialization,
         )  # fmt: skip
         self.observation_dim = observation_dim
 

@@ -32,6 +32,7 @@ from emote_core.algorithms.registry import (
 from emote_core.algorithms.sac import AlphaLoss, PolicyLoss, SacConfig, SacNetworks
 from emote_core.algorithms.sac import QTarget as SacQTarget
 from emote_core.algorithms.sac.family import SoftActorCritic, gaussian_agent, gaussian_policy_graph
+from emote_core.nn import LayerInit
 from emote_core.onnx.graph import PolicyGraph
 from emote_core.spaces import DiscreteSpace, MDPSpace
 from emote_core.utils.checks import (
@@ -75,6 +76,10 @@ class CqlConfig:
     """Gradient norm clip of every loss."""
     target_update_interval: int = 500
     """Discrete actions: updates between copies of the Q network into its target."""
+    initialization: LayerInit = LayerInit.TORCH
+    """Box actions: how the policy's and Q networks' layers start, ``torch`` (PyTorch's
+    defaults, as d3rlpy's CQL) or ``orthogonal`` (SAC's, upstream emote's). The discrete Q
+    network always starts with PyTorch's, as DQN's."""
 
 
 @register_algorithm
@@ -112,7 +117,8 @@ class ConservativeQLearning(AlgorithmFamily):
     def make_networks(self, config: CqlConfig, context: BuildContext) -> Networks:
         if isinstance(context.spaces.actions, DiscreteSpace):
             return DoubleDQN().make_networks(self._dqn_config(config), context)
-        return SoftActorCritic().make_networks(SacConfig(hidden_dims=config.hidden_dims), context)
+        sac = SacConfig(hidden_dims=config.hidden_dims, initialization=config.initialization)
+        return SoftActorCritic().make_networks(sac, context)
 
     @staticmethod
     def _dqn_config(config: CqlConfig) -> DqnConfig:

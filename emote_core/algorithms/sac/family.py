@@ -32,6 +32,7 @@ from emote_core.nn import (
     ActionValueMlp,
     GaussianMlpPolicy,
     GaussianPolicy,
+    LayerInit,
     SharedEncoderActionValueNet,
     StackedActionValueMlp,
     observation_dim,
@@ -87,6 +88,9 @@ class SacConfig:
     """Both Q networks in one module of stacked weights, trained by one loss (``q``) with one
     optimizer: the same learning, in half as many (twice as large) kernels, for GPUs. MLP
     regression critics only (``critic = "mse"``, ``encoder = "mlp"``)."""
+    initialization: LayerInit = LayerInit.ORTHOGONAL
+    """How the policy's and the Q networks' layers start: ``orthogonal`` (upstream emote's) or
+    ``torch`` (PyTorch's defaults, as d3rlpy's). A ``conv`` image encoder keeps its own."""
 
 
 @dataclass
@@ -186,7 +190,7 @@ class SoftActorCritic(AlgorithmFamily):
             features = encoder.output_dim
             policy: nn.Module = GaussianPolicy(
                 encoder=encoder, encoder_output_dim=features, action_dim=action_dim,
-                hidden_dims=hidden, detach_encoder=True,
+                hidden_dims=hidden, detach_encoder=True, initialization=config.initialization,
             )  # fmt: skip
             q1, q2 = (
                 SharedEncoderActionValueNet(
@@ -200,12 +204,14 @@ class SoftActorCritic(AlgorithmFamily):
         else:
             obs_dim = observation_dim(context.spaces)
             policy = GaussianMlpPolicy(
-                observation_dim=obs_dim, action_dim=action_dim, hidden_dims=hidden
-            )
+                observation_dim=obs_dim, action_dim=action_dim, hidden_dims=hidden,
+                initialization=config.initialization,
+            )  # fmt: skip
             if config.stacked_q:  # the same initial weights as q1 and q2 built one by one
                 critics = StackedActionValueMlp(
-                    observation_dim=obs_dim, action_dim=action_dim, hidden_dims=hidden
-                ).to(context.device)
+                    observation_dim=obs_dim, action_dim=action_dim, hidden_dims=hidden,
+                    initialization=config.initialization,
+                ).to(context.device)  # fmt: skip
                 return SacNetworks(
                     policy=policy.to(context.device), q1=None, q2=None,
                     ln_alpha=torch.zeros(1, device=context.device, requires_grad=True),
@@ -230,10 +236,13 @@ class SoftActorCritic(AlgorithmFamily):
             table = config.hl_gauss
             logit_net = ActionLogitMlp(
                 observation_dim=obs_dim, action_dim=action_dim, num_bins=table.num_bins,
-                hidden_dims=hidden,
+                hidden_dims=hidden, initialization=config.initialization,
             )  # fmt: skip
             return QNet(logit_net, table.min_value, table.max_value)
-        return ActionValueMlp(observation_dim=obs_dim, action_dim=action_dim, hidden_dims=hidden)
+        return ActionValueMlp(
+            observation_dim=obs_dim, action_dim=action_dim, hidden_dims=hidden,
+            initialization=config.initialization,
+        )  # fmt: skip
 
     def training_parts(
         self, config: SacConfig, networks: SacNetworks, context: BuildContext
