@@ -78,7 +78,8 @@ emote's gymnasium)."""
 @nox.session(python="3.11")
 def bench_offline(session: nox.Session) -> None:
     """The offline families against d3rlpy (benchmarks/offline_bench.py) on Pendulum datasets
-    that benchmarks/offline_datasets.py makes once; arguments go to offline_bench.py.
+    that benchmarks/offline_datasets.py makes once, then where each side's update time goes
+    (benchmarks/offline_profile.py); arguments go to offline_bench.py.
 
     d3rlpy goes into a folder of this session's virtualenv that only the benchmark's d3rlpy
     processes put on their PYTHONPATH.
@@ -92,3 +93,6 @@ def bench_offline(session: nox.Session) -> None:
                     "--out", str(datasets))  # fmt: skip
     session.run("python", "benchmarks/offline_bench.py", "--datasets", str(datasets),
                 "--d3rlpy-path", str(target), *session.posargs)  # fmt: skip
+    for family in ("bc", "iql", "cql"):  # where each side's update time goes
+        session.run("python", "benchmarks/offline_profile.py", "--family", family,
+                    "--d3rlpy-path", str(target))  # fmt: skip

@@ -1,0 +1,209 @@
+"""Where one CPU thread's time goes in an offline family's update, emote's and d3rlpy's side by
+side: milliseconds per update, and how many of them the matrix products take.
+
+It bounds what any rewrite could gain: the matrix products are the arithmetic the algorithm
+asks for (both libraries run the same ones), so a side whose total is T and whose products take
+M per update can never be more than ``T_other / M`` times faster than the other side.
+
+Both sides train on one fixed random batch of LunarLanderContinuous's shapes (8 observation
+values, 2 actions) with the family's ``*_lunar_lander_continuous`` recipe settings and the same
+d3rlpy config as ``offline_bench.py``; d3rlpy runs in a child process (emote's never imports it).
+
+    python benchmarks/offline_profile.py --family cql --d3rlpy-path DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from offline_bench import ONE_THREAD, d3rlpy_config
+
+OBSERVATION_DIM = 8
+ACTION_DIM = 2
+MATRIX_PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+WARM_UP = 5
+
+
+def profiled(step: Any, updates: int) -> dict[str, float]:
+    """Runs ``step()`` (one update) WARM_UP times, then ``updates`` times timed and profiled;
+    returns ``{ms_per_update, matmul_ms_per_update}``."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(WARM_UP):
+        step()
+    started = time.perf_counter()
+    for _ in range(updates):
+        step()
+    total = (time.perf_counter() - started) / updates
+    with profile(activities=[ProfilerActivity.CPU]) as recorded:
+        for _ in range(updates):
+            step()
+    averages = recorded.key_averages()
+    products = sum(e.self_cpu_time_total for e in averages if e.key in MATRIX_PRODUCTS)
+    everything = sum(e.self_cpu_time_total for e in averages)
+    del torch
+    # The profiler's own overhead inflates its total; its share of products is what is kept.
+    return {
+        "ms_per_update": 1e3 * total,
+        "matmul_ms_per_update": 1e3 * total * products / everything,
+    }
+
+
+def batch_arrays(batch_size: int, seed: int = 0) -> dict[str, Any]:
+    import numpy as np
+
+    generator = np.random.default_rng(seed)
+    observations = generator.normal(size=(2, batch_size, OBSERVATION_DIM)).astype(np.float32)
+    return {
+        "observations": observations[0],
+        "next_observations": observations[1],
+        "actions": generator.uniform(-1, 1, (batch_size, ACTION_DIM)).astype(np.float32),
+        "rewards": generator.normal(size=(batch_size, 1)).astype(np.float32),
+    }  # fmt: skip
+
+
+def emote_profile(family_name: str, batch_size: int, updates: int) -> dict[str, float]:
+    """emote's update, run by its Trainer over the family's callbacks."""
+    import numpy as np
+    import torch
+
+    from emote_core.algorithms.registry import BuildContext, get_algorithm
+    from emote_core.recipes import load_recipe
+    from emote_core.spaces import BoxSpace, DictSpace, MDPSpace
+    from emote_core.trainer import StateDict
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    f32 = np.dtype("float32")
+    spaces = MDPSpace(
+        rewards=BoxSpace(dtype=f32, shape=(1,)),
+        actions=BoxSpace(dtype=f32, shape=(ACTION_DIM,), low=-1.0, high=1.0),
+        state=DictSpace(spaces={"obs": BoxSpace(dtype=f32, shape=(OBSERVATION_DIM,))}),
+    )
+    family = get_algorithm(family_name)
+    config = load_recipe(f"{family_name}_lunar_lander_continuous").config
+    context = BuildContext(spaces=spaces, device=torch.device("cpu"))
+    networks = family.make_networks(config, context)
+    callbacks = family.training_parts(config, networks, context).callbacks
+    arrays = {k: torch.from_numpy(v) for k, v in batch_arrays(batch_size).items()}
+    batch = {
+        "default": {
+            "observation": {"obs": arrays["observations"]},
+            "next_observation": {"obs": arrays["next_observations"]},
+            "actions": arrays["actions"], "rewards": arrays["rewards"],
+            "masks": torch.ones(batch_size, 1),
+        },
+        "batch_size": batch_size,
+    }  # fmt: skip
+
+    # One update as the Trainer runs it: every callback's begin_batch, backward and end_batch in
+    # order, each merging what it returns into the state the next one reads.
+    state = StateDict(bp_step=0, bp_samples=0)
+    order = sorted(callbacks, key=lambda c: c.order)
+    hooks = [
+        (h, [c for c in order if c.overrides(h)]) for h in ("begin_batch", "backward", "end_batch")
+    ]
+
+    def step() -> None:
+        state["bp_step"] += 1
+        state.merge(batch)
+        for hook, implementers in hooks:
+            for callback in implementers:
+                result = callback.call_hook(hook, state)
+                if result:
+                    state.merge(result)
+
+    return profiled(step, updates)
+
+
+def d3rlpy_worker(family_name: str, batch_size: int, updates: int) -> None:
+    """d3rlpy's update on the same batch; prints the profile as one JSON line."""
+    import d3rlpy
+    import numpy as np
+    import torch
+    from d3rlpy.dataset import TransitionMiniBatch
+    from d3rlpy.models.encoders import VectorEncoderFactory
+
+    from emote_core.recipes import load_recipe
+
+    torch.set_num_threads(1)
+    d3rlpy.seed(0)
+    table = __import__("dataclasses").asdict(
+        load_recipe(f"{family_name}_lunar_lander_continuous").config
+    )
+    spec = d3rlpy_config(family_name, table, batch_size)
+    encoders = {k: VectorEncoderFactory(hidden_units=v) for k, v in spec["encoders"].items()}
+    optimizers = {
+        name: d3rlpy.optimizers.AdamFactory(clip_grad_norm=norm)
+        for name, norm in spec.get("clipped_optimizers", {}).items()
+    }
+    algo = getattr(d3rlpy.algos, spec["class"])(**spec["kwargs"], **encoders, **optimizers)
+    algo = algo.create("cpu:0")
+    arrays = batch_arrays(batch_size)
+    algo.create_impl((OBSERVATION_DIM,), ACTION_DIM)
+    batch = TransitionMiniBatch(
+        observations=arrays["observations"], actions=arrays["actions"],
+        rewards=arrays["rewards"], next_observations=arrays["next_observations"],
+        next_actions=arrays["actions"], terminals=np.zeros((batch_size, 1), np.float32),
+        intervals=np.ones((batch_size, 1), np.float32), transitions=[],
+    )  # fmt: skip
+    print(json.dumps(profiled(lambda: algo.update(batch), updates)))
+
+
+def d3rlpy_profile(args: argparse.Namespace) -> dict[str, float]:
+    command = [sys.executable, __file__, "--family", args.family, "--batch-size",
+               str(args.batch_size), "--updates", str(args.updates), "--d3rlpy-worker"]  # fmt: skip
+    paths = [str(args.d3rlpy_path), *filter(None, [os.environ.get("PYTHONPATH")])]
+    result = subprocess.run(
+        command, env=os.environ | ONE_THREAD | {"PYTHONPATH": os.pathsep.join(paths)},
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if result.returncode != 0:
+        raise SystemExit(f"d3rlpy's profile failed: {result.stderr.strip()[-2000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--family", choices=("bc", "iql", "cql"), default="cql")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--updates", type=int, default=20, help="Updates timed, and profiled.")
+    parser.add_argument(
+        "--d3rlpy-path", type=Path, default=None,
+        help="d3rlpy's install folder (pip install --target); none: emote only.",
+    )  # fmt: skip
+    parser.add_argument("--d3rlpy-worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.d3rlpy_worker:
+        d3rlpy_worker(args.family, args.batch_size, args.updates)
+        return
+    os.environ.update(ONE_THREAD)
+    sides = {"emote": emote_profile(args.family, args.batch_size, args.updates)}
+    if args.d3rlpy_path is not None:
+        sides["d3rlpy"] = d3rlpy_profile(args)
+    print(f"{args.family}, batch {args.batch_size}, one thread, {args.updates} updates")
+    print(f"{'side':<8} {'ms/update':>10} {'matmul ms':>10} {'matmul share':>13}")
+    for side, figures in sides.items():
+        total, products = figures["ms_per_update"], figures["matmul_ms_per_update"]
+        print(f"{side:<8} {total:>10.1f} {products:>10.1f} {100 * products / total:>12.0f}%")
+    if "d3rlpy" in sides:
+        emote, d3 = sides["emote"], sides["d3rlpy"]
+        print(f"emote's speed over d3rlpy's: {d3['ms_per_update'] / emote['ms_per_update']:.2f}x; "
+              f"with nothing but its matrix products left: at most "
+              f"{d3['ms_per_update'] / emote['matmul_ms_per_update']:.2f}x")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
