@@ -7,7 +7,8 @@ For one environment (``--env``, mapped to its SAC recipe) it writes, under ``--o
 - ``expert.zarr``: the same number from a SAC run trained to the recipe's budget (``runs/expert``);
 - ``medium.zarr``: from a second SAC run (same recipe and seed) stopped at the update count whose
   evaluation in the expert run scored nearest a third of the way from random to expert
-  (normalised score ~33, D4RL's "medium"), read from the expert run's evaluations;
+  (normalised score ~33, D4RL's "medium"), read from the expert run's evaluations before its
+  last (which is the expert itself);
 - ``medium_replay.zarr``: every episode the medium run saw while training (its
   ``memory_export`` store, warm-up included), copied with ``emote memory convert``;
 - ``medium_expert.zarr``: the medium episodes, then the expert episodes, in one store;
@@ -21,6 +22,9 @@ D4RL sampled from its SAC policies. The reference returns are the mean episode r
 score. Training runs on the CPU with one thread (``OMP_NUM_THREADS=1``, ``--threads 1``).
 
     python benchmarks/offline_datasets.py --env pendulum --out datasets/pendulum --episodes 50
+
+``--resume`` keeps the expert stage an interrupted call finished in ``--out`` (``random.zarr``,
+``runs/expert``, ``expert.zarr``) and makes the rest.
 """
 
 from __future__ import annotations
@@ -82,8 +86,10 @@ def choose_medium(
     random: float,
     expert: float,
     target: float = MEDIUM_SCORE,
+    before: int | None = None,
 ) -> MediumChoice:
-    """The evaluation whose normalised score is nearest ``target`` (the earliest of equals).
+    """The evaluation whose normalised score is nearest ``target`` (the earliest of equals),
+    among those before ``before`` updates.
 
     Args:
         updates: The update count of each evaluation of the expert run.
@@ -91,10 +97,13 @@ def choose_medium(
         random: The random policy's mean return (score 0).
         expert: The expert's mean return (score 100).
         target: The normalised score sought.
+        before: Only evaluations at fewer updates count (the expert run's budget: its last
+            evaluation is of the expert policy itself, which a dip in a noisy evaluation can
+            put nearest the target); ``None``: all.
 
     Raises:
-        ValueError: If there is no evaluation, the two lists differ in length, or an update
-            count is not positive.
+        ValueError: If there is no evaluation (before ``before``), the two lists differ in
+            length, or an update count is not positive.
     """
     if not updates or len(updates) != len(returns):
         raise ValueError(
@@ -106,7 +115,10 @@ def choose_medium(
     scored = sorted(
         (abs(normalised_score(r, random, expert) - target), int(u), float(r))
         for u, r in zip(updates, returns, strict=True)
+        if before is None or u < before
     )
+    if not scored:
+        raise ValueError(f"the expert run logged no evaluation before update {before}")
     _, chosen, mean_return = scored[0]
     return MediumChoice(chosen, mean_return, normalised_score(mean_return, random, expert))
 
@@ -219,10 +231,16 @@ def make_datasets(args: argparse.Namespace) -> dict[str, Any]:
     recipe = sac_recipe(args.env)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    taken = [name for name in (*DATASETS, "runs") if (out / _store(name)).exists()]
-    if taken:
-        raise SystemExit(f"{out} already holds {', '.join(taken)}; pass an empty --out folder")
     budget = args.expert_steps or load_recipe(recipe).training.bp_steps
+    if args.resume:
+        check_expert_stage(out, budget)
+    else:
+        taken = [name for name in (*DATASETS, "runs") if (out / _store(name)).exists()]
+        if taken:
+            raise SystemExit(
+                f"{out} already holds {', '.join(taken)}; pass an empty --out folder (or "
+                "--resume one whose expert stage is done)"
+            )
     interval = max(budget // EVALUATIONS_PER_RUN, 1)
     emote = Commands(out)
     n, seed = str(args.episodes), str(args.seed)
@@ -231,17 +249,22 @@ def make_datasets(args: argparse.Namespace) -> dict[str, Any]:
                 "--set", f"eval.interval={interval}")  # fmt: skip
     collect = ("--episodes", n, "--seed", seed, "--device", "cpu")
 
-    emote("collect", recipe, "--out", "random.zarr", *collect)
-    expert_run = emote("train", recipe, "--run-dir", "runs/expert", "--steps", str(budget),
-                       *training)  # fmt: skip
-    emote("collect", recipe, "--policy", "runs/expert", "--out", "expert.zarr", *collect)
+    if not args.resume:
+        emote("collect", recipe, "--out", "random.zarr", *collect)
+        emote("train", recipe, "--run-dir", "runs/expert", "--steps", str(budget), *training)
+        emote("collect", recipe, "--policy", "runs/expert", "--out", "expert.zarr", *collect)
     random_return = statistics.fmean(episode_returns(out / "random.zarr"))
     expert_return = statistics.fmean(episode_returns(out / "expert.zarr"))
 
     updates, returns = evaluations(out / "runs" / "expert")
-    medium = choose_medium(updates, returns, random=random_return, expert=expert_return)
+    medium = choose_medium(
+        updates, returns, random=random_return, expert=expert_return, before=budget
+    )
+    # On --resume, runs/medium may hold an interrupted medium run: --force starts it over,
+    # removing only the files that run recorded writing.
+    again = ("--force",) if (out / "runs" / "medium").exists() else ()
     medium_run = emote("train", recipe, "--run-dir", "runs/medium", "--steps", str(medium.updates),
-                       *training, "--set", "memory.store_episodes=true")  # fmt: skip
+                       *training, "--set", "memory.store_episodes=true", *again)  # fmt: skip
     emote("collect", recipe, "--policy", "runs/medium", "--out", "medium.zarr", *collect)
     emote("memory", "convert", "runs/medium/memory_export", "medium_replay.zarr")
     emote("collect", recipe, "--policy", "runs/medium", "--out", "medium_expert.zarr", *collect)
@@ -262,7 +285,8 @@ def make_datasets(args: argparse.Namespace) -> dict[str, Any]:
         "episodes_per_dataset": args.episodes,
         "collection": "sampled from each policy (emote collect), as D4RL did",
         "reference_returns": {"random": random_return, "expert": expert_return, "source": source},
-        "expert_run": {"updates": budget, "evaluation": expert_run.get("evaluation")},
+        "expert_run": {"updates": budget, "last_evaluation": returns[-1]},
+        "resumed": args.resume,
         "medium_run": {
             "updates": medium.updates,
             "expert_run_evaluation": {
@@ -277,6 +301,32 @@ def make_datasets(args: argparse.Namespace) -> dict[str, Any]:
     }
     (out / "datasets.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return report
+
+
+def check_expert_stage(out: Path, budget: int) -> None:
+    """Checks that ``out`` holds a finished expert stage (``random.zarr``, ``runs/expert``
+    evaluated at ``budget`` updates, ``expert.zarr``) and nothing after it.
+
+    Raises:
+        SystemExit: If it does not, saying what is missing or already there.
+    """
+    missing = [name for name in ("random.zarr", "runs/expert", "expert.zarr")
+               if not (out / name).exists()]  # fmt: skip
+    if missing:
+        raise SystemExit(
+            f"--resume needs a finished expert stage; {out} lacks {', '.join(missing)}"
+        )
+    later = [_store(name) for name in DATASETS if name not in ("random", "expert")]
+    later = [name for name in (*later, "datasets.json") if (out / name).exists()]
+    if later:
+        raise SystemExit(f"{out} already holds {', '.join(later)}: its medium stage ran")
+    updates, _ = evaluations(out / "runs" / "expert")
+    if not updates or max(updates) != budget:
+        reached = max(updates) if updates else 0
+        raise SystemExit(
+            f"{out / 'runs' / 'expert'} was last evaluated at {reached} updates, not at the "
+            f"expert budget {budget} (--expert-steps)"
+        )
 
 
 def _store(name: str) -> str:
@@ -311,6 +361,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--expert-steps", type=int, default=None,
         help="Updates of the expert run (default: the SAC recipe's bp_steps).",
+    )  # fmt: skip
+    parser.add_argument(
+        "--resume", action="store_true",
+        help="Keep the expert stage (random.zarr, runs/expert, expert.zarr) an earlier call left "
+        "in --out and make the rest.",
     )  # fmt: skip
     args = parser.parse_args(argv)
     if args.episodes < 1:
