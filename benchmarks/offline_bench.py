@@ -398,11 +398,24 @@ def summarise(results: list[Result], datasets: Sequence[str]) -> list[dict[str, 
                     }  # fmt: skip
             if not sides:
                 continue
-            ratio = None
+            ratio = z = None
             if "emote" in sides and "d3rlpy" in sides:
                 ratio = sides["emote"]["updates_per_second"] / sides["d3rlpy"]["updates_per_second"]
-            rows.append({"dataset": dataset, "family": family, **sides, "speed_ratio": ratio})
+                z = difference_z(sides["emote"]["scores"], sides["d3rlpy"]["scores"])
+            rows.append({"dataset": dataset, "family": family, **sides, "speed_ratio": ratio,
+                         "difference_z": z})  # fmt: skip
     return rows
+
+
+def difference_z(mine: Sequence[float], theirs: Sequence[float]) -> float | None:
+    """``(mean(mine) - mean(theirs))`` over the standard error of that difference (Welch's);
+    ``|z| <= 2`` is within noise. ``None`` with fewer than two seeds a side or no spread."""
+    if len(mine) < 2 or len(theirs) < 2:
+        return None
+    error = math.sqrt(
+        statistics.variance(mine) / len(mine) + statistics.variance(theirs) / len(theirs)
+    )
+    return (statistics.fmean(mine) - statistics.fmean(theirs)) / error if error > 0 else None
 
 
 def print_table(rows: list[dict[str, Any]], jobs: int) -> None:
@@ -414,14 +427,16 @@ def print_table(rows: list[dict[str, Any]], jobs: int) -> None:
 
     print(f"{'dataset':<14} {'family':<6} {'updates':>7} {'emote score':>15} "
           f"{'d3rlpy score':>15} {'emote upd/s':>11} {'d3rlpy upd/s':>12} "
-          f"{'ratio':>6}")  # fmt: skip
+          f"{'ratio':>6} {'z':>5}")  # fmt: skip
     for row in rows:
         emote, d3 = row.get("emote"), row.get("d3rlpy")
         ratio = f"{row['speed_ratio']:.2f}" if row["speed_ratio"] else "-"
+        z = f"{row['difference_z']:.1f}" if row.get("difference_z") is not None else "-"
         print(f"{row['dataset']:<14} {row['family']:<6} {(emote or d3)['updates']:>7} "
               f"{score(emote):>15} {score(d3):>15} {rate(emote):>11} {rate(d3):>12} "
-              f"{ratio:>6}")  # fmt: skip
-    print("scores: normalised (0 = random, 100 = expert), mean ± sample std over seeds")
+              f"{ratio:>6} {z:>5}")  # fmt: skip
+    print("scores: normalised (0 = random, 100 = expert), mean ± sample std over seeds; z: the "
+          "score difference over its standard error, |z| <= 2 within noise")  # fmt: skip
     if jobs > 1:
         print(f"updates/s measured with --jobs {jobs}: {jobs} trainings shared the machine")
 

@@ -1,5 +1,5 @@
-"""benchmarks/offline_datasets.py: which policy becomes "medium", and what ``--resume`` keeps
-and refuses."""
+"""The offline benchmarks' own logic: which policy offline_datasets.py makes "medium", what its
+``--resume`` refuses, and how offline_bench.py judges a score difference against noise."""
 
 from __future__ import annotations
 
@@ -9,16 +9,30 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "offline_datasets.py"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-@pytest.fixture(scope="module")
-def datasets():
-    spec = importlib.util.spec_from_file_location("offline_datasets", SCRIPT)
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def datasets():
+    return load("offline_datasets")
+
+
+def test_a_score_difference_is_measured_in_standard_errors_of_the_difference():
+    bench = load("offline_bench")
+    # Means 2 and 0; standard error sqrt(1/3 + 1/3).
+    assert bench.difference_z([1.0, 2.0, 3.0], [-1.0, 0.0, 1.0]) == pytest.approx(
+        2 / (2 / 3) ** 0.5
+    )
+    assert bench.difference_z([1.0], [0.0, 1.0]) is None  # one seed: no spread to judge by
+    assert bench.difference_z([1.0, 1.0], [0.0, 0.0]) is None
 
 
 def test_medium_is_the_evaluation_nearest_a_third_of_the_way_before_the_expert_itself(datasets):
