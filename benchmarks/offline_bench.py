@@ -282,24 +282,50 @@ def write_transitions(store: Path, destination: Path) -> dict[str, int]:
     return {"episodes": episodes, "transitions": transitions, "terminal_episodes": terminal}
 
 
-def d3rlpy_job(job: Job, args: argparse.Namespace, spec: dict[str, Any], log: list[str]) -> Result:
-    request = args.work / f"d3rlpy-{job.family}-{job.dataset}-s{job.seed}.json"
-    request.write_text(json.dumps(spec | {"seed": job.seed, "updates": job.updates}), "utf-8")
-    command = [sys.executable, __file__, "--d3rlpy-worker", str(request)]
-    log.append(shlex.join([f"PYTHONPATH={args.d3rlpy_path}", "python", *command[1:]]))
-    paths = [str(args.d3rlpy_path), *filter(None, [os.environ.get("PYTHONPATH")])]
+def run_d3rlpy_child(command: list[str], d3rlpy_path: Path, *, what: str) -> dict[str, Any]:
+    """Runs ``command`` with one thread and d3rlpy's folder on its ``PYTHONPATH``; returns the
+    JSON its last line prints.
+
+    Raises:
+        RuntimeError: If it fails, with the end of what it wrote to stderr.
+    """
+    paths = [str(d3rlpy_path), *filter(None, [os.environ.get("PYTHONPATH")])]
     result = subprocess.run(
         command, env=os.environ | ONE_THREAD | {"PYTHONPATH": os.pathsep.join(paths)},
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     if result.returncode != 0:
-        raise RuntimeError(f"d3rlpy {job} failed: {result.stderr.strip()[-2000:]}")
-    answer = json.loads(result.stdout.strip().splitlines()[-1])
+        raise RuntimeError(f"{what} failed: {result.stderr.strip()[-2000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def d3rlpy_job(job: Job, args: argparse.Namespace, spec: dict[str, Any], log: list[str]) -> Result:
+    request = args.work / f"d3rlpy-{job.family}-{job.dataset}-s{job.seed}.json"
+    request.write_text(json.dumps(spec | {"seed": job.seed, "updates": job.updates}), "utf-8")
+    command = [sys.executable, __file__, "--d3rlpy-worker", str(request)]
+    log.append(shlex.join([f"PYTHONPATH={args.d3rlpy_path}", "python", *command[1:]]))
+    answer = run_d3rlpy_child(command, args.d3rlpy_path, what=f"d3rlpy {job}")
     random, expert = reference_scale(args.datasets / f"{job.dataset}.zarr")
     score = 100.0 * (answer["mean_return"] - random) / (expert - random)
     seconds = answer["seconds"]
     extra = {"threads": answer["threads"], "config": answer["config"]}
     return Result(job, score, answer["mean_return"], job.updates / seconds, seconds, extra)
+
+
+def d3rlpy_algorithm(config: dict[str, Any]) -> Any:
+    """The d3rlpy algorithm (on the CPU) that a :func:`d3rlpy_config` describes; in a d3rlpy
+    child process only."""
+    import d3rlpy
+    from d3rlpy.models.encoders import VectorEncoderFactory
+
+    encoders = {k: VectorEncoderFactory(hidden_units=v) for k, v in config["encoders"].items()}
+    # Adam clipping gradient norms where emote's losses clip them (max_grad_norm).
+    optimizers = {
+        name: d3rlpy.optimizers.AdamFactory(clip_grad_norm=norm)
+        for name, norm in config.get("clipped_optimizers", {}).items()
+    }
+    algo = getattr(d3rlpy.algos, config["class"])(**config["kwargs"], **encoders, **optimizers)
+    return algo.create("cpu:0")
 
 
 def d3rlpy_worker(request_file: str) -> None:
@@ -311,7 +337,6 @@ def d3rlpy_worker(request_file: str) -> None:
 
     torch.set_num_threads(1)
     import d3rlpy
-    from d3rlpy.models.encoders import VectorEncoderFactory
 
     request = json.loads(Path(request_file).read_text("utf-8"))
     d3rlpy.seed(request["seed"])
@@ -321,15 +346,7 @@ def d3rlpy_worker(request_file: str) -> None:
         rewards=arrays["rewards"], terminals=arrays["terminals"], timeouts=arrays["timeouts"],
         action_space=d3rlpy.constants.ActionSpace.CONTINUOUS,
     )  # fmt: skip
-    config = request["config"]
-    encoders = {k: VectorEncoderFactory(hidden_units=v) for k, v in config["encoders"].items()}
-    # Adam clipping gradient norms where emote's losses clip them (max_grad_norm).
-    optimizers = {
-        name: d3rlpy.optimizers.AdamFactory(clip_grad_norm=norm)
-        for name, norm in config.get("clipped_optimizers", {}).items()
-    }
-    algo = getattr(d3rlpy.algos, config["class"])(**config["kwargs"], **encoders, **optimizers)
-    algo = algo.create("cpu:0")
+    algo = d3rlpy_algorithm(request["config"])
     algo.build_with_dataset(dataset)
     updates = request["updates"]
     started = time.perf_counter()

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from offline_bench import ONE_THREAD, d3rlpy_config
+from offline_bench import ONE_THREAD, d3rlpy_algorithm, d3rlpy_config, run_d3rlpy_child
 
 OBSERVATION_DIM = 8
 ACTION_DIM = 2
@@ -132,7 +131,6 @@ def d3rlpy_worker(family_name: str, batch_size: int, updates: int) -> None:
     import numpy as np
     import torch
     from d3rlpy.dataset import TransitionMiniBatch
-    from d3rlpy.models.encoders import VectorEncoderFactory
 
     from emote_core.recipes import load_recipe
 
@@ -141,14 +139,7 @@ def d3rlpy_worker(family_name: str, batch_size: int, updates: int) -> None:
     table = __import__("dataclasses").asdict(
         load_recipe(f"{family_name}_lunar_lander_continuous").config
     )
-    spec = d3rlpy_config(family_name, table, batch_size)
-    encoders = {k: VectorEncoderFactory(hidden_units=v) for k, v in spec["encoders"].items()}
-    optimizers = {
-        name: d3rlpy.optimizers.AdamFactory(clip_grad_norm=norm)
-        for name, norm in spec.get("clipped_optimizers", {}).items()
-    }
-    algo = getattr(d3rlpy.algos, spec["class"])(**spec["kwargs"], **encoders, **optimizers)
-    algo = algo.create("cpu:0")
+    algo = d3rlpy_algorithm(d3rlpy_config(family_name, table, batch_size))
     arrays = batch_arrays(batch_size)
     algo.create_impl((OBSERVATION_DIM,), ACTION_DIM)
     batch = TransitionMiniBatch(
@@ -163,14 +154,10 @@ def d3rlpy_worker(family_name: str, batch_size: int, updates: int) -> None:
 def d3rlpy_profile(args: argparse.Namespace) -> dict[str, float]:
     command = [sys.executable, __file__, "--family", args.family, "--batch-size",
                str(args.batch_size), "--updates", str(args.updates), "--d3rlpy-worker"]  # fmt: skip
-    paths = [str(args.d3rlpy_path), *filter(None, [os.environ.get("PYTHONPATH")])]
-    result = subprocess.run(
-        command, env=os.environ | ONE_THREAD | {"PYTHONPATH": os.pathsep.join(paths)},
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if result.returncode != 0:
-        raise SystemExit(f"d3rlpy's profile failed: {result.stderr.strip()[-2000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    try:
+        return run_d3rlpy_child(command, args.d3rlpy_path, what="d3rlpy's profile")
+    except RuntimeError as error:
+        raise SystemExit(str(error)) from None
 
 
 def main() -> None:
