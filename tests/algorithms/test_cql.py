@@ -22,7 +22,7 @@ from emote_core.algorithms.cql import (
 )
 from emote_core.algorithms.registry import BuildContext, get_algorithm
 from emote_core.errors import ConfigurationError
-from emote_core.nn import ActionValueMlp, DiscreteActionValueMlp, GaussianMlpPolicy, LayerInit
+from emote_core.nn import ActionValueMlp, DiscreteActionValueMlp, GaussianMlpPolicy
 from emote_core.spaces import DiscreteSpace, MDPSpace
 from tests.algorithms.offline import (
     BOX,
@@ -185,16 +185,6 @@ def test_cql_is_registered_offline_only_and_builds_sac_or_dqn_networks_by_action
             assert agent.epsilon == 0.0  # greedy also when asked to sample
     with pytest.raises(ConfigurationError, match="one observation key"):
         family.check_spaces(two_keys(DISCRETE), env_id="two-keys")
-
-
-def test_box_networks_start_as_pytorch_builds_them_unless_the_table_asks_for_orthogonal():
-    family, context = ConservativeQLearning(), BuildContext(spaces=BOX, device=CPU)
-    for initialization, zero_biases in (("torch", False), ("orthogonal", True)):
-        config = CqlConfig(hidden_dims=[16], initialization=LayerInit(initialization))
-        networks = family.make_networks(config, context)
-        layers = [networks.q1.final_layer, networks.q2.final_layer, networks.policy.head.linear]
-        assert all(layer.bias.eq(0).all() == zero_biases for layer in layers), initialization
-    assert CqlConfig().initialization is LayerInit.TORCH
 
 
 @pytest.mark.parametrize(

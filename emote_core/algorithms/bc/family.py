@@ -26,7 +26,7 @@ from emote_core.algorithms.registry import (
 )
 from emote_core.algorithms.sac.family import gaussian_agent, gaussian_policy_graph
 from emote_core.errors import ConfigurationError
-from emote_core.nn import DiscreteActionValueMlp, GaussianMlpPolicy, observation_dim
+from emote_core.nn import DiscreteActionValueMlp, GaussianMlpPolicy, LayerInit, observation_dim
 from emote_core.onnx.graph import PolicyGraph
 from emote_core.spaces import DiscreteSpace, MDPSpace
 from emote_core.utils.checks import finite_number, positive_ints
@@ -60,6 +60,10 @@ class BcConfig:
     policy: BcPolicy = BcPolicy.GAUSSIAN
     """For Box actions: ``gaussian`` or ``deterministic``. Discrete actions are always fitted by
     cross-entropy."""
+    initialization: LayerInit = LayerInit.TORCH
+    """For Box actions, how the policy's layers start: ``torch`` (PyTorch's defaults, as
+    d3rlpy's) or ``orthogonal`` (upstream emote's). The discrete network always starts with
+    PyTorch's."""
 
 
 @dataclass
@@ -110,6 +114,7 @@ class BehaviourCloning(AlgorithmFamily):
             policy = GaussianMlpPolicy(
                 observation_dim=observation_dim(spaces), action_dim=int(spaces.actions.shape[0]),
                 hidden_dims=config.hidden_dims, log_std_min=low, log_std_max=high,
+                initialization=config.initialization,
             )  # fmt: skip
         return BcNetworks(policy=policy.to(context.device))
 

@@ -13,7 +13,6 @@ import copy
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, ClassVar
 
 import torch
@@ -39,7 +38,7 @@ from emote_core.algorithms.sac.family import gaussian_agent, gaussian_policy_gra
 from emote_core.algorithms.sac.losses import StackedQLoss
 from emote_core.errors import ConfigurationError
 from emote_core.nn import GaussianMlpPolicy, MlpEncoder, StackedActionValueMlp, observation_dim
-from emote_core.nn.initialization import orthogonal_init_
+from emote_core.nn.initialization import LayerInit, init_value_mlp_, layer_init
 from emote_core.onnx.graph import PolicyGraph
 from emote_core.spaces import DiscreteSpace, MDPSpace
 from emote_core.utils.checks import finite_number, positive_ints
@@ -73,28 +72,39 @@ class IqlConfig:
     policy: IqlPolicy = IqlPolicy.GAUSSIAN
     """``gaussian`` (weighted log-likelihood) or ``deterministic`` (weighted squared error of
     ``tanh(mean)``)."""
+    initialization: LayerInit = LayerInit.TORCH
+    """How every network's layers start: ``torch`` (PyTorch's defaults, as d3rlpy's) or
+    ``orthogonal`` (upstream emote's, SAC's default)."""
 
 
 class StateValueMlp(nn.Module):
     """``V(s)``: an MLP over the flattened observation with one output, ``(B, 1)``.
 
-    Initialised as :class:`~emote_core.nn.ActionValueMlp`: orthogonal hidden layers (gain
-    sqrt 2), an orthogonal output layer of gain 1, zero biases.
+    Initialised as :class:`~emote_core.nn.ActionValueMlp` is: by default orthogonal hidden
+    layers (gain sqrt 2), an orthogonal output layer of gain 1, zero biases.
 
     Args:
         observation_dim: The width of the flattened observation.
         hidden_dims: The MLP's layer widths.
+        initialization: How the layers start (:class:`~emote_core.nn.LayerInit`).
 
     Raises:
-        ConfigurationError: If a width is not a positive integer.
+        ConfigurationError: If a width is not a positive integer, or ``initialization`` names
+            no :class:`~emote_core.nn.LayerInit`.
     """
 
-    def __init__(self, *, observation_dim: int, hidden_dims: Sequence[int] = (256, 256)) -> None:
+    def __init__(
+        self,
+        *,
+        observation_dim: int,
+        hidden_dims: Sequence[int] = (256, 256),
+        initialization: LayerInit | str = LayerInit.ORTHOGONAL,
+    ) -> None:
         super().__init__()
+        initialization = layer_init("StateValueMlp", initialization)
         self.encoder = MlpEncoder(input_dim=observation_dim, hidden_dims=hidden_dims)
         self.final_layer = nn.Linear(self.encoder.output_dim, 1)
-        self.encoder.apply(orthogonal_init_)
-        self.final_layer.apply(partial(orthogonal_init_, gain=1.0))
+        init_value_mlp_(self.encoder, self.final_layer, initialization)
 
     def forward(self, observation: Tensor) -> Tensor:
         """The value of ``observation`` (``(B, D)``): ``(B, 1)``."""
@@ -150,15 +160,17 @@ class ImplicitQLearning(AlgorithmFamily):
         low, high = (-20.0, 2.0)
         if config.policy is IqlPolicy.DETERMINISTIC:
             low, high = DETERMINISTIC_LOG_STD
+        start = config.initialization
         policy = GaussianMlpPolicy(
             observation_dim=obs_dim, action_dim=action_dim, hidden_dims=hidden,
-            log_std_min=low, log_std_max=high,
+            log_std_min=low, log_std_max=high, initialization=start,
         )  # fmt: skip
         # Stacked: one batched product per layer for both, one optimizer step (more updates/s).
         critics = StackedActionValueMlp(
-            observation_dim=obs_dim, action_dim=action_dim, hidden_dims=hidden
-        ).to(device)
-        value = StateValueMlp(observation_dim=obs_dim, hidden_dims=hidden)
+            observation_dim=obs_dim, action_dim=action_dim, hidden_dims=hidden,
+            initialization=start,
+        ).to(device)  # fmt: skip
+        value = StateValueMlp(observation_dim=obs_dim, hidden_dims=hidden, initialization=start)
         return IqlNetworks(
             policy=policy.to(device), critics=critics, value=value.to(device),
             targets={"critics": copy.deepcopy(critics)},
