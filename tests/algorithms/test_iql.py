@@ -116,7 +116,7 @@ def test_iql_keeps_the_better_of_two_stored_actions_where_bc_averages_them(
                            temperature=temperature, policy=policy)  # fmt: skip
         _, networks, _, callbacks = build(config)
         generator = torch.Generator().manual_seed(1)
-        for step in range(1, 241):
+        for step in range(1, 121):
             update(callbacks, two_action_store(generator), step)
         networks.policy.eval()
         with torch.no_grad():

@@ -1,5 +1,6 @@
-"""The offline families' networks start with PyTorch's default layers, as d3rlpy's, unless
-their table says ``initialization = "orthogonal"`` (upstream emote's start, SAC's default)."""
+"""How the offline families' networks start: bc's and cql's with PyTorch's default layers, as
+d3rlpy's, iql's as upstream emote's (orthogonal, as SAC's); each table's ``initialization``
+chooses."""
 
 from __future__ import annotations
 
@@ -28,18 +29,16 @@ def last_layers(networks) -> list[torch.nn.Linear]:
 
 
 @pytest.mark.parametrize(
-    ("family", "config"),
+    ("family", "config", "default"),
     [
-        (BehaviourCloning(), BcConfig),
-        (ImplicitQLearning(), IqlConfig),
-        (ConservativeQLearning(), CqlConfig),
+        (BehaviourCloning(), BcConfig, LayerInit.TORCH),
+        (ImplicitQLearning(), IqlConfig, LayerInit.ORTHOGONAL),
+        (ConservativeQLearning(), CqlConfig, LayerInit.TORCH),
     ],
     ids=["bc", "iql", "cql"],
 )
-def test_offline_families_start_as_pytorch_builds_unless_the_table_asks_for_orthogonal(
-    family, config
-) -> None:
-    assert config().initialization is LayerInit.TORCH
+def test_offline_families_start_as_their_table_says(family, config, default) -> None:
+    assert config().initialization is default
     context = BuildContext(spaces=BOX, device=CPU)
     for start, zero_biases in ((LayerInit.TORCH, False), (LayerInit.ORTHOGONAL, True)):
         networks = family.make_networks(config(hidden_dims=[16], initialization=start), context)
