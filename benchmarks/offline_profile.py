@@ -15,10 +15,13 @@ d3rlpy config as ``offline_bench.py``; d3rlpy runs in a child process (emote's n
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import itertools
 import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,25 +35,20 @@ MATRIX_PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 WARM_UP = 5
 
 
-def profiled(step: Any, updates: int) -> dict[str, float]:
-    """Runs ``step()`` (one update) WARM_UP times, then ``updates`` times timed and profiled;
-    returns ``{ms_per_update, matmul_ms_per_update}``."""
-    import torch
+def profiled(run: Callable[[int], Any], updates: int) -> dict[str, float]:
+    """Calls ``run(n)`` (``n`` updates) for WARM_UP updates, then for ``updates`` timed and for
+    ``updates`` profiled; returns ``{ms_per_update, matmul_ms_per_update}``."""
     from torch.profiler import ProfilerActivity, profile
 
-    for _ in range(WARM_UP):
-        step()
+    run(WARM_UP)
     started = time.perf_counter()
-    for _ in range(updates):
-        step()
+    run(updates)
     total = (time.perf_counter() - started) / updates
     with profile(activities=[ProfilerActivity.CPU]) as recorded:
-        for _ in range(updates):
-            step()
+        run(updates)
     averages = recorded.key_averages()
     products = sum(e.self_cpu_time_total for e in averages if e.key in MATRIX_PRODUCTS)
     everything = sum(e.self_cpu_time_total for e in averages)
-    del torch
     # The profiler's own overhead inflates its total; its share of products is what is kept.
     return {
         "ms_per_update": 1e3 * total,
@@ -79,7 +77,7 @@ def emote_profile(family_name: str, batch_size: int, updates: int) -> dict[str, 
     from emote_core.algorithms.registry import BuildContext, get_algorithm
     from emote_core.recipes import load_recipe
     from emote_core.spaces import BoxSpace, DictSpace, MDPSpace
-    from emote_core.trainer import StateDict
+    from emote_core.trainer import Trainer
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -105,24 +103,10 @@ def emote_profile(family_name: str, batch_size: int, updates: int) -> dict[str, 
         "batch_size": batch_size,
     }  # fmt: skip
 
-    # One update as the Trainer runs it: every callback's begin_batch, backward and end_batch in
-    # order, each merging what it returns into the state the next one reads.
-    state = StateDict(bp_step=0, bp_samples=0)
-    order = sorted(callbacks, key=lambda c: c.order)
-    hooks = [
-        (h, [c for c in order if c.overrides(h)]) for h in ("begin_batch", "backward", "end_batch")
-    ]
+    def run(updates: int) -> None:
+        Trainer(callbacks, itertools.repeat(batch, updates)).train()
 
-    def step() -> None:
-        state["bp_step"] += 1
-        state.merge(batch)
-        for hook, implementers in hooks:
-            for callback in implementers:
-                result = callback.call_hook(hook, state)
-                if result:
-                    state.merge(result)
-
-    return profiled(step, updates)
+    return profiled(run, updates)
 
 
 def d3rlpy_worker(family_name: str, batch_size: int, updates: int) -> None:
@@ -136,9 +120,7 @@ def d3rlpy_worker(family_name: str, batch_size: int, updates: int) -> None:
 
     torch.set_num_threads(1)
     d3rlpy.seed(0)
-    table = __import__("dataclasses").asdict(
-        load_recipe(f"{family_name}_lunar_lander_continuous").config
-    )
+    table = dataclasses.asdict(load_recipe(f"{family_name}_lunar_lander_continuous").config)
     algo = d3rlpy_algorithm(d3rlpy_config(family_name, table, batch_size))
     arrays = batch_arrays(batch_size)
     algo.create_impl((OBSERVATION_DIM,), ACTION_DIM)
@@ -148,7 +130,12 @@ def d3rlpy_worker(family_name: str, batch_size: int, updates: int) -> None:
         next_actions=arrays["actions"], terminals=np.zeros((batch_size, 1), np.float32),
         intervals=np.ones((batch_size, 1), np.float32), transitions=[],
     )  # fmt: skip
-    print(json.dumps(profiled(lambda: algo.update(batch), updates)))
+
+    def run(updates: int) -> None:
+        for _ in range(updates):
+            algo.update(batch)
+
+    print(json.dumps(profiled(run, updates)))
 
 
 def d3rlpy_profile(args: argparse.Namespace) -> dict[str, float]:
