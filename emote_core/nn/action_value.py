@@ -108,7 +108,8 @@ class SharedEncoderActionValueNet(nn.Module):
     """``Q(s, a)`` on top of an encoder that other networks (the policy) may share.
 
     The encoder turns the observation tensor (an image, say) into features; an MLP over the
-    features and the action gives the value.
+    features and the action gives the value. The MLP starts as :class:`ActionValueMlp`'s does
+    (``initialization``); the encoder keeps its own start.
 
     Args:
         encoder: Turns the observation into ``(B, encoder_output_dim)`` features.
@@ -116,9 +117,11 @@ class SharedEncoderActionValueNet(nn.Module):
         action_dim: The number of action dimensions.
         hidden_dims: The MLP's layer widths.
         activation: Builds the activation after each layer.
+        initialization: How the MLP's layers start (:class:`~emote_core.nn.LayerInit`).
 
     Raises:
-        ConfigurationError: If a width is not a positive integer.
+        ConfigurationError: If a width is not a positive integer, or ``initialization`` names
+            no :class:`~emote_core.nn.LayerInit`.
     """
 
     def __init__(
@@ -129,16 +132,19 @@ class SharedEncoderActionValueNet(nn.Module):
         action_dim: int,
         hidden_dims: Sequence[int] = (256, 256),
         activation: Activation = nn.ReLU,
+        initialization: LayerInit | str = LayerInit.ORTHOGONAL,
     ) -> None:
         super().__init__()
         positive_int("SharedEncoderActionValueNet", "encoder_output_dim", encoder_output_dim)
         positive_int("SharedEncoderActionValueNet", "action_dim", action_dim)
+        initialization = layer_init("SharedEncoderActionValueNet", initialization)
         self.obs_encoder = encoder
         self.encoder = MlpEncoder(
             input_dim=encoder_output_dim + action_dim, hidden_dims=hidden_dims,
             activation=activation,
         )  # fmt: skip
         self.final_layer = nn.Linear(self.encoder.output_dim, 1)
+        init_value_mlp_(self.encoder, self.final_layer, initialization)
         self.action_dim = action_dim
 
     def forward(self, *, observation: Tensor, actions: Tensor) -> Tensor:

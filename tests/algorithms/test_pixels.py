@@ -14,6 +14,7 @@ from emote_core.algorithms.sac import SacConfig
 from emote_core.algorithms.sac.family import SacCritic
 from emote_core.errors import ConfigurationError
 from emote_core.nn.curl import CurlLoss
+from emote_core.nn import LayerInit
 from emote_core.nn.inputs import flatten_observation
 from emote_core.spaces import BoxSpace, DictSpace, MDPSpace
 
@@ -57,6 +58,22 @@ def test_one_encoder_reads_the_images_for_both_q_networks_and_the_policy() -> No
     actions = torch.zeros(6, 2)
     assert networks.q1(observation=inputs, actions=actions).shape == (6, 1)
     assert networks.policy.sample(inputs)[0].shape == (6, 2)
+
+
+@pytest.mark.parametrize("start", ["orthogonal", "torch"])
+def test_the_q_heads_over_the_image_encoder_start_as_sac_initialization_says(start: str) -> None:
+    """As upstream's shared-encoder Q network (an ActionValueMlp over the features), and as the
+    MLP path's Q networks: ``[sac] initialization`` decides, the encoder keeps its own start."""
+    config = conv_config()
+    config.initialization = LayerInit(start)
+    networks, _ = build(config)
+    conv_before = networks.image_encoder[1].state_dict()
+    for q in (networks.q1, networks.q2):
+        layers = [m for m in q.modules() if isinstance(m, torch.nn.Linear)]
+        head = [m for m in layers if m not in set(q.obs_encoder.modules())]
+        assert len(head) == 2  # one hidden layer of 16, then the value
+        assert all(bool(layer.bias.eq(0).all()) == (start == "orthogonal") for layer in head)
+    torch.testing.assert_close(build(conv_config())[0].image_encoder[1].state_dict(), conv_before)
 
 
 def test_q_losses_train_the_encoder_and_the_policy_does_not() -> None:

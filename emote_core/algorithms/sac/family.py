@@ -198,6 +198,7 @@ class SoftActorCritic(AlgorithmFamily):
                     encoder_output_dim=features,
                     action_dim=action_dim,
                     hidden_dims=hidden,
+                    initialization=config.initialization,
                 )
                 for _ in range(2)
             )
