@@ -13,8 +13,8 @@ from emote_core.algorithms.registry import BuildContext, get_addon, get_algorith
 from emote_core.algorithms.sac import SacConfig
 from emote_core.algorithms.sac.family import SacCritic
 from emote_core.errors import ConfigurationError
-from emote_core.nn.curl import CurlLoss
 from emote_core.nn import LayerInit
+from emote_core.nn.curl import CurlLoss
 from emote_core.nn.inputs import flatten_observation
 from emote_core.spaces import BoxSpace, DictSpace, MDPSpace
 
