@@ -67,13 +67,14 @@ def test_the_q_heads_over_the_image_encoder_start_as_sac_initialization_says(sta
     config = conv_config()
     config.initialization = LayerInit(start)
     networks, _ = build(config)
-    conv_before = networks.image_encoder[1].state_dict()
     for q in (networks.q1, networks.q2):
-        layers = [m for m in q.modules() if isinstance(m, torch.nn.Linear)]
-        head = [m for m in layers if m not in set(q.obs_encoder.modules())]
+        head = [m for m in q.encoder.modules() if isinstance(m, torch.nn.Linear)]
+        head.append(q.final_layer)
         assert len(head) == 2  # one hidden layer of 16, then the value
         assert all(bool(layer.bias.eq(0).all()) == (start == "orthogonal") for layer in head)
-    torch.testing.assert_close(build(conv_config())[0].image_encoder[1].state_dict(), conv_before)
+    encoder_weights = networks.image_encoder[1].state_dict()
+    default_start = build(conv_config())[0].image_encoder[1].state_dict()
+    torch.testing.assert_close(encoder_weights, default_start)
 
 
 def test_q_losses_train_the_encoder_and_the_policy_does_not() -> None:
