@@ -15,12 +15,14 @@ from emote_core.algorithms.bc.losses import squashed_log_likelihood
 from emote_core.algorithms.cql import (
     ConservativeQLearning,
     CqlConfig,
+    CqlPolicyLoss,
     CqlProposals,
     CqlQLoss,
     DiscreteCqlQLoss,
     conservative_penalty,
 )
 from emote_core.algorithms.registry import BuildContext, get_algorithm
+from emote_core.algorithms.sac import PolicyLoss
 from emote_core.errors import ConfigurationError
 from emote_core.nn import ActionValueMlp, DiscreteActionValueMlp, GaussianMlpPolicy
 from emote_core.spaces import DiscreteSpace, MDPSpace
@@ -116,6 +118,46 @@ def test_proposals_are_uniform_and_the_policy_at_s_and_at_s_prime_with_their_den
             np.testing.assert_allclose(densities[block][sample], expected.detach(), atol=2e-3)
 
 
+def test_the_policy_clones_the_stored_actions_for_its_warm_up_then_follows_q() -> None:
+    torch.manual_seed(0)
+    policy = GaussianMlpPolicy(observation_dim=3, action_dim=1, hidden_dims=[8])
+    q1, q2 = (ActionValueMlp(observation_dim=3, action_dim=1, hidden_dims=[8]) for _ in "12")
+    ln_alpha = torch.tensor([math.log(0.3)], requires_grad=True)
+    parts = {"policy": policy, "ln_alpha": ln_alpha, "q1": q1, "q2": q2}
+    loss = CqlPolicyLoss(**parts, optimizer=torch.optim.SGD(policy.parameters(), lr=0.0),
+                         bc_warmup_updates=2)  # fmt: skip
+    sac_loss = PolicyLoss(**parts, optimizer=torch.optim.SGD(policy.parameters(), lr=0.0))
+    obs, actions = torch.randn(4, 3), torch.tensor([[0.5], [-0.2], [0.9], [0.0]])
+    batch = {"observation": {"obs": obs}, "actions": actions}
+
+    def loss_at(step: int) -> float:
+        torch.manual_seed(step)
+        loss.backward(**batch, bp_step=step)
+        return float(loss.scalar_logs["loss/policy"])
+
+    for step in (1, 2):  # cloning: the samples' entropy term minus the stored actions' fit
+        value = loss_at(step)
+        torch.manual_seed(step)
+        with torch.no_grad():
+            _, log_probs = policy.sample(obs)
+            mean, log_std = policy.head.distribution(policy.features(obs))
+            fit = squashed_log_likelihood(mean, log_std, actions)
+        assert value == pytest.approx(float((0.3 * log_probs - fit).mean()), rel=1e-5)
+        assert "policy/log_likelihood" in loss.scalar_logs
+    with torch.no_grad():  # Q's values do not enter the cloning loss
+        for parameter in q1.parameters():
+            parameter.mul_(5.0)
+    assert loss_at(2) == pytest.approx(value, rel=1e-5)
+    value = loss_at(3)  # after the warm-up (a resumed run included): SAC's loss on Q
+    torch.manual_seed(3)
+    assert value == pytest.approx(float(sac_loss.loss(observation={"obs": obs}).detach()), rel=1e-5)
+    assert loss.capture_blocker() is not None
+    assert CqlPolicyLoss(**parts, optimizer=torch.optim.SGD(policy.parameters(), lr=0.0)
+                         ).capture_blocker() is None  # fmt: skip
+    with pytest.raises(ConfigurationError, match="4 observations and 3 actions"):
+        loss.backward(observation={"obs": obs}, actions=actions[:3], bp_step=1)
+
+
 def train_cql(spaces: MDPSpace, config: CqlConfig, batch, updates: int):
     """Trains the family's callbacks, hook by hook, on one fixed batch; returns the networks."""
     family = ConservativeQLearning()
@@ -203,6 +245,7 @@ def test_cql_is_registered_offline_only_and_builds_sac_or_dqn_networks_by_action
         ({"max_alpha": 0.0}, "'cql.max_alpha'"),
         ({"max_grad_norm": 0.0}, "'cql.max_grad_norm'"),
         ({"target_update_interval": 0}, "'cql.target_update_interval'"),
+        ({"bc_warmup_updates": -1}, "'cql.bc_warmup_updates'"),
     ],
 )
 def test_cql_refuses_a_bad_table_in_one_line_naming_the_key(changes: dict, key: str) -> None:

@@ -4,8 +4,9 @@ ones.
 
 A Box-action run is SAC's :class:`~emote_core.algorithms.sac.QTarget` and
 :class:`~emote_core.algorithms.cql.losses.CqlProposals` (both at ``Order.TARGET``), a
-:class:`~emote_core.algorithms.cql.losses.CqlQLoss` per Q network, then SAC's ``PolicyLoss``
-and ``AlphaLoss``; a discrete run is DQN's ``QTarget`` and a
+:class:`~emote_core.algorithms.cql.losses.CqlQLoss` per Q network, then a
+:class:`~emote_core.algorithms.cql.losses.CqlPolicyLoss` (SAC's, after an optional warm-up of
+behaviour cloning) and SAC's ``AlphaLoss``; a discrete run is DQN's ``QTarget`` and a
 :class:`~emote_core.algorithms.cql.losses.DiscreteCqlQLoss`.
 """
 
@@ -18,6 +19,7 @@ from emote_core.algorithms.cql.family import (
     CqlConfig,
 )
 from emote_core.algorithms.cql.losses import (
+    CqlPolicyLoss,
     CqlProposals,
     CqlQLoss,
     DiscreteCqlQLoss,
@@ -29,6 +31,7 @@ __all__ = [
     "CQL_DISCRETE_ACTING_CALLBACK",
     "ConservativeQLearning",
     "CqlConfig",
+    "CqlPolicyLoss",
     "CqlProposals",
     "CqlQLoss",
     "DiscreteCqlQLoss",

@@ -24,11 +24,12 @@ from emote_core.algorithms.base import (
     window_ends,
     window_starts,
 )
+from emote_core.algorithms.bc.losses import squashed_log_likelihood
 from emote_core.callback import Callback, Order
 from emote_core.callbacks.logging_mixin import LoggingMixin
 from emote_core.errors import ConfigurationError
 from emote_core.nn.inputs import flatten_observation
-from emote_core.utils.checks import non_negative_number, positive_int
+from emote_core.utils.checks import non_negative_int, non_negative_number, positive_int
 
 CQL_ACTIONS_KEY = "cql_actions"
 """Where :class:`CqlProposals` leaves the sampled actions, ``(3N, B, A)``."""
@@ -190,6 +191,73 @@ class CqlQLoss(sac.QLoss):
         return importance_weighted_mean(self.name, per_window, importance_weights, count)
 
 
+class CqlPolicyLoss(sac.PolicyLoss):
+    """SAC's policy loss after a warm-up of behaviour cloning, as CQL's authors train it.
+
+    For the first ``bc_warmup_updates`` updates the loss is ``mean(alpha * log pi(a|s) -
+    log pi(a_data|s))`` with ``a ~ pi(.|s)``: the stored actions' log-likelihood under the
+    tanh-squashed Gaussian, with SAC's entropy term (the temperature keeps tuning on the
+    samples' log-probabilities). From then on it is :class:`~emote_core.algorithms.sac.PolicyLoss`'s
+    ``mean(alpha * log pi(a|s) - min Q)``. The Q networks train with their penalty from the
+    first update, so the policy starts on Q values learned under a policy already near the
+    data. The phase follows the training state's ``bp_step``, so a resumed run is in the phase
+    its step says. Logs ``<name>/log_likelihood`` (the batch's mean) while cloning.
+
+    Args:
+        bc_warmup_updates: Updates that clone the stored actions before the policy follows Q;
+            ``0`` follows Q from the start (SAC's loss).
+        **kwargs: As :class:`~emote_core.algorithms.sac.PolicyLoss`.
+
+    Raises:
+        ConfigurationError: If ``bc_warmup_updates`` is not a non-negative integer; in a batch,
+            if it does not hold one action per observation.
+    """
+
+    def __init__(self, *, bc_warmup_updates: int = 0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.bc_warmup_updates = non_negative_int(self.name, "bc_warmup_updates", bc_warmup_updates)
+        self._cloning = self.bc_warmup_updates > 0
+
+    def capture_blocker(self) -> str | None:
+        """As :class:`~emote_core.algorithms.sac.PolicyLoss`'s, and not while the loss is to
+        switch from cloning to Q (one recorded graph would replay one of the two)."""
+        reason = super().capture_blocker()
+        if reason is None and self.bc_warmup_updates > 0:
+            reason = "its policy loss switches from behaviour cloning to Q (bc_warmup_updates)"
+        return reason
+
+    def loss(  # type: ignore[override]
+        self, observation: dict[str, Tensor], actions: Tensor
+    ) -> Tensor:
+        """While cloning ``mean(alpha * log pi(a|s) - log pi(a_data|s))``, then SAC's."""
+        if not self._cloning:
+            return super().loss(observation)
+        inputs = flatten_observation(observation, self.observation_keys)
+        rows = inputs.shape[0]
+        if actions.shape[0] != rows:
+            raise ConfigurationError(
+                f"{self.name}: the batch has {rows} observations and {actions.shape[0]} "
+                "actions; cloning the stored actions needs one action per observation"
+            )
+        features = self.policy.features(inputs)
+        _, log_probs = self.policy.head.sample(features)
+        mean, log_std = self.policy.head.distribution(features)
+        data_actions = actions.reshape(rows, -1).to(inputs.dtype)
+        log_likelihood = squashed_log_likelihood(mean, log_std, data_actions)
+        alpha = self.ln_alpha.detach().exp()
+        self._log_probs = log_probs.detach()
+        self.log_scalar(f"training/{self.name}_entropy", -self._log_probs.mean())
+        self.log_scalar(f"{self.name}/log_likelihood", log_likelihood.detach().mean())
+        return (alpha * log_probs - log_likelihood).mean()
+
+    def backward(self, **state: Any) -> dict[str, Any]:
+        """Picks the phase from ``bp_step`` (here, so a compiled loss sees no step numbers),
+        then :class:`~emote_core.algorithms.sac.PolicyLoss`'s step."""
+        step = state.get("bp_step")
+        self._cloning = step is not None and step <= self.bc_warmup_updates
+        return super().backward(**state)
+
+
 class DiscreteCqlQLoss(dqn.QLoss):
     """DQN's Q regression plus CQL's penalty over every allowed action.
 
@@ -258,6 +326,7 @@ class DiscreteCqlQLoss(dqn.QLoss):
 __all__ = [
     "CQL_ACTIONS_KEY",
     "CQL_LOG_DENSITIES_KEY",
+    "CqlPolicyLoss",
     "CqlProposals",
     "CqlQLoss",
     "DiscreteCqlQLoss",
