@@ -7,7 +7,8 @@ M per update can never be more than ``T_other / M`` times faster than the other 
 
 Both sides train on one fixed random batch of LunarLanderContinuous's shapes (8 observation
 values, 2 actions) with the family's ``*_lunar_lander_continuous`` recipe settings and the same
-d3rlpy config as ``offline_bench.py``; d3rlpy runs in a child process (emote's never imports it).
+d3rlpy config as ``offline_bench.py`` (``offline_d3rlpy.py``); d3rlpy runs in a child process
+(emote's never imports it).
 
     python benchmarks/offline_profile.py --family cql --d3rlpy-path DIR
 """
@@ -27,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from offline_bench import ONE_THREAD, d3rlpy_algorithm, d3rlpy_config, run_d3rlpy_child
+from offline_d3rlpy import ONE_THREAD, d3rlpy_algorithm, d3rlpy_config, run_d3rlpy_child
 
 OBSERVATION_DIM = 8
 ACTION_DIM = 2

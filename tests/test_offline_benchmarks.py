@@ -70,3 +70,9 @@ def test_resume_refuses_an_expert_run_that_stopped_short_of_the_budget(
     ):
         datasets.check_expert_stage(tmp_path, 100)
     datasets.check_expert_stage(tmp_path, 50)  # finished: nothing to say
+
+
+def test_emote_runs_cql_without_its_warm_up_beside_d3rlpy_whose_cql_has_none():
+    bench = load("offline_bench")
+    assert "cql.bc_warmup_updates=0" in bench.emote_overrides("cql", {"bc_warmup_updates": 10}, 64)
+    assert not any("warmup" in s for s in bench.emote_overrides("cql", {}, 64))
