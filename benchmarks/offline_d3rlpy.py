@@ -184,7 +184,7 @@ def d3rlpy_algorithm(config: dict[str, Any]) -> Any:
 
 def d3rlpy_worker(request_file: str) -> None:
     """Trains and evaluates one d3rlpy algorithm as the request file says; prints
-    ``{mean_return, seconds, threads}`` as one JSON line."""
+    ``{mean_return, seconds, threads, config}`` as one JSON line."""
     import gymnasium
     import numpy as np
     import torch
