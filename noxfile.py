@@ -39,7 +39,7 @@ def slow(session: nox.Session) -> None:
 def gpu(session: nox.Session) -> None:
     """Tests marked gpu; run on a machine with CUDA (installs the default torch build)."""
     session.install("-e", ".[dev]")
-    session.run("pytest", "-m", "gpu", *session.posargs)
+    session.run("pytest", "-m", "gpu", "-n", "0", *session.posargs)  # one process per GPU
 
 
 @nox.session(python="3.11")

@@ -94,8 +94,12 @@ def test_ci_refuses_a_test_line_that_makes_no_venv_of_its_own(ci_clone: Path) ->
 
 def test_the_default_test_run_lists_skip_reasons_and_installs_the_peers_it_needs() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    assert "-rs" in pyproject["tool"]["pytest"]["ini_options"]["addopts"].split()
+    addopts = pyproject["tool"]["pytest"]["ini_options"]["addopts"].split()
+    assert "-rs" in addopts
+    # Two processes on the CI machine's two cores; pytest-xdist is what reads -n.
+    assert addopts[addopts.index("-n") + 1] == "auto" and "--maxprocesses=2" in addopts
     dev = " ".join(pyproject["project"]["optional-dependencies"]["dev"])
+    assert "pytest-xdist" in dev
     for peer in ("stable-baselines3", "skrl", "minari[hdf5,arrow,create]"):
         assert peer in dev
 
