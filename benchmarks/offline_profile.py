@@ -70,12 +70,16 @@ def batch_arrays(batch_size: int, seed: int = 0) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def emote_profile(family_name: str, batch_size: int, updates: int) -> dict[str, float]:
-    """emote's update, run by its Trainer over the family's callbacks."""
+def emote_profile(
+    family_name: str, batch_size: int, updates: int, compile_losses: bool = False
+) -> dict[str, float]:
+    """emote's update, run by its Trainer over the family's callbacks (their losses through
+    ``torch.compile`` when ``compile_losses``, as ``training.compile = "compile"`` runs them)."""
     import numpy as np
     import torch
 
     from emote_core.algorithms.registry import BuildContext, get_algorithm
+    from emote_core.callbacks.compiled import compile_methods
     from emote_core.recipes import load_recipe
     from emote_core.spaces import BoxSpace, DictSpace, MDPSpace
     from emote_core.trainer import Trainer
@@ -93,6 +97,8 @@ def emote_profile(family_name: str, batch_size: int, updates: int) -> dict[str, 
     context = BuildContext(spaces=spaces, device=torch.device("cpu"))
     networks = family.make_networks(config, context)
     callbacks = family.training_parts(config, networks, context).callbacks
+    if compile_losses:
+        compile_methods(callbacks)
     arrays = {k: torch.from_numpy(v) for k, v in batch_arrays(batch_size).items()}
     batch = {
         "default": {
@@ -159,16 +165,21 @@ def main() -> None:
         "--d3rlpy-path", type=Path, default=None,
         help="d3rlpy's install folder (pip install --target); none: emote only.",
     )  # fmt: skip
+    parser.add_argument(
+        "--compile", action="store_true",
+        help="emote's losses through torch.compile (training.compile = \"compile\").",
+    )  # fmt: skip
     parser.add_argument("--d3rlpy-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.d3rlpy_worker:
         d3rlpy_worker(args.family, args.batch_size, args.updates)
         return
     os.environ.update(ONE_THREAD)
-    sides = {"emote": emote_profile(args.family, args.batch_size, args.updates)}
+    sides = {"emote": emote_profile(args.family, args.batch_size, args.updates, args.compile)}
     if args.d3rlpy_path is not None:
         sides["d3rlpy"] = d3rlpy_profile(args)
-    print(f"{args.family}, batch {args.batch_size}, one thread, {args.updates} updates")
+    compiled = ", emote's losses compiled" if args.compile else ""
+    print(f"{args.family}, batch {args.batch_size}, one thread, {args.updates} updates{compiled}")
     print(f"{'side':<8} {'ms/update':>10} {'matmul ms':>10} {'matmul share':>13}")
     for side, figures in sides.items():
         total, products = figures["ms_per_update"], figures["matmul_ms_per_update"]
