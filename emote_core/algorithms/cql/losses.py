@@ -244,11 +244,8 @@ class CqlPolicyLoss(sac.PolicyLoss):
         mean, log_std = self.policy.head.distribution(features)
         data_actions = actions.reshape(rows, -1).to(inputs.dtype)
         log_likelihood = squashed_log_likelihood(mean, log_std, data_actions)
-        alpha = self.ln_alpha.detach().exp()
-        self._log_probs = log_probs.detach()
-        self.log_scalar(f"training/{self.name}_entropy", -self._log_probs.mean())
         self.log_scalar(f"{self.name}/log_likelihood", log_likelihood.detach().mean())
-        return (alpha * log_probs - log_likelihood).mean()
+        return (self.entropy_term(log_probs) - log_likelihood).mean()
 
     def backward(self, **state: Any) -> dict[str, Any]:
         """Picks the phase from ``bp_step`` (here, so a compiled loss sees no step numbers),

@@ -273,10 +273,14 @@ class PolicyLoss(LossCallback):
         inputs = flatten_observation(observation, self.observation_keys)
         actions, log_probs = sample_policy(self.policy, inputs)
         q_values = self.critics.minimum(inputs, actions)
-        alpha = self.ln_alpha.detach().exp()
+        return (self.entropy_term(log_probs) - q_values).mean()
+
+    def entropy_term(self, log_probs: Tensor) -> Tensor:
+        """``alpha * log pi(a|s)`` of the batch's samples (the temperature held fixed); keeps
+        their log-probabilities for :class:`AlphaLoss` and logs their entropy."""
         self._log_probs = log_probs.detach()
         self.log_scalar(f"training/{self.name}_entropy", -self._log_probs.mean())
-        return (alpha * log_probs - q_values).mean()
+        return self.ln_alpha.detach().exp() * log_probs
 
     def backward(self, **state: Any) -> dict[str, Any]:
         """One policy step; hands this batch's log-probabilities on to :class:`AlphaLoss`.
